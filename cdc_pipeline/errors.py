@@ -1,0 +1,49 @@
+"""Exceptions raised by the engine; each names where in the pipeline it happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CdcError(Exception):
+    """An error in replication, carrying the connector, table and source position it concerns."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        connector: str | None = None,
+        table: str | None = None,
+        position: Any = None,
+    ) -> None:
+        self.message = message
+        self.connector = connector
+        self.table = table
+        self.position = position
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.connector:
+            where.append(f"connector {self.connector!r}")
+        if self.table:
+            where.append(f"table {self.table!r}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class ConfigError(CdcError):
+    """The connectors configuration file is invalid."""
+
+
+class RunnerError(CdcError):
+    """The Debezium runner (Java side) failed or reported an engine error."""
+
+
+class ConversionError(CdcError):
+    """A change event could not be converted into destination SQL."""
+
+
+class ConnectorBusyError(CdcError):
+    """Another fetch cycle of the same connector is already running."""
