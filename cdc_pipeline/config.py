@@ -1,0 +1,576 @@
+"""The connectors configuration: one YAML file naming the destination PostgreSQL and every source connector.
+
+The file path comes from the ``CDC_PIPELINE_CONFIG`` environment variable (default
+``dagster_home/connectors.yaml`` relative to the current directory). String values may reference the
+environment as ``${VAR}`` or ``${VAR:-default}`` (``$${`` writes a literal ``${``). ``load_config`` reads
+and validates the file in one go and raises a single ``ConfigError`` naming the connector and field of
+the first problem; passwords and the destination DSN are held as ``Secret`` so they never reach a log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hmac
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from cdc_pipeline.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+CONFIG_PATH_ENV = "CDC_PIPELINE_CONFIG"
+DEFAULT_CONFIG_PATH = Path("dagster_home/connectors.yaml")
+
+CONNECTOR_TYPES = ("mariadb", "mysql", "postgres", "sqlserver", "oracle")
+DEFAULT_PORTS: Mapping[str, int] = MappingProxyType(
+    {"mariadb": 3306, "mysql": 3306, "postgres": 5432, "sqlserver": 1433, "oracle": 1521}
+)
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "always", "never", "when_needed", "schemasync")
+ERROR_STRATEGIES = ("exit", "retry", "skip")
+LETTER_CASINGS = ("lowercase", "asis")
+
+DEFAULT_CONTROL_SCHEMA = "cdc"
+DEFAULT_SCHEDULE = "* * * * *"
+DEFAULT_BATCH_SIZE = 2048
+MAX_BATCH_SIZE = 100_000
+DEFAULT_MAX_EVENTS_PER_RUN = 100_000
+DEFAULT_MAX_SECONDS_PER_RUN = 300.0
+DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
+POSTGRES_IDENTIFIER_MAX_LENGTH = 63
+
+CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
+
+REDACTED = "***"
+
+_TOP_LEVEL_FIELDS = ("destination", "connectors")
+_DESTINATION_FIELDS = ("dsn", "control_schema")
+_REQUIRED_CONNECTOR_FIELDS = ("type", "hostname", "user", "password", "database")
+_CONNECTOR_FIELDS = (
+    *_REQUIRED_CONNECTOR_FIELDS,
+    "port",
+    "tables",
+    "snapshot_mode",
+    "batch_size",
+    "error_strategy",
+    "schedule",
+    "max_events_per_run",
+    "max_seconds_per_run",
+    "idle_timeout_seconds",
+    "letter_casing",
+    "destination_schema",
+    "debezium",
+)
+
+_VARIABLE_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
+_VARIABLE_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+_SECRET_PROPERTY = re.compile(r"password|secret|credential", re.IGNORECASE)
+_URI_DSN = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)", re.DOTALL)
+_URI_PASSWORD_PARAMETER = re.compile(r"(?P<key>(?:^|[?&])(?:ssl)?password=)[^&#]*", re.IGNORECASE)
+_CONNINFO_PASSWORD = re.compile(r"(?P<key>\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
+
+
+class Secret:
+    """A string that never shows itself in repr, str or logs (both give '***'); ``reveal()`` returns the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"Secret holds a string, got {type(value).__name__}")
+        self._value = value
+
+    def reveal(self) -> str:
+        """Return the secret value; call it only where the value is handed to a driver."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def redact_dsn(dsn: str) -> str:
+    """Return the DSN with its password replaced by '***', for log messages.
+
+    Handles libpq URIs (``postgresql://user:pw@host/db``, including ``?password=`` parameters) and
+    key/value conninfo strings (``host=h password=pw``, quoted values included); ``sslpassword`` is hidden
+    too. A DSN without a password comes back unchanged.
+    """
+    uri = _URI_DSN.fullmatch(dsn)
+    if uri is None:
+        return _CONNINFO_PASSWORD.sub(lambda match: match.group("key") + REDACTED, dsn)
+    userinfo, at, hosts = uri.group("netloc").rpartition("@")
+    netloc = uri.group("netloc")
+    if at and ":" in userinfo:
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:{REDACTED}@{hosts}"
+    rest = _URI_PASSWORD_PARAMETER.sub(lambda match: match.group("key") + REDACTED, uri.group("rest"))
+    return f"{uri.group('scheme')}{netloc}{rest}"
+
+
+@dataclass(frozen=True)
+class DestinationConfig:
+    """The destination PostgreSQL: where replicated tables land and where the control schema lives."""
+
+    dsn: Secret
+    control_schema: str
+
+    def redacted(self) -> dict[str, Any]:
+        """Return the fields as plain data with the DSN's password hidden."""
+        return {"dsn": redact_dsn(self.dsn.reveal()), "control_schema": self.control_schema}
+
+
+@dataclass(frozen=True, repr=False)
+class ConnectorConfig:
+    """One source database replicated by Debezium into the destination, with its run limits and schedule.
+
+    ``destination_schema`` is None when the default applies (the source database name, or for postgres
+    sources the source schema). ``debezium`` holds extra raw Debezium properties as strings.
+    """
+
+    name: str
+    type: str
+    hostname: str
+    port: int
+    user: str
+    password: Secret
+    database: str
+    tables: tuple[str, ...]
+    snapshot_mode: str
+    batch_size: int
+    error_strategy: str
+    schedule: str
+    max_events_per_run: int
+    max_seconds_per_run: float
+    idle_timeout_seconds: float
+    letter_casing: str
+    destination_schema: str | None
+    debezium: Mapping[str, str] = field(hash=False)
+
+    def redacted(self) -> dict[str, Any]:
+        """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""
+        plain: dict[str, Any] = {}
+        for config_field in dataclasses.fields(self):
+            value = getattr(self, config_field.name)
+            if isinstance(value, Secret):
+                value = REDACTED
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = {
+                    key: REDACTED if _SECRET_PROPERTY.search(key) else item for key, item in value.items()
+                }
+            plain[config_field.name] = value
+        return plain
+
+    def __repr__(self) -> str:
+        fields_text = ", ".join(f"{key}={value!r}" for key, value in self.redacted().items())
+        return f"ConnectorConfig({fields_text})"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The whole configuration file: the destination and the connectors by name, in file order."""
+
+    destination: DestinationConfig
+    connectors: Mapping[str, ConnectorConfig] = field(hash=False)
+    path: Path
+
+    def connector(self, name: str) -> ConnectorConfig:
+        """Return the named connector; raise ConfigError listing the configured names if there is none."""
+        try:
+            return self.connectors[name]
+        except KeyError:
+            known = ", ".join(self.connectors) or "none"
+            raise ConfigError(
+                f"{self.path}: no connector of that name; configured connectors: {known}", connector=name
+            ) from None
+
+    def redacted(self) -> dict[str, Any]:
+        """Return the whole configuration as plain data with every secret hidden."""
+        return {
+            "path": str(self.path),
+            "destination": self.destination.redacted(),
+            "connectors": {name: connector.redacted() for name, connector in self.connectors.items()},
+        }
+
+
+def config_path() -> Path:
+    """Return the configuration file path: $CDC_PIPELINE_CONFIG, else dagster_home/connectors.yaml."""
+    return Path(os.environ.get(CONFIG_PATH_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def load_config(path: str | Path | None = None) -> PipelineConfig:
+    """Read, expand and validate the configuration file (default: ``config_path()``).
+
+    Raises ConfigError when the file is missing or unreadable, is not valid YAML (a key repeated within
+    one mapping counts as invalid), or fails validation.
+    """
+    file_path = Path(path if path is not None else config_path()).expanduser().absolute()
+    try:
+        with file_path.open(encoding="utf-8") as stream:
+            data = yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except FileNotFoundError:
+        raise ConfigError(
+            f"configuration file {file_path} not found; set {CONFIG_PATH_ENV} to the path of the connectors "
+            f"YAML file (default: {DEFAULT_CONFIG_PATH} relative to the current directory; "
+            "see dagster_home/connectors.example.yaml)"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file_path}: invalid YAML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file {file_path}: {exc}") from None
+    config = parse_config(data, file_path)
+    logger.info(
+        "Loaded %d connector(s) from %s: %s", len(config.connectors), file_path, ", ".join(config.connectors)
+    )
+    return config
+
+
+def parse_config(data: Any, path: Path) -> PipelineConfig:
+    """Validate parsed YAML data, expand ${VAR} references and build the PipelineConfig.
+
+    ``path`` is used in error messages and stored on the result. Raises one ConfigError for the first
+    problem found, naming the connector (if any) and the field.
+    """
+    path = Path(path)
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; it needs a 'destination' and a 'connectors' section")
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{path}: the top level must be a mapping with 'destination' and 'connectors', got {_show(data)}"
+        )
+    top = _Section(data, path=path)
+    top.reject_unknown_fields(_TOP_LEVEL_FIELDS, "the top level")
+    top.require(_TOP_LEVEL_FIELDS)
+    destination = _parse_destination(_Section(top.mapping("destination"), path, prefix="destination."))
+    connectors_data = top.mapping("connectors")
+    if not connectors_data:
+        raise top.error("connectors", "must define at least one connector")
+    connectors: dict[str, ConnectorConfig] = {}
+    for name, connector_data in connectors_data.items():
+        _check_connector_name(name, path)
+        if connector_data is None:
+            connector_data = {}
+        if not isinstance(connector_data, Mapping):
+            raise ConfigError(
+                f"{path}: a connector must be a mapping of fields, got {_show(connector_data)}", connector=name
+            )
+        connectors[name] = _parse_connector(name, _Section(connector_data, path, connector=name))
+    return PipelineConfig(destination=destination, connectors=MappingProxyType(connectors), path=path)
+
+
+def _parse_destination(section: _Section) -> DestinationConfig:
+    section.reject_unknown_fields(_DESTINATION_FIELDS, "'destination'")
+    section.require(("dsn",))
+    return DestinationConfig(
+        dsn=Secret(section.string("dsn", secret=True)),
+        control_schema=section.identifier("control_schema", default=DEFAULT_CONTROL_SCHEMA),
+    )
+
+
+def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
+    section.reject_unknown_fields(_CONNECTOR_FIELDS, "a connector")
+    section.require(_REQUIRED_CONNECTOR_FIELDS)
+    connector_type = section.choice("type", CONNECTOR_TYPES)
+    return ConnectorConfig(
+        name=name,
+        type=connector_type,
+        hostname=section.string("hostname"),
+        port=section.integer("port", default=DEFAULT_PORTS[connector_type], minimum=1, maximum=65535),
+        user=section.string("user"),
+        password=Secret(section.string("password", secret=True, allow_empty=True)),
+        database=section.string("database"),
+        tables=section.string_list("tables"),
+        snapshot_mode=section.choice("snapshot_mode", SNAPSHOT_MODES, default="initial"),
+        batch_size=section.integer("batch_size", default=DEFAULT_BATCH_SIZE, minimum=1, maximum=MAX_BATCH_SIZE),
+        error_strategy=section.choice("error_strategy", ERROR_STRATEGIES, default="exit"),
+        schedule=section.cron("schedule", default=DEFAULT_SCHEDULE),
+        max_events_per_run=section.integer("max_events_per_run", default=DEFAULT_MAX_EVENTS_PER_RUN, minimum=1),
+        max_seconds_per_run=section.positive_number("max_seconds_per_run", default=DEFAULT_MAX_SECONDS_PER_RUN),
+        idle_timeout_seconds=section.positive_number("idle_timeout_seconds", default=DEFAULT_IDLE_TIMEOUT_SECONDS),
+        letter_casing=section.choice("letter_casing", LETTER_CASINGS, default="lowercase"),
+        destination_schema=section.identifier("destination_schema", default=None),
+        debezium=MappingProxyType(section.string_mapping("debezium")),
+    )
+
+
+def _check_connector_name(name: Any, path: Path) -> None:
+    if not isinstance(name, str) or not CONNECTOR_NAME_PATTERN.fullmatch(name):
+        raise ConfigError(
+            f"{path}: invalid connector name {name!r}: it must start with a lowercase letter and hold only "
+            "lowercase letters, digits and underscores, at most 63 characters (it becomes the Dagster job "
+            "name 'sync_<name>' and a control-table key)",
+            connector=str(name),
+        )
+
+
+@dataclass(frozen=True)
+class _Section:
+    """One mapping of the file, read field by field; every error names the connector and the field."""
+
+    data: Mapping[Any, Any]
+    path: Path
+    prefix: str = ""
+    connector: str | None = None
+
+    def error(self, key: Any, detail: str) -> ConfigError:
+        return ConfigError(f"{self.path}: field '{self.prefix}{key}' {detail}", connector=self.connector)
+
+    def reject_unknown_fields(self, known: tuple[str, ...], owner: str) -> None:
+        for key in self.data:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"{self.path}: unknown field '{self.prefix}{key}'{hint}; {owner} accepts: {', '.join(known)}",
+                    connector=self.connector,
+                )
+
+    def require(self, keys: tuple[str, ...]) -> None:
+        missing = [key for key in keys if self.data.get(key) is None]
+        if len(missing) == 1:
+            raise self.error(missing[0], "is required")
+        if missing:
+            names = ", ".join(f"'{self.prefix}{key}'" for key in missing)
+            raise ConfigError(f"{self.path}: fields {names} are required", connector=self.connector)
+
+    def mapping(self, key: str) -> Mapping[Any, Any]:
+        value = self.data.get(key)
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"must be a mapping, got {_show(value)}")
+        return value
+
+    def expand(self, key: str, text: str) -> str:
+        return _expand_variables(text, lambda detail: self.error(key, detail))
+
+    def string(self, key: str, *, secret: bool = False, allow_empty: bool = False) -> str:
+        value = self.data.get(key)
+        if not isinstance(value, str):
+            shown = type(value).__name__ if secret else _show(value)
+            raise self.error(key, f"must be a string, got {shown} (quote the value in YAML)")
+        value = self.expand(key, value)
+        if not value and not allow_empty:
+            raise self.error(key, "must not be empty")
+        return value
+
+    def optional_string(self, key: str, default: str | None) -> str | None:
+        return default if self.data.get(key) is None else self.string(key)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.optional_string(key, default)
+        if value not in choices:
+            raise self.error(key, f"must be one of: {', '.join(choices)}; got {value!r}")
+        return value
+
+    def identifier(self, key: str, default: str | None) -> str | None:
+        value = self.optional_string(key, default)
+        if value is not None and len(value) > POSTGRES_IDENTIFIER_MAX_LENGTH:
+            limit = POSTGRES_IDENTIFIER_MAX_LENGTH
+            raise self.error(key, f"must be at most {limit} characters (a PostgreSQL identifier), got {value!r}")
+        return value
+
+    def cron(self, key: str, default: str) -> str:
+        value = self.optional_string(key, default)
+        if not _is_valid_cron(value):
+            raise self.error(key, f"must be a valid 5-field cron expression such as '*/5 * * * *', got {value!r}")
+        return value
+
+    def integer(self, key: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = self.expand(key, value)
+        number = _as_integer(value)
+        if number is None or number < minimum or (maximum is not None and number > maximum):
+            expected = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            raise self.error(key, f"must be an integer {expected}, got {_show(value)}")
+        return number
+
+    def positive_number(self, key: str, *, default: float) -> float:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = self.expand(key, value)
+        number = _as_number(value)
+        if number is None or number <= 0:
+            raise self.error(key, f"must be a number > 0, got {_show(value)}")
+        return number
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.error(key, f"must be a list of names, got {_show(value)}")
+        items = []
+        for index, item in enumerate(value):
+            item_key = f"{key}[{index}]"
+            if not isinstance(item, str) or not item.strip():
+                raise self.error(item_key, f"must be a non-empty string, got {_show(item)}")
+            items.append(self.expand(item_key, item).strip())
+        return tuple(items)
+
+    def string_mapping(self, key: str) -> dict[str, str]:
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"must be a mapping of property names to values, got {_show(value)}")
+        properties = {}
+        for name, item in value.items():
+            item_key = f"{key}.{name}"
+            if not isinstance(name, str) or not name:
+                raise self.error(item_key, "must have a non-empty string as property name")
+            if isinstance(item, bool):
+                properties[name] = "true" if item else "false"
+            elif isinstance(item, (int, float)):
+                properties[name] = str(item)
+            elif isinstance(item, str):
+                properties[name] = self.expand(item_key, item)
+            else:
+                shown = type(item).__name__ if _SECRET_PROPERTY.search(name) else _show(item)
+                raise self.error(item_key, f"must be a string, number or boolean, got {shown}")
+        return properties
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key repeated within one mapping instead of keeping the last one."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expand_variables(text: str, error: Callable[[str], ConfigError]) -> str:
+    """Replace ${VAR} and ${VAR:-default} with environment values; the default also applies to an empty VAR."""
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        body = match.group(1)
+        if body is None:
+            raise error("has an unterminated '${' (write '$${' for a literal '${')")
+        reference = _VARIABLE_BODY.fullmatch(body)
+        if reference is None:
+            raise error(f"has an invalid variable reference '${{{body}}}'")
+        name, default = reference.groups()
+        value = os.environ.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is None:
+                hint = f"set it, or write '${{{name}:-default}}'"
+                raise error(f"uses undefined environment variable {name!r} ({hint})")
+            return default
+        return value
+
+    return _VARIABLE_REFERENCE.sub(substitute, text)
+
+
+_CRON_FIELDS = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day of month", 1, 31, {}),
+    ("month", 1, 12, {m: i + 1 for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}),
+    ("day of week", 0, 7, {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}),
+)
+_CRON_MACROS = {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
+
+
+def _is_valid_cron(expression: str) -> bool:
+    """A standard 5-field cron expression (the form Dagster schedules accept), or one of its @ macros."""
+    text = expression.strip().lower()
+    if text in _CRON_MACROS:
+        return True
+    fields = text.split()
+    if len(fields) != 5:
+        return False
+    return all(_is_valid_cron_field(field, low, high, names) for field, (_, low, high, names) in zip(fields, _CRON_FIELDS))
+
+
+def _is_valid_cron_field(field: str, low: int, high: int, names: dict[str, int]) -> bool:
+    def value(token: str) -> int | None:
+        if token in names:
+            return names[token]
+        return int(token) if token.isdigit() else None
+
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        if step and (not step.isdigit() or int(step) == 0):
+            return False
+        if base == "*":
+            continue
+        start_text, dash, end_text = base.partition("-")
+        start = value(start_text)
+        end = value(end_text) if dash else start
+        if start is None or end is None or not (low <= start <= end <= high):
+            return False
+    return True
+
+
+def _as_integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

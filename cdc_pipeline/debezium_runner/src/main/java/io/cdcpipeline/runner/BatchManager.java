@@ -1,0 +1,100 @@
+package io.cdcpipeline.runner;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.connect.source.SourceRecord;
+
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.RecordChangeEvent;
+
+/**
+ * Receives batches from the engine into a small bounded queue; while the queue is full the engine's
+ * thread waits here, which throttles capture. A popped batch gets an id and stays in flight until
+ * Python reports it complete; only then are its records marked processed, which is what lets the
+ * engine's offset advance. Batches must be completed in the order they were popped.
+ */
+final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>> {
+    private final BlockingQueue<ChangeBatch> queue;
+    private final Map<Long, ChangeBatch> inFlight = new LinkedHashMap<>();
+    private final EventSerializer serializer = new EventSerializer();
+    private volatile boolean stopping;
+    private long nextSeq = 1;
+    private long nextBatchId = 1;
+    private long eventsReceived;
+
+    BatchManager(int capacity) {
+        this.queue = new ArrayBlockingQueue<>(capacity);
+    }
+
+    @Override
+    public void handleBatch(List<RecordChangeEvent<SourceRecord>> records,
+                            DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
+        if (records.isEmpty()) {
+            return;
+        }
+        ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq);
+        nextSeq += records.size();
+        while (!stopping) {
+            if (queue.offer(batch, 200, TimeUnit.MILLISECONDS)) {
+                synchronized (this) {
+                    eventsReceived += batch.size();
+                }
+                return;
+            }
+        }
+    }
+
+    @Override
+    public boolean supportsTombstoneEvents() {
+        return false;
+    }
+
+    ChangeBatch poll(long timeoutMs) throws InterruptedException {
+        ChangeBatch batch = queue.poll(timeoutMs, TimeUnit.MILLISECONDS);
+        if (batch != null) {
+            synchronized (this) {
+                batch.assignId(nextBatchId++);
+                inFlight.put(batch.id(), batch);
+            }
+        }
+        return batch;
+    }
+
+    int complete(long batchId) throws InterruptedException {
+        ChangeBatch batch;
+        synchronized (this) {
+            if (!inFlight.containsKey(batchId)) {
+                throw new IllegalArgumentException("batch " + batchId + " is not in flight (already complete, or never popped)");
+            }
+            long oldest = inFlight.keySet().iterator().next();
+            if (oldest != batchId) {
+                throw new IllegalStateException("batch " + batchId + " completed before the older batch " + oldest);
+            }
+            batch = inFlight.remove(batchId);
+        }
+        batch.markProcessed();
+        return batch.size();
+    }
+
+    void stop() {
+        stopping = true;
+    }
+
+    synchronized int inFlightCount() {
+        return inFlight.size();
+    }
+
+    int queuedCount() {
+        return queue.size();
+    }
+
+    synchronized long eventsReceived() {
+        return eventsReceived;
+    }
+}

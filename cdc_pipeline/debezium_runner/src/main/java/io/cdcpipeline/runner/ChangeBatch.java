@@ -1,0 +1,97 @@
+package io.cdcpipeline.runner;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+
+import org.apache.kafka.connect.source.SourceRecord;
+
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.RecordChangeEvent;
+
+/**
+ * One batch handed over by the engine: its records and their committer (kept until the batch is complete),
+ * and the same records as JSON lines for Spark, with the value schemas the lines refer to.
+ */
+public final class ChangeBatch {
+    private final List<RecordChangeEvent<SourceRecord>> records;
+    private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
+    private final List<String> lines;
+    private final String schemas;
+    private final String lastOffset;
+    private final String lastPartition;
+    private volatile long id = -1;
+
+    ChangeBatch(List<RecordChangeEvent<SourceRecord>> records,
+                DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer,
+                EventSerializer serializer, long firstSeq) {
+        this.records = new ArrayList<>(records);
+        this.committer = committer;
+        List<String> out = new ArrayList<>(records.size());
+        Set<String> schemaIds = new LinkedHashSet<>();
+        long seq = firstSeq;
+        SourceRecord last = null;
+        for (RecordChangeEvent<SourceRecord> event : records) {
+            SourceRecord record = event.record();
+            out.add(serializer.line(seq++, record));
+            last = record;
+        }
+        for (String line : out) {
+            int start = line.indexOf(",\"schema\":\"");
+            if (start > 0) {
+                int from = start + 11;
+                schemaIds.add(line.substring(from, line.indexOf('"', from)));
+            }
+        }
+        StringBuilder schemaJson = new StringBuilder("{");
+        for (String schemaId : schemaIds) {
+            if (schemaJson.length() > 1) {
+                schemaJson.append(',');
+            }
+            schemaJson.append('"').append(schemaId).append("\":").append(serializer.schemaJson(schemaId));
+        }
+        this.schemas = schemaJson.append('}').toString();
+        this.lines = Collections.unmodifiableList(out);
+        this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
+        this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
+    }
+
+    public long id() {
+        return id;
+    }
+
+    void assignId(long batchId) {
+        this.id = batchId;
+    }
+
+    public int size() {
+        return lines.size();
+    }
+
+    /** The events as JSON lines, in source order. */
+    public List<String> lines() {
+        return lines;
+    }
+
+    /** A JSON object from schema id to the value schema, for the ids these lines use. */
+    public String schemas() {
+        return schemas;
+    }
+
+    /** The source offset of the last record, as JSON: where the engine resumes once this batch is complete. */
+    public String lastOffset() {
+        return lastOffset;
+    }
+
+    public String lastPartition() {
+        return lastPartition;
+    }
+
+    void markProcessed() throws InterruptedException {
+        for (RecordChangeEvent<SourceRecord> record : records) {
+            committer.markProcessed(record);
+        }
+    }
+}

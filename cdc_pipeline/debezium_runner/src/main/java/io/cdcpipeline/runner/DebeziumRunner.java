@@ -1,0 +1,160 @@
+package io.cdcpipeline.runner;
+
+import java.lang.management.ManagementFactory;
+import java.lang.management.MemoryMXBean;
+import java.lang.management.MemoryUsage;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.connect.source.SourceRecord;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.RecordChangeEvent;
+import io.debezium.embedded.Connect;
+import io.debezium.embedded.async.ConvertingAsyncEngineBuilderFactory;
+import io.debezium.engine.format.ChangeEventFormat;
+
+/**
+ * The controller and emitter of one embedded Debezium engine: start and stop it, report its state and
+ * last error, pop batches of change events ({@link #getChangeEvents}) and mark them complete
+ * ({@link #markBatchComplete}) once their changes are committed in the destination.
+ */
+public final class DebeziumRunner {
+    private static final Logger LOGGER = LoggerFactory.getLogger(DebeziumRunner.class);
+
+    private final RunnerParameters parameters;
+    private final BatchManager batches;
+    private DebeziumEngine<RecordChangeEvent<SourceRecord>> engine;
+    private ExecutorService engineThread;
+    private volatile String state = "CREATED";
+    private volatile String lastError;
+    private volatile boolean polling;
+
+    public DebeziumRunner(RunnerParameters parameters) {
+        this.parameters = parameters;
+        this.batches = new BatchManager(parameters.queueCapacity());
+    }
+
+    public synchronized void start() {
+        if (engine != null) {
+            throw new IllegalStateException("the engine was already started");
+        }
+        LOGGER.info("Starting Debezium engine {} with {}", parameters.get("name"), parameters.describe());
+        state = "STARTING";
+        engine = new ConvertingAsyncEngineBuilderFactory().builder(ChangeEventFormat.of(Connect.class))
+                .using(parameters.toProperties())
+                .using(new DebeziumEngine.ConnectorCallback() {
+                    @Override
+                    public void pollingStarted() {
+                        polling = true;
+                        state = "RUNNING";
+                    }
+
+                    @Override
+                    public void pollingStopped() {
+                        polling = false;
+                    }
+                })
+                .using((success, message, error) -> {
+                    if (!success) {
+                        lastError = describe(message, error);
+                        state = "FAILED";
+                        LOGGER.error("Debezium engine {} failed: {}", parameters.get("name"), lastError);
+                    }
+                    else if (!"FAILED".equals(state)) {
+                        state = "STOPPED";
+                    }
+                })
+                .notifying(batches)
+                .build();
+        engineThread = Executors.newSingleThreadExecutor(task -> {
+            Thread thread = new Thread(task, "cdc-debezium-" + parameters.get("name"));
+            thread.setDaemon(true);
+            return thread;
+        });
+        engineThread.execute(engine);
+    }
+
+    /** Pops the next batch, waiting at most timeoutMs; null when none arrived in time. */
+    public ChangeBatch getChangeEvents(long timeoutMs) throws InterruptedException {
+        return batches.poll(timeoutMs);
+    }
+
+    /** Marks every record of the batch processed, so the engine's offset moves past it. */
+    public int markBatchComplete(long batchId) throws InterruptedException {
+        return batches.complete(batchId);
+    }
+
+    public synchronized void stop(long timeoutMs) throws Exception {
+        batches.stop();
+        if (engine == null) {
+            return;
+        }
+        try {
+            engine.close();
+        }
+        finally {
+            engineThread.shutdown();
+            if (!engineThread.awaitTermination(timeoutMs, TimeUnit.MILLISECONDS)) {
+                LOGGER.warn("Debezium engine {} did not stop within {} ms", parameters.get("name"), timeoutMs);
+                engineThread.shutdownNow();
+            }
+            if (!"FAILED".equals(state)) {
+                state = "STOPPED";
+            }
+            engine = null;
+        }
+    }
+
+    /** CREATED, STARTING, RUNNING, STOPPED or FAILED. */
+    public String state() {
+        return state;
+    }
+
+    public boolean isPolling() {
+        return polling;
+    }
+
+    public String lastError() {
+        return lastError;
+    }
+
+    public int queuedBatches() {
+        return batches.queuedCount();
+    }
+
+    public int inFlightBatches() {
+        return batches.inFlightCount();
+    }
+
+    public long eventsReceived() {
+        return batches.eventsReceived();
+    }
+
+    /** Heap and non-heap use of this JVM, as JSON. */
+    public String memoryReport() {
+        MemoryMXBean memory = ManagementFactory.getMemoryMXBean();
+        MemoryUsage heap = memory.getHeapMemoryUsage();
+        MemoryUsage nonHeap = memory.getNonHeapMemoryUsage();
+        return "{\"heap_used\":" + heap.getUsed() + ",\"heap_committed\":" + heap.getCommitted()
+                + ",\"heap_max\":" + heap.getMax() + ",\"non_heap_used\":" + nonHeap.getUsed()
+                + ",\"non_heap_committed\":" + nonHeap.getCommitted() + "}";
+    }
+
+    private static String describe(String message, Throwable error) {
+        StringBuilder text = new StringBuilder(message == null ? "engine failed" : message);
+        Throwable cause = error;
+        int depth = 0;
+        while (cause != null && depth++ < 8) {
+            String causeText = cause.getClass().getName() + ": " + cause.getMessage();
+            if (text.indexOf(String.valueOf(cause.getMessage())) < 0) {
+                text.append(" | caused by ").append(causeText);
+            }
+            cause = cause.getCause();
+        }
+        return text.toString();
+    }
+}

@@ -1,0 +1,255 @@
+"""The Python half of the Debezium runner: properties, classpath, and the py4j bridge to the Java half.
+
+All JVM-bridge code lives here. The Java half (``debezium_runner/``) runs inside the Spark driver JVM;
+a popped batch stays a Java list of JSON lines and becomes a Spark DataFrame on the JVM side, so events
+never pass through Python one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.errors import RunnerError
+
+log = logging.getLogger(__name__)
+
+RUNNER_DIR = Path(__file__).resolve().parent / "debezium_runner"
+RUNNER_JAR = RUNNER_DIR / "target" / "debezium-runner.jar"
+RUNNER_LIB = RUNNER_DIR / "target" / "lib"
+JAVA_PACKAGE = "io.cdcpipeline.runner"
+
+CONNECTOR_CLASSES = {
+    "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
+    "mysql": "io.debezium.connector.mysql.MySqlConnector",
+    "postgres": "io.debezium.connector.postgresql.PostgresConnector",
+    "sqlserver": "io.debezium.connector.sqlserver.SqlServerConnector",
+    "oracle": "io.debezium.connector.oracle.OracleConnector",
+}
+
+OFFSETS_TABLE = "debezium_offsets"
+SCHEMA_HISTORY_TABLE = "debezium_schema_history"
+
+_JAR_ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z0-9.]+)*\.jar$")
+
+
+def build_runner(force: bool = False) -> Path:
+    """Build the Java half with Maven unless its jar is already there; returns the jar's path."""
+    if RUNNER_JAR.exists() and RUNNER_LIB.is_dir() and not force:
+        return RUNNER_JAR
+    log.info("Building the Debezium runner with Maven in %s", RUNNER_DIR)
+    result = subprocess.run(
+        ["mvn", "-q", "-B", "package", "-DskipTests"], cwd=RUNNER_DIR, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise RunnerError(f"Maven build of the Debezium runner failed:\n{result.stdout[-4000:]}{result.stderr[-4000:]}")
+    return RUNNER_JAR
+
+
+def _artifact_name(jar: Path) -> str:
+    match = _JAR_ARTIFACT.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def spark_provided_artifacts() -> set[str]:
+    """Artifact names of the jars PySpark ships; the runner uses Spark's copy of each of them."""
+    import pyspark
+
+    jars_dir = Path(pyspark.__file__).parent / "jars"
+    return {_artifact_name(jar) for jar in jars_dir.glob("*.jar")}
+
+
+def runner_classpath() -> list[Path]:
+    """The runner jar and the dependency jars Spark does not already provide (Spark's version wins)."""
+    if not RUNNER_JAR.exists():
+        raise RunnerError(
+            f"the Debezium runner is not built ({RUNNER_JAR} is missing): run 'make runner' or 'make demo'"
+        )
+    provided = spark_provided_artifacts()
+    jars = [jar for jar in sorted(RUNNER_LIB.glob("*.jar")) if _artifact_name(jar) not in provided]
+    return [RUNNER_JAR, *jars]
+
+
+def jdbc_target(dsn: str) -> tuple[str, str | None, str | None]:
+    """The JDBC URL, user and password of a libpq DSN (URI or conninfo)."""
+    params = conninfo_to_dict(dsn)
+    host = params.get("host") or "localhost"
+    if host.startswith("/"):
+        raise RunnerError("the destination DSN must name a TCP host (the Java stores use JDBC), not a socket directory")
+    port = params.get("port") or "5432"
+    dbname = params.get("dbname") or params.get("user") or "postgres"
+    return f"jdbc:postgresql://{host}:{port}/{dbname}", params.get("user"), params.get("password")
+
+
+def _server_id(name: str) -> str:
+    # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
+    return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
+
+
+SNAPSHOT_MODES = {
+    "initial": "initial",
+    "initial_only": "initial_only",
+    "no_data": "no_data",
+    "always": "always",
+    "never": "never",
+    "when_needed": "when_needed",
+    "schemasync": "no_data",
+}
+
+
+def debezium_properties(connector: ConnectorConfig, destination: DestinationConfig) -> dict[str, str]:
+    """Every engine and connector property for one connector; the config's raw ``debezium`` map wins."""
+    url, user, password = jdbc_target(destination.dsn.reveal())
+    props: dict[str, str] = {
+        "name": connector.name,
+        "connector.class": CONNECTOR_CLASSES[connector.type],
+        "topic.prefix": connector.name,
+        "database.hostname": connector.hostname,
+        "database.port": str(connector.port),
+        "database.user": connector.user,
+        "database.password": connector.password.reveal(),
+        "snapshot.mode": SNAPSHOT_MODES[connector.snapshot_mode],
+        "max.batch.size": str(connector.batch_size),
+        "max.queue.size": str(max(8192, connector.batch_size * 4)),
+        "poll.interval.ms": "100",
+        "include.schema.changes": "true",
+        "tombstones.on.delete": "false",
+        "decimal.handling.mode": "precise",
+        "binary.handling.mode": "bytes",
+        "time.precision.mode": "adaptive_time_microseconds",
+        "record.processing.order": "ORDERED",
+        "record.processing.threads": "1",
+        "offset.storage": f"{JAVA_PACKAGE}.PostgresOffsetStore",
+        "offset.flush.interval.ms": "0",
+        "offset.flush.timeout.ms": "10000",
+        "schema.history.internal": f"{JAVA_PACKAGE}.PostgresSchemaHistory",
+        "schema.history.internal.store.only.captured.tables.ddl": "false",
+        "errors.max.retries": "0",
+    }
+    for prefix, table in (("offset.storage.cdc.", OFFSETS_TABLE), ("schema.history.internal.cdc.", SCHEMA_HISTORY_TABLE)):
+        props[prefix + "jdbc.url"] = url
+        if user:
+            props[prefix + "jdbc.user"] = user
+        if password:
+            props[prefix + "jdbc.password"] = password
+        props[prefix + "schema"] = destination.control_schema
+        props[prefix + "table"] = table
+        props[prefix + "connector"] = connector.name
+    if connector.type in ("mariadb", "mysql"):
+        props["database.server.id"] = _server_id(connector.name)
+        props["database.include.list"] = connector.database
+        props["database.ssl.mode"] = "disable"
+        props["connect.timeout.ms"] = "10000"
+    elif connector.type == "postgres":
+        props["database.dbname"] = connector.database
+        props["plugin.name"] = "pgoutput"
+        props["slot.name"] = f"cdc_{connector.name}"
+        props["publication.name"] = f"cdc_{connector.name}"
+        props["publication.autocreate.mode"] = "filtered"
+    elif connector.type == "sqlserver":
+        props["database.names"] = connector.database
+        props["database.encrypt"] = "false"
+    elif connector.type == "oracle":
+        props["database.dbname"] = connector.database
+    if connector.tables:
+        props["table.include.list"] = ",".join(re.escape(table) for table in connector.tables)
+    props.update(connector.debezium)
+    return props
+
+
+@dataclass
+class FetchedBatch:
+    """A batch popped from the runner: its id, size, the Java list of JSON lines, and the value schemas."""
+
+    batch_id: int
+    size: int
+    java_batch: Any
+    schemas: dict[str, Any]
+    last_offset: dict[str, Any] | None
+    last_partition: dict[str, Any] | None
+
+    def lines(self) -> Any:
+        """The Java list of JSON lines (a py4j handle: the events stay in the JVM)."""
+        return self.java_batch.lines()
+
+
+class DebeziumRunner:
+    """One embedded Debezium engine inside the Spark driver JVM, driven through py4j."""
+
+    def __init__(self, spark: Any, connector: str, properties: dict[str, str], queue_capacity: int = 4) -> None:
+        self.connector = connector
+        self._spark = spark
+        jvm = spark._jvm
+        try:
+            params = getattr(jvm, f"{JAVA_PACKAGE}.RunnerParameters")()
+        except TypeError as exc:
+            raise RunnerError(
+                "the Debezium runner classes are not on the Spark driver classpath; the Spark session must be "
+                "built by cdc_pipeline.spark.build_spark_session before anything else starts a JVM",
+                connector=connector,
+            ) from exc
+        for key, value in properties.items():
+            params.set(key, str(value))
+        params.setQueueCapacity(queue_capacity)
+        self._java = getattr(jvm, f"{JAVA_PACKAGE}.DebeziumRunner")(params)
+        self._started = False
+
+    def start(self) -> None:
+        self._java.start()
+        self._started = True
+
+    def stop(self, timeout_seconds: float = 60.0) -> None:
+        """Stops the engine (flushing the offsets of completed batches); does nothing if never started."""
+        if self._started:
+            self._java.stop(int(timeout_seconds * 1000))
+            self._started = False
+
+    @property
+    def state(self) -> str:
+        return str(self._java.state())
+
+    @property
+    def last_error(self) -> str | None:
+        error = self._java.lastError()
+        return None if error is None else str(error)
+
+    def is_polling(self) -> bool:
+        return bool(self._java.isPolling())
+
+    def raise_if_failed(self) -> None:
+        if self.state == "FAILED":
+            raise RunnerError(f"the Debezium engine failed: {self.last_error}", connector=self.connector)
+
+    def fetch(self, timeout_seconds: float) -> FetchedBatch | None:
+        """Pops the next batch, waiting at most timeout_seconds; None when nothing arrived."""
+        batch = self._java.getChangeEvents(int(timeout_seconds * 1000))
+        if batch is None:
+            self.raise_if_failed()
+            return None
+        return FetchedBatch(
+            batch_id=int(batch.id()),
+            size=int(batch.size()),
+            java_batch=batch,
+            schemas=json.loads(batch.schemas()),
+            last_offset=json.loads(batch.lastOffset()),
+            last_partition=json.loads(batch.lastPartition()),
+        )
+
+    def mark_complete(self, batch_id: int) -> int:
+        """Marks the batch processed so the engine's offset moves past it; returns its event count."""
+        return int(self._java.markBatchComplete(batch_id))
+
+    def memory_report(self) -> dict[str, int]:
+        return json.loads(self._java.memoryReport())
+
+    def events_received(self) -> int:
+        return int(self._java.eventsReceived())

@@ -1,0 +1,46 @@
+"""The Spark session the pipeline runs on, with the Debezium runner on the driver classpath."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_pipeline.runner import FetchedBatch, runner_classpath
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "2g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = None,
+                        app_name: str = "cdc-pipeline") -> SparkSession:
+    """Returns the Spark session for the pipeline, starting it with the runner's jars on the driver classpath.
+
+    Works with any master; only the driver needs the runner (executors never see Debezium). When a session
+    already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
+    """
+    classpath = os.pathsep.join(str(jar) for jar in runner_classpath())
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.driver.extraClassPath", classpath)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
+    return session
+
+
+def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
+    """A one-column (``line``) DataFrame of the batch's JSON lines, made on the JVM side from the Java list."""
+    jvm: Any = spark._jvm
+    dataset = spark._jsparkSession.createDataset(batch.lines(), jvm.org.apache.spark.sql.Encoders.STRING())
+    return DataFrame(dataset.toDF(), spark).withColumnRenamed("value", "line")

@@ -1,0 +1,539 @@
+"""Source column types to PostgreSQL column types, and the destination column definition built from them.
+
+The maps below are module-level tables so the README can print them with `type_map_rows`. A template
+may carry one placeholder that the column fills in: `(n)` a length, `(p,s)` precision and scale,
+`(fsp)` fractional-second digits. Every type produced is spelled the way PostgreSQL's `format_type()`
+spells it, so a later ALTER can compare the destination's types with the ones wanted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from psycopg import sql
+
+from cdc_pipeline.config import LETTER_CASINGS
+from cdc_pipeline.errors import ConfigError, ConversionError
+
+logger = logging.getLogger(__name__)
+
+INTEGER_PG_TYPES = frozenset({"smallint", "integer", "bigint"})
+
+_MAX_VARCHAR_LENGTH = 10_485_760
+_MAX_NUMERIC_PRECISION = 1000
+
+MYSQL_TYPE_MAP: dict[str, str] = {
+    "BOOL": "boolean",
+    "BOOLEAN": "boolean",
+    "TINYINT": "smallint",
+    "TINYINT UNSIGNED": "smallint",
+    "SMALLINT": "smallint",
+    "SMALLINT UNSIGNED": "integer",
+    "MEDIUMINT": "integer",
+    "MEDIUMINT UNSIGNED": "integer",
+    "INT": "integer",
+    "INT UNSIGNED": "bigint",
+    "INTEGER": "integer",
+    "INTEGER UNSIGNED": "bigint",
+    "BIGINT": "bigint",
+    "BIGINT UNSIGNED": "numeric(20,0)",
+    "DECIMAL": "numeric(p,s)",
+    "NUMERIC": "numeric(p,s)",
+    "FLOAT": "real",
+    "DOUBLE": "double precision",
+    "REAL": "double precision",
+    "BIT": "bit(n)",
+    "CHAR": "character(n)",
+    "VARCHAR": "character varying(n)",
+    "TINYTEXT": "text",
+    "TEXT": "text",
+    "MEDIUMTEXT": "text",
+    "LONGTEXT": "text",
+    "BINARY": "bytea",
+    "VARBINARY": "bytea",
+    "TINYBLOB": "bytea",
+    "BLOB": "bytea",
+    "MEDIUMBLOB": "bytea",
+    "LONGBLOB": "bytea",
+    "DATE": "date",
+    "TIME": "interval",
+    "DATETIME": "timestamp(fsp) without time zone",
+    "TIMESTAMP": "timestamp(fsp) with time zone",
+    "YEAR": "integer",
+    "JSON": "jsonb",
+    "ENUM": "text",
+    "SET": "text",
+    "GEOMETRY": "bytea",
+    "POINT": "bytea",
+    "LINESTRING": "bytea",
+    "POLYGON": "bytea",
+    "MULTIPOINT": "bytea",
+    "MULTILINESTRING": "bytea",
+    "MULTIPOLYGON": "bytea",
+    "GEOMETRYCOLLECTION": "bytea",
+}
+
+# MariaDB's JSON is LONGTEXT with a json_valid CHECK; a snapshot reports it as LONGTEXT, so mapping the
+# JSON name to text keeps one destination type whenever the table was captured, and keeps the text verbatim.
+MARIADB_TYPE_MAP: dict[str, str] = {**MYSQL_TYPE_MAP, "JSON": "text"}
+
+MYSQL_TYPE_ALIASES: dict[str, str] = {
+    "INT1": "TINYINT",
+    "INT2": "SMALLINT",
+    "INT3": "MEDIUMINT",
+    "MIDDLEINT": "MEDIUMINT",
+    "INT4": "INT",
+    "INT8": "BIGINT",
+    "DEC": "DECIMAL",
+    "FIXED": "DECIMAL",
+    "FLOAT4": "FLOAT",
+    "FLOAT8": "DOUBLE",
+    "DOUBLE PRECISION": "DOUBLE",
+    "CHARACTER": "CHAR",
+    "NCHAR": "CHAR",
+    "NATIONAL CHAR": "CHAR",
+    "NATIONAL CHARACTER": "CHAR",
+    "NVARCHAR": "VARCHAR",
+    "CHARACTER VARYING": "VARCHAR",
+    "CHAR VARYING": "VARCHAR",
+    "NATIONAL VARCHAR": "VARCHAR",
+    "LONG": "MEDIUMTEXT",
+    "LONG VARCHAR": "MEDIUMTEXT",
+    "LONG VARBINARY": "MEDIUMBLOB",
+    "SERIAL": "BIGINT UNSIGNED",
+}
+
+POSTGRES_TYPE_MAP: dict[str, str] = {
+    "int2": "smallint",
+    "smallint": "smallint",
+    "smallserial": "smallint",
+    "int4": "integer",
+    "integer": "integer",
+    "serial": "integer",
+    "int8": "bigint",
+    "bigint": "bigint",
+    "bigserial": "bigint",
+    "numeric": "numeric(p,s)",
+    "decimal": "numeric(p,s)",
+    "text": "text",
+    "varchar": "character varying(n)",
+    "bpchar": "character(n)",
+    "bool": "boolean",
+    "float4": "real",
+    "float8": "double precision",
+    "date": "date",
+    "time": "time(fsp) without time zone",
+    "timetz": "time(fsp) with time zone",
+    "timestamp": "timestamp(fsp) without time zone",
+    "timestamptz": "timestamp(fsp) with time zone",
+    "bytea": "bytea",
+    "json": "json",
+    "jsonb": "jsonb",
+    "uuid": "uuid",
+    "interval": "interval",
+}
+
+POSTGRES_TYPE_ALIASES: dict[str, str] = {
+    "character varying": "varchar",
+    "character": "bpchar",
+    "char": "bpchar",
+    "boolean": "bool",
+    "real": "float4",
+    "double precision": "float8",
+    "time without time zone": "time",
+    "time with time zone": "timetz",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+}
+
+_TYPE_MAPS: dict[str, dict[str, str]] = {
+    "mariadb": MARIADB_TYPE_MAP,
+    "mysql": MYSQL_TYPE_MAP,
+    "postgres": POSTGRES_TYPE_MAP,
+}
+
+_SPECIAL_ROWS: dict[str, list[tuple[str, str]]] = {
+    "mariadb": [
+        ("BIT(1)", "boolean"),
+        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
+        ("DECIMAL without precision", "numeric"),
+        ("LONGTEXT with a json_valid CHECK (MariaDB JSON)", "text (verbatim; jsonb would reorder keys)"),
+        ("TIME", "interval (MariaDB TIME spans -838:59:59..838:59:59)"),
+        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
+        ("anything else", "text (logged as a warning)"),
+    ],
+    "mysql": [
+        ("BIT(1)", "boolean"),
+        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
+        ("DECIMAL without precision", "numeric"),
+        ("TIME", "interval (MySQL TIME spans -838:59:59..838:59:59)"),
+        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
+        ("anything else", "text (logged as a warning)"),
+    ],
+    "postgres": [
+        ("numeric without precision", "numeric"),
+        ("time types without precision", "PostgreSQL's default (6 digits)"),
+        ("anything else", "text (logged as a warning)"),
+    ],
+}
+
+_CURRENT_TIMESTAMP_DEFAULT = re.compile(
+    r"(current_timestamp|now|localtimestamp|localtime)\s*(\(\s*\d*\s*\))?", re.IGNORECASE
+)
+_CURRENT_DATE_DEFAULT = re.compile(r"(current_date|curdate)\s*(\(\s*\))?", re.IGNORECASE)
+_CAST_SUFFIX = re.compile(r"('(?:[^']|'')*')::[\w\s\".\[\]()]+")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?")
+_TIME_OF_DAY = re.compile(r"\d{2}:\d{2}(:\d{2}(\.\d+)?)?")
+_DURATION = re.compile(r"-?\d+:\d{2}(:\d{2}(\.\d+)?)?")
+_BIT_STRING = re.compile(r"b'([01]*)'", re.IGNORECASE)
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
+_FUNCTION_CALL = re.compile(r"\(.*\)|[\w.]+\s*\(.*\)", re.DOTALL)
+_FORMATTED_TYPE = re.compile(
+    r"(?P<base>[a-z][a-z0-9_ ]*?)\s*(?:\((?P<mods>[\d\s,]*)\))?\s*(?P<zone>with(?:out)?\s+time\s+zone)?"
+)
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    """One destination column: its PostgreSQL type, nullability, default and identity, and where it came from.
+
+    `default_sql` is a PostgreSQL expression rendered through `psycopg.sql.Literal` (or CURRENT_TIMESTAMP /
+    CURRENT_DATE); source defaults PostgreSQL cannot express are dropped with a warning. `identity` is the
+    source auto-increment flag. `implicit_default_sql` is the value MySQL/MariaDB give existing rows when a
+    NOT NULL column without a DEFAULT is added (0, '', the first ENUM value...), or None when there is none.
+    """
+
+    name: str
+    source_name: str
+    pg_type: str
+    nullable: bool
+    default_sql: str | None
+    identity: bool
+    source_type: str
+    implicit_default_sql: str | None = None
+
+
+def dest_identifier(name: str, letter_casing: str) -> str:
+    """Return the destination spelling of a source identifier: lowered for "lowercase", unchanged for "asis"."""
+    if letter_casing == "lowercase":
+        return name.lower()
+    if letter_casing == "asis":
+        return name
+    raise ConfigError(f"letter casing must be one of {', '.join(LETTER_CASINGS)}, not {letter_casing!r}")
+
+
+def pg_type_for(source_type: str, column: dict[str, Any], connector_type: str) -> str:
+    """Return the PostgreSQL type for a source column of `source_type` (Debezium's typeName).
+
+    `column` is the Debezium column description, read for length, scale and typeExpression. MySQL and
+    MariaDB unsigned integers widen to the next type that holds their range; types the map does not know
+    become text, with a warning.
+    """
+    if connector_type in ("mariadb", "mysql"):
+        return _mysql_pg_type(source_type, column, _TYPE_MAPS[connector_type])
+    if connector_type == "postgres":
+        return _postgres_pg_type(source_type, column)
+    raise ConversionError(f"no type map for connector type {connector_type!r}")
+
+
+def type_map_rows(connector_type: str) -> list[tuple[str, str]]:
+    """Return (source type, PostgreSQL type) rows describing the map of one connector type, for the README."""
+    if connector_type not in _TYPE_MAPS:
+        raise ConversionError(f"no type map for connector type {connector_type!r}")
+    rows = [
+        (_display_source_type(source, template), template) for source, template in _TYPE_MAPS[connector_type].items()
+    ]
+    return rows + _SPECIAL_ROWS[connector_type]
+
+
+def canonical_pg_type(type_name: str) -> str:
+    """Return a PostgreSQL type name spelled as `format_type()` spells it, so two spellings compare equal.
+
+    For example "VARCHAR(100)" and "character varying(100)" both give "character varying(100)",
+    "timestamptz(3)" gives "timestamp(3) with time zone", "int4" gives "integer".
+    """
+    cleaned = " ".join(type_name.strip().lower().split())
+    array_suffix = ""
+    while cleaned.endswith("[]"):
+        array_suffix += "[]"
+        cleaned = cleaned[:-2].rstrip()
+    match = _FORMATTED_TYPE.fullmatch(cleaned)
+    if match is None:
+        return cleaned + array_suffix
+    base = match["base"].strip()
+    mods = match["mods"]
+    zone = match["zone"]
+    modifiers = f"({','.join(part.strip() for part in mods.split(','))})" if mods else ""
+    base, zone = _canonical_base(base, zone)
+    if base in ("timestamp", "time"):
+        return f"{base}{modifiers} {zone or 'without time zone'}{array_suffix}"
+    if base == "bpchar" and modifiers:
+        base = "character"
+    return f"{base}{modifiers}{array_suffix}"
+
+
+def column_def_from_source(column: dict[str, Any], *, connector_type: str, letter_casing: str) -> ColumnDef:
+    """Build the destination column definition from one Debezium column description."""
+    source_name = column.get("name")
+    source_type = column.get("typeName")
+    if not source_name or not source_type:
+        raise ConversionError(f"column description without name or typeName: {column!r}")
+    pg_type = pg_type_for(source_type, column, connector_type)
+    return ColumnDef(
+        name=dest_identifier(source_name, letter_casing),
+        source_name=source_name,
+        pg_type=pg_type,
+        nullable=bool(column.get("optional", True)),
+        default_sql=_default_sql(column.get("defaultValueExpression"), pg_type, source_name),
+        identity=bool(column.get("autoIncremented", False)),
+        source_type=source_type,
+        implicit_default_sql=(
+            _implicit_default_sql(pg_type, source_type, column) if connector_type in ("mariadb", "mysql") else None
+        ),
+    )
+
+
+def _mysql_pg_type(source_type: str, column: dict[str, Any], type_map: dict[str, str]) -> str:
+    words = source_type.split("(", 1)[0].upper().split()
+    expression_words = re.findall(r"[A-Z]+", str(column.get("typeExpression") or "").upper())
+    unsigned = any(word in ("UNSIGNED", "ZEROFILL") for word in words + expression_words)
+    base = " ".join(word for word in words if word not in ("UNSIGNED", "SIGNED", "ZEROFILL"))
+    base = MYSQL_TYPE_ALIASES.get(base, base)
+    if base.endswith(" UNSIGNED"):
+        base, unsigned = base.removesuffix(" UNSIGNED"), True
+    length = _int_or_none(column.get("length"))
+    if base == "BIT" and (length is None or length == 1):
+        return "boolean"
+    if base == "FLOAT" and length is not None and length > 24 and column.get("scale") is None:
+        return "double precision"
+    template = type_map.get(f"{base} UNSIGNED" if unsigned else base) or type_map.get(base)
+    if template is None:
+        logger.warning("Unknown source type %r of column %r: mapped to text", source_type, column.get("name"))
+        return "text"
+    if template == "character(n)" and length is None:
+        return "character(1)"
+    return _fill_template(template, column, fsp=_mysql_fractional_digits(length), fsp_default=0)
+
+
+def _postgres_pg_type(source_type: str, column: dict[str, Any]) -> str:
+    base = " ".join(source_type.strip().strip('"').lower().split())
+    template = POSTGRES_TYPE_MAP.get(base) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(base, ""))
+    if template is None:
+        logger.warning("Unknown source type %r of column %r: mapped to text", source_type, column.get("name"))
+        return "text"
+    if template == "character(n)" and _valid_length(column.get("length")) is None:
+        return "bpchar"
+    scale = _int_or_none(column.get("scale"))
+    fsp = scale if scale is not None and 0 <= scale <= 6 else None
+    return _fill_template(template, column, fsp=fsp, fsp_default=None)
+
+
+
+def _fill_template(template: str, column: dict[str, Any], *, fsp: int | None, fsp_default: int | None) -> str:
+    if "(n)" in template:
+        length = _valid_length(column.get("length"))
+        return template.replace("(n)", f"({length})" if length is not None else "")
+    if "(p,s)" in template:
+        return template.replace("(p,s)", _numeric_modifiers(column))
+    if "(fsp)" in template:
+        digits = fsp if fsp is not None else fsp_default
+        return template.replace("(fsp)", f"({digits})" if digits is not None else "")
+    return template
+
+
+def _numeric_modifiers(column: dict[str, Any]) -> str:
+    precision = _int_or_none(column.get("length"))
+    scale = _int_or_none(column.get("scale")) or 0
+    if precision is None or not 1 <= precision <= _MAX_NUMERIC_PRECISION or not 0 <= scale <= precision:
+        return ""
+    return f"({precision},{scale})"
+
+
+def _mysql_fractional_digits(length: int | None) -> int:
+    """Debezium gives DATETIME(3) a length of 3; a display width (19 + 1 + digits) is also understood."""
+    if length is None or length < 0:
+        return 0
+    if length <= 6:
+        return length
+    if length >= 19:
+        return min(max(length - 20, 0), 6)
+    return 6
+
+
+def _valid_length(value: Any) -> int | None:
+    length = _int_or_none(value)
+    if length is None or not 1 <= length <= _MAX_VARCHAR_LENGTH:
+        return None
+    return length
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _display_source_type(source: str, template: str) -> str:
+    for placeholder in ("(n)", "(p,s)", "(fsp)"):
+        if placeholder in template:
+            return f"{source}{placeholder}"
+    return source
+
+
+def _canonical_base(base: str, zone: str | None) -> tuple[str, str | None]:
+    aliases = {
+        "int": "integer",
+        "int4": "integer",
+        "int2": "smallint",
+        "int8": "bigint",
+        "bool": "boolean",
+        "float4": "real",
+        "float8": "double precision",
+        "float": "double precision",
+        "decimal": "numeric",
+        "varchar": "character varying",
+        "char varying": "character varying",
+        "char": "character",
+        "varbit": "bit varying",
+    }
+    if base == "timestamptz":
+        return "timestamp", "with time zone"
+    if base == "timetz":
+        return "time", "with time zone"
+    return aliases.get(base, base), (" ".join(zone.split()) if zone else None)
+
+
+def _render_literal(value: Any) -> str:
+    return sql.Literal(value).as_string(None).strip()
+
+
+def _default_sql(expression: Any, pg_type: str, column_name: str) -> str | None:
+    """Translate a source default into a PostgreSQL expression, or None (with a warning when one is dropped)."""
+    if expression is None:
+        return None
+    text = str(expression).strip()
+    if text.upper() == "NULL":
+        return None
+    cast = _CAST_SUFFIX.fullmatch(text)
+    if cast:
+        text = cast.group(1)
+    if _CURRENT_TIMESTAMP_DEFAULT.fullmatch(text):
+        if pg_type.startswith("timestamp"):
+            return "CURRENT_TIMESTAMP"
+        return _dropped_default(expression, pg_type, column_name)
+    if _CURRENT_DATE_DEFAULT.fullmatch(text):
+        if pg_type == "date" or pg_type.startswith("timestamp"):
+            return "CURRENT_DATE"
+        return _dropped_default(expression, pg_type, column_name)
+    quoted = len(text) >= 2 and text.startswith("'") and text.endswith("'")
+    value = text[1:-1].replace("''", "'") if quoted else text
+    if not quoted and _FUNCTION_CALL.fullmatch(value):
+        return _dropped_default(expression, pg_type, column_name)
+    rendered = _literal_for_type(value, pg_type)
+    if rendered is None:
+        return _dropped_default(expression, pg_type, column_name)
+    return rendered
+
+
+def _literal_for_type(value: str, pg_type: str) -> str | None:
+    base = pg_type.split("(", 1)[0]
+    if base in INTEGER_PG_TYPES or base in ("numeric", "real", "double precision"):
+        if not _NUMBER.fullmatch(value):
+            return None
+        number = Decimal(value)
+        if base in INTEGER_PG_TYPES:
+            return _render_literal(int(number)) if number == number.to_integral_value() else None
+        return _render_literal(number)
+    if base in ("text", "character varying", "character", "bpchar"):
+        return _render_literal(value)
+    if base == "boolean":
+        truth = {"0": False, "1": True, "false": False, "true": True, "b'0'": False, "b'1'": True}
+        flag = truth.get(value.lower())
+        return None if flag is None else _render_literal(flag)
+    if base == "bit":
+        return _bit_string_default(value, pg_type)
+    if base == "date":
+        match = _DATE.fullmatch(value)
+        return _render_literal(value) if match and not _is_zero_date(match) else None
+    if base == "timestamp":
+        match = _DATETIME.fullmatch(value)
+        return _render_literal(value) if match and not _is_zero_date(match) else None
+    if base == "time":
+        return _render_literal(value) if _TIME_OF_DAY.fullmatch(value) else None
+    if base == "interval":
+        return _render_literal(value) if _DURATION.fullmatch(value) else None
+    if base in ("json", "jsonb"):
+        try:
+            json.loads(value)
+        except ValueError:
+            return None
+        return _render_literal(value)
+    if base == "uuid":
+        return _render_literal(value) if _UUID.fullmatch(value) else None
+    return None
+
+
+def _bit_string_default(value: str, pg_type: str) -> str | None:
+    width_match = re.fullmatch(r"bit\((\d+)\)", pg_type)
+    if width_match is None:
+        return None
+    width = int(width_match.group(1))
+    bits_match = _BIT_STRING.fullmatch(value)
+    if bits_match:
+        bits = bits_match.group(1).lstrip("0")
+    elif value.isdigit():
+        bits = format(int(value), "b").lstrip("0")
+    else:
+        return None
+    if len(bits) > width:
+        return None
+    return "B" + _render_literal(bits.rjust(width, "0"))
+
+
+def _is_zero_date(match: re.Match[str]) -> bool:
+    year, month, day = (int(match.group(index)) for index in (1, 2, 3))
+    return year == 0 or month == 0 or day == 0
+
+
+def _dropped_default(expression: Any, pg_type: str, column_name: str) -> None:
+    logger.warning(
+        "Default %r of column %r cannot be expressed for PostgreSQL type %s: no default set",
+        expression,
+        column_name,
+        pg_type,
+    )
+    return None
+
+
+def _implicit_default_sql(pg_type: str, source_type: str, column: dict[str, Any]) -> str | None:
+    """The value MySQL/MariaDB give existing rows when a NOT NULL column without DEFAULT is added."""
+    base = pg_type.split("(", 1)[0]
+    if base in INTEGER_PG_TYPES or base in ("numeric", "real", "double precision"):
+        return "0"
+    if base == "boolean":
+        return "false"
+    if base == "bit":
+        return _bit_string_default("0", pg_type)
+    if base == "interval":
+        return _render_literal("00:00:00")
+    if base == "bytea":
+        return "''::bytea"
+    if base in ("text", "character varying", "character"):
+        enum_values = column.get("enumValues") or []
+        if source_type.upper().startswith("ENUM") and enum_values:
+            first = str(enum_values[0])
+            if len(first) >= 2 and first.startswith("'") and first.endswith("'"):
+                first = first[1:-1].replace("''", "'")
+            return _render_literal(first)
+        return _render_literal("")
+    return None
