@@ -1,0 +1,315 @@
+"""Planning a parsed batch into ordered steps and applying it to the destination in one transaction.
+
+A batch becomes a list of steps in source order: a DDL step per schema change, and per table a DML segment
+for each run of its data changes between two of its DDL events (and of one value schema). DML segments are
+applied set-wise: compacted per primary key in Spark, loaded with COPY into a staging table, then merged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import psycopg
+from psycopg import sql
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc_pipeline import control
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.ddl import DdlChange, alter_table_sql, changes_from_schema_event, create_table_sql, drop_table_sql
+from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
+from cdc_pipeline.errors import ConversionError
+from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, EventRef, FieldSpec, ParsedBatch
+from cdc_pipeline.typemap import dest_identifier
+
+log = logging.getLogger(__name__)
+
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass
+class DdlStep:
+    """The table changes of one schema-change event."""
+
+    ref: EventRef
+    changes: list[DdlChange]
+
+
+@dataclass
+class DmlStep:
+    """A run of one table's data changes between two of its DDL events, all with one value schema."""
+
+    source_table: str
+    schema_id: str
+    first_seq: int
+    last_seq: int
+    ops: Counter = field(default_factory=Counter)
+    last_ref: EventRef | None = None
+    fields: list[FieldSpec] = field(default_factory=list)
+    frame: DataFrame | None = None
+
+
+@dataclass
+class BatchPlan:
+    """A batch as ordered steps, with its counts and the position of its last event."""
+
+    parsed: ParsedBatch
+    steps: list[DdlStep | DmlStep]
+    counts: control.BatchCounts
+    last_ref: EventRef | None
+
+    @property
+    def batch_id(self) -> int:
+        return self.parsed.batch_id
+
+
+def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
+    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL)."""
+    steps: list[DdlStep | DmlStep] = []
+    open_segments: dict[str, DmlStep] = {}
+    counts = control.BatchCounts()
+    for ref in parsed.refs:
+        counts.events += 1
+        if ref.ts_ms is not None:
+            counts.first_source_ms = ref.ts_ms if counts.first_source_ms is None else counts.first_source_ms
+            counts.last_source_ms = ref.ts_ms
+        if ref.kind == SCHEMA_CHANGE:
+            payload = ref.schema_change or {}
+            changes = changes_from_schema_event(
+                payload, connector=connector.name, connector_type=connector.type,
+                letter_casing=connector.letter_casing, destination_schema=connector.destination_schema)
+            for change in changes:
+                segment = open_segments.pop(change.source_table, None)
+                if segment is not None:
+                    steps.append(segment)
+            if changes:
+                counts.ddls += 1
+                steps.append(DdlStep(ref, changes))
+            else:
+                counts.other_events += 1
+        elif ref.kind == DATA_CHANGE and ref.source_table:
+            segment = open_segments.get(ref.source_table)
+            if segment is not None and segment.schema_id != ref.schema_id:
+                steps.append(open_segments.pop(ref.source_table))
+                segment = None
+            if segment is None:
+                segment = DmlStep(ref.source_table, ref.schema_id or "", ref.seq, ref.seq)
+                open_segments[ref.source_table] = segment
+            segment.last_seq = ref.seq
+            segment.last_ref = ref
+            segment.ops[ref.op] += 1
+            if ref.op == "r":
+                counts.snapshot_rows += 1
+            elif ref.op == "c":
+                counts.inserts += 1
+            elif ref.op == "u":
+                counts.updates += 1
+            elif ref.op == "d":
+                counts.deletes += 1
+        else:
+            counts.other_events += 1
+    steps.extend(open_segments.values())
+    last_ref = parsed.refs[-1] if parsed.refs else None
+    return BatchPlan(parsed, steps, counts, last_ref)
+
+
+def attach_dml_frames(plan: BatchPlan) -> None:
+    """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema."""
+    events = plan.parsed.events
+    for step in plan.steps:
+        if isinstance(step, DmlStep):
+            step.fields = plan.parsed.fields(step.schema_id)
+            step.frame = events.where(
+                (F.col("source_table") == step.source_table)
+                & (F.col("schema_id") == step.schema_id)
+                & F.col("seq").between(step.first_seq, step.last_seq)
+                & (F.col("kind") == DATA_CHANGE)
+            )
+
+
+def destination_columns(cur: psycopg.Cursor, schema: str, table: str) -> dict[str, str]:
+    """The table's columns and their types as format_type() spells them; empty when the table does not exist."""
+    cur.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY a.attnum""", (schema, table))
+    return {name: type_name for name, type_name in cur.fetchall()}
+
+
+def primary_key(cur: psycopg.Cursor, schema: str, table: str) -> list[str]:
+    cur.execute(
+        """SELECT a.attname FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+           WHERE n.nspname = %s AND c.relname = %s AND i.indisprimary ORDER BY k.ord""", (schema, table))
+    return [row[0] for row in cur.fetchall()]
+
+
+class BatchApplier:
+    """Applies batch plans of one connector to the destination, each in one transaction."""
+
+    def __init__(self, conn: psycopg.Connection, connector: ConnectorConfig, control_schema: str) -> None:
+        self.conn = conn
+        self.connector = connector
+        self.control_schema = control_schema
+        self._staging_seq = 0
+
+    def apply(self, plan: BatchPlan) -> control.BatchCounts:
+        """Applies every step and records the batch's position, all in one transaction; returns the counts."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            for step in plan.steps:
+                if isinstance(step, DdlStep):
+                    for change in step.changes:
+                        self._apply_ddl(cur, change, step.ref)
+                else:
+                    self._apply_dml(cur, step)
+            last = plan.last_ref
+            control.record_batch_applied(
+                cur, self.control_schema, self.connector.name, plan.counts,
+                source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
+        return plan.counts
+
+    def _dest_names(self, source_table: str) -> tuple[str, str]:
+        parts = source_table.split(".")
+        schema = self.connector.destination_schema or dest_identifier(parts[0], self.connector.letter_casing)
+        return schema, dest_identifier(parts[-1], self.connector.letter_casing)
+
+    def _apply_ddl(self, cur: psycopg.Cursor, change: DdlChange, ref: EventRef) -> None:
+        try:
+            if change.kind == "drop":
+                statements = drop_table_sql(change.schema, change.name)
+            else:
+                existing = destination_columns(cur, change.schema, change.name)
+                if change.table is None:
+                    return
+                statements = alter_table_sql(change.table, existing) if existing else create_table_sql(change.table)
+            for statement in statements:
+                cur.execute(statement)
+            log.info("Applied %s of %s as %s.%s (%d statements)", change.kind, change.source_table, change.schema,
+                     change.name, len(statements))
+        except psycopg.Error as exc:
+            raise ConversionError(f"cannot apply {change.kind} table ({change.ddl_text!r}): {exc}",
+                                  connector=self.connector.name, table=change.source_table,
+                                  position=ref.position) from exc
+
+    def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> None:
+        schema, table = self._dest_names(step.source_table)
+        position = step.last_ref.position if step.last_ref else None
+        dest_columns = destination_columns(cur, schema, table)
+        if not dest_columns:
+            raise ConversionError(
+                f"destination table {schema}.{table} does not exist and no schema change created it",
+                connector=self.connector.name, table=step.source_table, position=position)
+        columns = plan_columns(step.fields, dest_columns,
+                               lambda name: dest_identifier(name, self.connector.letter_casing),
+                               connector=self.connector.name, table=step.source_table)
+        key = primary_key(cur, schema, table)
+        try:
+            if key:
+                self._merge_keyed(cur, schema, table, step, columns, key)
+            else:
+                self._apply_keyless(cur, schema, table, step, columns)
+        except psycopg.Error as exc:
+            raise ConversionError(f"cannot apply changes to {schema}.{table}: {exc}", connector=self.connector.name,
+                                  table=step.source_table, position=position) from exc
+
+    def _staging(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[str]) -> sql.Identifier:
+        self._staging_seq += 1
+        staging = sql.Identifier(f"_cdc_staging_{self._staging_seq}")
+        cur.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+            staging, sql.SQL(", ").join(map(sql.Identifier, columns)), target))
+        return staging
+
+    def _copy(self, cur: psycopg.Cursor, table: sql.Identifier, columns: list[str], lines: Iterable[str]) -> None:
+        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)))
+        with cur.copy(statement) as copy:
+            buffer: list[str] = []
+            size = 0
+            for line in lines:
+                buffer.append(line)
+                size += len(line) + 1
+                if size >= _COPY_CHUNK:
+                    copy.write("\n".join(buffer) + "\n")
+                    buffer, size = [], 0
+            if buffer:
+                copy.write("\n".join(buffer) + "\n")
+
+    def _merge_keyed(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan],
+                     key: list[str]) -> None:
+        by_dest = {column.dest_name: column for column in columns}
+        missing = [name for name in key if name not in by_dest]
+        if missing:
+            raise ConversionError(f"primary key column(s) {missing} of {schema}.{table} are not in the change events",
+                                  connector=self.connector.name, table=step.source_table)
+        key_columns = [by_dest[name] for name in key]
+        compacted = compact_by_key(step.frame, [column.source_name for column in key_columns])
+        rows = compacted.select(
+            "op",
+            F.when(F.col("op") == "d", copy_line("before", key_columns))
+            .otherwise(copy_line("after", columns)).alias("line"),
+        ).collect()
+        upserts = [row.line for row in rows if row.op != "d"]
+        deletes = [row.line for row in rows if row.op == "d"]
+        target = sql.Identifier(schema, table)
+        key_names = [column.dest_name for column in key_columns]
+        if deletes:
+            staging = self._staging(cur, target, key_names)
+            self._copy(cur, staging, key_names, deletes)
+            cur.execute(sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE {match}").format(
+                t=target, s=staging, match=_match_columns(key_names, "t", "s")))
+        if upserts:
+            names = [column.dest_name for column in columns]
+            staging = self._staging(cur, target, names)
+            self._copy(cur, staging, names, upserts)
+            updates = [name for name in names if name not in key_names]
+            on_conflict = sql.SQL("DO NOTHING") if not updates else sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
+            cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {cols} FROM {s} ON CONFLICT ({key}) {action}").format(
+                t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+                key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
+
+    def _apply_keyless(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
+                       columns: list[ColumnPlan]) -> None:
+        """Without a key, changes apply in source order; an update or delete touches one row equal to its before image."""
+        rows = step.frame.select("seq", "op", copy_line("before", columns).alias("before_line"),
+                                 copy_line("after", columns).alias("after_line")).orderBy("seq").collect()
+        target = sql.Identifier(schema, table)
+        names = [column.dest_name for column in columns]
+        types = [column.pg_type for column in columns]
+        pending_inserts: list[str] = []
+        for row in rows:
+            if row.op in ("c", "r"):
+                pending_inserts.append(row.after_line)
+                continue
+            if pending_inserts:
+                self._copy(cur, target, names, pending_inserts)
+                pending_inserts = []
+            before = parse_copy_line(row.before_line)
+            match = sql.SQL(" AND ").join(
+                sql.SQL("{} IS NOT DISTINCT FROM CAST(%s AS {})").format(sql.Identifier(name), sql.SQL(pg_type))
+                for name, pg_type in zip(names, types))
+            one_row = sql.SQL("ctid = (SELECT ctid FROM {t} WHERE {match} LIMIT 1)").format(t=target, match=match)
+            if row.op == "d":
+                cur.execute(sql.SQL("DELETE FROM {} WHERE ").format(target) + one_row, before)
+            else:
+                after = parse_copy_line(row.after_line)
+                assignments = sql.SQL(", ").join(
+                    sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(name), sql.SQL(pg_type))
+                    for name, pg_type in zip(names, types))
+                cur.execute(sql.SQL("UPDATE {} SET ").format(target) + assignments + sql.SQL(" WHERE ") + one_row,
+                            [*after, *before])
+        if pending_inserts:
+            self._copy(cur, target, names, pending_inserts)
+
+
+def _match_columns(names: list[str], left: str, right: str) -> sql.Composed:
+    return sql.SQL(" AND ").join(
+        sql.SQL("{}.{} = {}.{}").format(sql.Identifier(left), sql.Identifier(name), sql.Identifier(right),
+                                        sql.Identifier(name))
+        for name in names)
+

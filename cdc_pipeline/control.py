@@ -1,0 +1,182 @@
+"""The control schema in the destination PostgreSQL: connector state, offsets, schema history, applied
+positions and stats, one row set per connector, so connectors never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from cdc_pipeline.errors import ConnectorBusyError
+
+log = logging.getLogger(__name__)
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS {schema}.connector_state (
+        connector text PRIMARY KEY,
+        connector_type text NOT NULL,
+        state text NOT NULL,
+        stage text,
+        last_error text,
+        last_offset jsonb,
+        updated_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS {schema}.debezium_offsets (
+        connector text NOT NULL,
+        offset_key text NOT NULL,
+        offset_value text,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (connector, offset_key))""",
+    """CREATE TABLE IF NOT EXISTS {schema}.debezium_schema_history (
+        connector text NOT NULL,
+        id bigserial,
+        record text NOT NULL,
+        recorded_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (connector, id))""",
+    """CREATE TABLE IF NOT EXISTS {schema}.applied_positions (
+        connector text PRIMARY KEY,
+        batch_events integer NOT NULL,
+        source_position jsonb,
+        debezium_offset jsonb,
+        applied_at timestamptz NOT NULL DEFAULT now())""",
+    """CREATE TABLE IF NOT EXISTS {schema}.stats (
+        connector text PRIMARY KEY,
+        batches bigint NOT NULL DEFAULT 0,
+        events bigint NOT NULL DEFAULT 0,
+        ddls bigint NOT NULL DEFAULT 0,
+        inserts bigint NOT NULL DEFAULT 0,
+        snapshot_rows bigint NOT NULL DEFAULT 0,
+        updates bigint NOT NULL DEFAULT 0,
+        deletes bigint NOT NULL DEFAULT 0,
+        other_events bigint NOT NULL DEFAULT 0,
+        first_source_ts timestamptz,
+        last_source_ts timestamptz,
+        first_applied_at timestamptz,
+        last_applied_at timestamptz)""",
+)
+
+STOPPED = "stopped"
+INITIALIZING = "initializing"
+SYNCING = "syncing"
+
+
+def _lock_key(connector: str) -> sql.Composed:
+    return sql.SQL("hashtextextended({}, 0)").format(sql.Literal(f"cdc-pipeline:{connector}"))
+
+
+def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
+    """Creates the control schema and its tables; does nothing for what already exists."""
+    with conn.transaction(), conn.cursor() as cur:
+        # Concurrent first runs would race on CREATE ... IF NOT EXISTS; serialise them.
+        cur.execute(sql.SQL("SELECT pg_advisory_xact_lock({})").format(_lock_key("control-schema")))
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        for statement in _TABLES:
+            cur.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+
+
+def acquire_run_lock(conn: psycopg.Connection, connector: str) -> None:
+    """Holds the connector's session lock for this connection's life: one fetch cycle per connector at a time."""
+    row = conn.execute(sql.SQL("SELECT pg_try_advisory_lock({})").format(_lock_key(connector))).fetchone()
+    if not row or not row[0]:
+        raise ConnectorBusyError("another fetch cycle of this connector is running", connector=connector)
+
+
+def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
+    conn.execute(sql.SQL("SELECT pg_advisory_unlock({})").format(_lock_key(connector)))
+
+
+def set_state(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, state: str, *,
+              stage: str | None = None, last_error: str | None = None, clear_error: bool = False,
+              last_offset: Any = None) -> None:
+    """Records the connector's state; keeps the previous error and offset unless new ones are given."""
+    statement = sql.SQL(
+        """INSERT INTO {table} AS s (connector, connector_type, state, stage, last_error, last_offset, updated_at)
+           VALUES (%(connector)s, %(type)s, %(state)s, %(stage)s, %(error)s, %(offset)s, now())
+           ON CONFLICT (connector) DO UPDATE SET
+             connector_type = EXCLUDED.connector_type, state = EXCLUDED.state, stage = EXCLUDED.stage,
+             last_error = CASE WHEN %(clear)s THEN EXCLUDED.last_error
+                               ELSE coalesce(EXCLUDED.last_error, s.last_error) END,
+             last_offset = coalesce(EXCLUDED.last_offset, s.last_offset), updated_at = now()"""
+    ).format(table=sql.Identifier(schema, "connector_state"))
+    with conn.transaction():
+        conn.execute(statement, {
+            "connector": connector, "type": connector_type, "state": state, "stage": stage, "error": last_error,
+            "clear": clear_error, "offset": None if last_offset is None else json.dumps(last_offset),
+        })
+
+
+@dataclass
+class BatchCounts:
+    """What one batch applied, by kind of change; every event is counted once."""
+
+    events: int = 0
+    ddls: int = 0
+    inserts: int = 0
+    snapshot_rows: int = 0
+    updates: int = 0
+    deletes: int = 0
+    other_events: int = 0
+    first_source_ms: int | None = None
+    last_source_ms: int | None = None
+
+    def add(self, other: "BatchCounts") -> None:
+        for name in ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if other.first_source_ms is not None:
+            self.first_source_ms = min(filter(None, (self.first_source_ms, other.first_source_ms)))
+        if other.last_source_ms is not None:
+            self.last_source_ms = max(filter(None, (self.last_source_ms, other.last_source_ms)))
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in
+                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events")}
+
+
+def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts,
+                         source_position: dict[str, Any], debezium_offset: Any) -> None:
+    """Writes the batch's applied position and adds its counts to the stats, inside the batch's transaction."""
+    cur.execute(sql.SQL(
+        """INSERT INTO {table} (connector, batch_events, source_position, debezium_offset, applied_at)
+           VALUES (%s, %s, %s, %s, now())
+           ON CONFLICT (connector) DO UPDATE SET batch_events = EXCLUDED.batch_events,
+             source_position = EXCLUDED.source_position, debezium_offset = EXCLUDED.debezium_offset,
+             applied_at = now()""").format(table=sql.Identifier(schema, "applied_positions")),
+        (connector, counts.events, json.dumps(source_position), json.dumps(debezium_offset)))
+    values = counts.as_dict()
+    cur.execute(sql.SQL(
+        """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
+             other_events, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
+           VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
+             %(other_events)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
+           ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
+             ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
+             snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
+             deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
+             first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
+             last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
+             first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
+             last_applied_at = now()""").format(table=sql.Identifier(schema, "stats")),
+        {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms, **values})
+
+
+def read_states(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
+    """Each connector's state row joined with its Debezium offset, applied position and stats."""
+    query = sql.SQL(
+        """SELECT s.connector, s.connector_type, s.state, s.stage, s.last_error, s.updated_at,
+                  o.offset_value AS debezium_offset, a.source_position AS applied_position, a.applied_at,
+                  st.batches, st.events, st.ddls, st.inserts, st.snapshot_rows, st.updates, st.deletes
+           FROM {state} s
+           LEFT JOIN {offsets} o ON o.connector = s.connector
+           LEFT JOIN {applied} a ON a.connector = s.connector
+           LEFT JOIN {stats} st ON st.connector = s.connector
+           WHERE %(connector)s::text IS NULL OR s.connector = %(connector)s
+           ORDER BY s.connector""").format(
+        state=sql.Identifier(schema, "connector_state"), offsets=sql.Identifier(schema, "debezium_offsets"),
+        applied=sql.Identifier(schema, "applied_positions"), stats=sql.Identifier(schema, "stats"))
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(query, {"connector": connector}))

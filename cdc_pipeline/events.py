@@ -1,0 +1,168 @@
+"""Parsing a batch of Debezium change events in Spark.
+
+Every line the runner emits has one envelope (seq, topic, schema id, key, value, partition, offset), so one
+fixed Spark schema reads them all; row images are read as string maps, so one parse serves every table and
+every version of its schema. The per-column types come from the batch's value schemas (see `FieldSpec`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_pipeline.runner import FetchedBatch
+
+log = logging.getLogger(__name__)
+
+_STRING_MAP = T.MapType(T.StringType(), T.StringType())
+
+ENVELOPE = T.StructType([
+    T.StructField("seq", T.LongType()),
+    T.StructField("topic", T.StringType()),
+    T.StructField("schema", T.StringType()),
+    T.StructField("key", T.StringType()),
+    T.StructField("value", T.StructType([
+        T.StructField("op", T.StringType()),
+        T.StructField("before", _STRING_MAP),
+        T.StructField("after", _STRING_MAP),
+        T.StructField("source", _STRING_MAP),
+        T.StructField("ts_ms", T.LongType()),
+        T.StructField("databaseName", T.StringType()),
+        T.StructField("ddl", T.StringType()),
+        T.StructField("tableChanges", T.StringType()),
+    ])),
+    T.StructField("offset", T.StringType()),
+])
+
+DML_OPS = ("c", "r", "u", "d")
+SCHEMA_CHANGE = "schema_change"
+DATA_CHANGE = "data_change"
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One column of a row image as Debezium describes it: Connect type, logical name, parameters."""
+
+    name: str
+    type: str
+    logical: str | None
+    parameters: dict[str, str]
+    optional: bool
+
+
+@dataclass(frozen=True)
+class EventRef:
+    """What the planner needs of one event: order, kind, table, schema and op; the payload for DDL only."""
+
+    seq: int
+    kind: str
+    source_table: str | None
+    schema_id: str | None
+    op: str | None
+    source: dict[str, str]
+    ts_ms: int | None
+    schema_change: dict[str, Any] | None = None
+
+    @property
+    def position(self) -> dict[str, Any]:
+        """The event's source position (binlog file/pos/row, LSN, ...), for messages and the applied record."""
+        keys = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "scn", "snapshot")
+        return {key: self.source[key] for key in keys if self.source.get(key) not in (None, "null")}
+
+
+@dataclass
+class ParsedBatch:
+    """A batch parsed in Spark: the events DataFrame (cached) and the small per-event index on the driver."""
+
+    batch: FetchedBatch
+    events: DataFrame
+    refs: list[EventRef] = field(default_factory=list)
+
+    @property
+    def batch_id(self) -> int:
+        return self.batch.batch_id
+
+    def fields(self, schema_id: str, image: str = "after") -> list[FieldSpec]:
+        return row_image_fields(self.batch.schemas[schema_id], image)
+
+    def release(self) -> None:
+        self.events.unpersist()
+
+
+def source_table_column(connector_type: str) -> Column:
+    """The source table name of a data change, as `db.table` (PostgreSQL: `schema.table`)."""
+    source = F.col("value.source")
+    if connector_type in ("postgres", "sqlserver", "oracle"):
+        return F.concat_ws(".", source["schema"], source["table"])
+    return F.concat_ws(".", source["db"], source["table"])
+
+
+def parse_events(lines: DataFrame, batch: FetchedBatch, connector_type: str) -> ParsedBatch:
+    """Parses the batch's JSON lines, caches the result and collects the per-event index."""
+    parsed = lines.select(F.from_json("line", ENVELOPE).alias("e")).select("e.*")
+    value = F.col("value")
+    is_schema_change = value["ddl"].isNotNull() | value["tableChanges"].isNotNull()
+    kind = (
+        F.when(is_schema_change, F.lit(SCHEMA_CHANGE))
+        .when(value["op"].isin(*DML_OPS), F.lit(DATA_CHANGE))
+        .otherwise(F.lit(OTHER))
+    )
+    events = parsed.select(
+        F.lit(batch.batch_id).alias("batch_id"),
+        "seq",
+        kind.alias("kind"),
+        F.when(~is_schema_change, source_table_column(connector_type)).alias("source_table"),
+        F.col("schema").alias("schema_id"),
+        value["op"].alias("op"),
+        value["before"].alias("before"),
+        value["after"].alias("after"),
+        value["source"].alias("source"),
+        value["ts_ms"].alias("ts_ms"),
+        F.when(is_schema_change, F.to_json(F.struct(
+            value["databaseName"].alias("databaseName"),
+            value["ddl"].alias("ddl"),
+            value["tableChanges"].alias("tableChanges"),
+        ))).alias("schema_change"),
+        "offset",
+    ).cache()
+    rows = events.select("seq", "kind", "source_table", "schema_id", "op", "source", "ts_ms", "schema_change").collect()
+    refs = []
+    for row in sorted(rows, key=lambda r: r.seq):
+        change = None
+        if row.schema_change is not None:
+            raw = json.loads(row.schema_change)
+            change = {
+                "databaseName": raw.get("databaseName"),
+                "ddl": raw.get("ddl"),
+                "tableChanges": json.loads(raw["tableChanges"]) if raw.get("tableChanges") else [],
+                "source": dict(row.source or {}),
+            }
+        refs.append(EventRef(
+            seq=row.seq, kind=row.kind, source_table=row.source_table, schema_id=row.schema_id, op=row.op,
+            source=dict(row.source or {}), ts_ms=row.ts_ms, schema_change=change,
+        ))
+    return ParsedBatch(batch=batch, events=events, refs=refs)
+
+
+def row_image_fields(value_schema: dict[str, Any], image: str = "after") -> list[FieldSpec]:
+    """The columns of the `after` (or `before`) struct of a Debezium value schema, in order."""
+    for envelope_field in value_schema.get("fields", []):
+        if envelope_field.get("field") == image:
+            return [
+                FieldSpec(
+                    name=column["field"],
+                    type=column.get("type", "string"),
+                    logical=column.get("name"),
+                    parameters={str(k): str(v) for k, v in (column.get("parameters") or {}).items()},
+                    optional=bool(column.get("optional", True)),
+                )
+                for column in envelope_field.get("fields", [])
+            ]
+    return []
