@@ -61,6 +61,7 @@ class ConnectorSession:
         self.spark = spark
         self.conn: psycopg.Connection | None = None
         self.runner: DebeziumRunner | None = None
+        self.cycle_stats = CycleStats()
         self._locked = False
 
     @property
@@ -80,6 +81,7 @@ class ConnectorSession:
         self.runner = DebeziumRunner(self.spark, self.connector.name,
                                      debezium_properties(self.connector, self.destination))
         self.runner.start()
+        self.cycle_stats = CycleStats()
         self._set_state(control.SYNCING)
         return self
 
@@ -125,6 +127,7 @@ def fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedB
     events = 0
     started = time.monotonic()
     last_batch_at = started
+    streaming_since: float | None = None
     while True:
         batch = runner.fetch(FETCH_WAIT_SECONDS)
         now = time.monotonic()
@@ -136,13 +139,15 @@ def fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedB
             if events >= connector.max_events_per_run:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
-        elif runner.is_polling():
-            if now - last_batch_at >= connector.idle_timeout_seconds:
+        elif runner.is_streaming():
+            # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
+            streaming_since = streaming_since or now
+            if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
                 break
         elif runner.state in ("STOPPED", "FAILED"):
             runner.raise_if_failed()
             break
-        elif now - started > ENGINE_START_TIMEOUT_SECONDS:
+        elif not runner.is_polling() and now - started > ENGINE_START_TIMEOUT_SECONDS:
             raise RunnerError(f"the Debezium engine did not start polling within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
                               f"(state {runner.state})", connector=connector.name)
         if now - started >= connector.max_seconds_per_run:

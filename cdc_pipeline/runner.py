@@ -225,6 +225,10 @@ class DebeziumRunner:
     def is_polling(self) -> bool:
         return bool(self._java.isPolling())
 
+    def is_streaming(self) -> bool:
+        """True once the connector streams from the source (snapshot done, log reader connected)."""
+        return bool(self._java.isStreaming())
+
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":
             raise RunnerError(f"the Debezium engine failed: {self.last_error}", connector=self.connector)

@@ -30,6 +30,8 @@ def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None
     already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
     """
     classpath = os.pathsep.join(str(jar) for jar in runner_classpath())
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)

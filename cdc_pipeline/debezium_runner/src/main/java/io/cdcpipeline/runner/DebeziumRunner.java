@@ -3,6 +3,10 @@ package io.cdcpipeline.runner;
 import java.lang.management.ManagementFactory;
 import java.lang.management.MemoryMXBean;
 import java.lang.management.MemoryUsage;
+
+import javax.management.MBeanServer;
+import javax.management.ObjectName;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -116,6 +120,27 @@ public final class DebeziumRunner {
 
     public boolean isPolling() {
         return polling;
+    }
+
+    /**
+     * True once the connector's streaming phase is connected to the source (Debezium's streaming metric
+     * "Connected"); until then a quiet source means "not there yet", not "idle".
+     */
+    public boolean isStreaming() {
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        String topicPrefix = parameters.get("topic.prefix");
+        try {
+            Set<ObjectName> names = server.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=streaming,*"), null);
+            for (ObjectName name : names) {
+                if (topicPrefix.equals(name.getKeyProperty("server")) && Boolean.TRUE.equals(server.getAttribute(name, "Connected"))) {
+                    return true;
+                }
+            }
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the streaming metrics of {}", topicPrefix, e);
+        }
+        return false;
     }
 
     public String lastError() {

@@ -1,0 +1,110 @@
+"""The fetch-cycle job of a connector: fetch -> parse -> convert DDL -> convert DML -> apply -> mark complete -> stats."""
+
+
+import time
+from typing import Any, Optional
+
+from dagster import (
+    AssetMaterialization,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    Out,
+    Output,
+    graph,
+    in_process_executor,
+    mem_io_manager,
+    op,
+)
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import ConnectorConfig
+from resources.debezium_runner import DebeziumRunnerResource
+from resources.spark_session import SparkSessionResource
+
+CONNECTOR_TAG = "cdc/connector"
+
+
+@op(description="Pops batches of change events from the Debezium engine until the source is idle or the "
+                "cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
+def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource) -> list:
+    with debezium_runner.step() as session:
+        batches = cycle.fetch_batches(session, session.cycle_stats)
+        context.log.info(f"fetched {len(batches)} batches, {sum(b.size for b in batches)} events")
+        return batches
+
+
+@op(description="Parses each batch's JSON events in Spark (envelope, op, table, position, row images, DDL).")
+def parse_events(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, batches: list) -> list:
+    with debezium_runner.step() as session:
+        return cycle.parse_batches(session, batches)
+
+
+@op(description="Converts schema changes into destination DDL and splits each batch into DDL and DML steps "
+                "in source order.")
+def convert_ddl(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, parsed: list) -> list:
+    with debezium_runner.step() as session:
+        plans = cycle.convert_ddl(session, parsed)
+        context.log.info(f"{sum(p.counts.ddls for p in plans)} schema changes to apply")
+        return plans
+
+
+@op(description="Chooses the Spark conversion of every column of every DML segment.")
+def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
+    with debezium_runner.step():
+        return cycle.convert_dml(plans)
+
+
+@op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position.")
+def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
+    with debezium_runner.step() as session:
+        return cycle.apply_batches(session, plans, session.cycle_stats)
+
+
+@op(description="Marks applied batches complete, so the Debezium offset advances past them.")
+def mark_batches_complete(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource,
+                          applied: list) -> int:
+    with debezium_runner.step() as session:
+        return cycle.mark_batches_complete(session, applied)
+
+
+@op(description="Records the cycle's numbers as a materialization of the connector's asset.",
+    out=Out(dict))
+def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, marked: int):
+    with debezium_runner.step() as session:
+        stats = session.cycle_stats
+        stats.finished_at = time.monotonic()
+        summary: dict[str, Any] = {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
+        memory = session.runner.memory_report() if session.runner else {}
+        metadata = {key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
+                    for key, value in summary.items() if isinstance(value, (int, float))}
+        metadata.update({f"jvm_{key}": MetadataValue.int(value) for key, value in memory.items()})
+        yield AssetMaterialization(asset_key=["cdc", session.connector.name], metadata=metadata,
+                                   description=f"fetch cycle of connector {session.connector.name}")
+        yield Output(summary)
+
+
+@graph
+def sync_cycle():
+    batches = fetch_batches()
+    parsed = parse_events(batches)
+    plans = convert_dml(convert_ddl(parsed))
+    applied = apply_batches(plans)
+    return record_stats(mark_batches_complete(applied))
+
+
+def build_sync_job(connector: ConnectorConfig, config_path: Optional[str] = None,
+                   spark: Optional[SparkSessionResource] = None) -> JobDefinition:
+    """The `sync_<name>` job of one connector: one run is one fetch cycle, in one process."""
+    spark = spark or SparkSessionResource()
+    return sync_cycle.to_job(
+        name=f"sync_{connector.name}",
+        description=f"One fetch cycle of connector {connector.name} ({connector.type} {connector.hostname}:"
+                    f"{connector.port}/{connector.database}) into PostgreSQL.",
+        resource_defs={
+            "debezium_runner": DebeziumRunnerResource(connector=connector.name, config_path=config_path, spark=spark),
+            "io_manager": mem_io_manager,
+        },
+        executor_def=in_process_executor,
+        tags={CONNECTOR_TAG: connector.name},
+    )

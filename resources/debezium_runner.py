@@ -1,0 +1,58 @@
+"""The Debezium runner resource: one connector's engine, started with the run and always stopped after it."""
+
+
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
+
+from cdc_pipeline.config import load_config
+from cdc_pipeline.cycle import ConnectorSession
+from resources.spark_session import SparkSessionResource
+
+
+class DebeziumRunnerResource(ConfigurableResource):
+    """Starts the connector's embedded Debezium engine in the Spark driver JVM when the run starts.
+
+    Setup connects to the destination, takes the connector's run lock and starts the engine; teardown stops
+    the engine (flushing the offsets of completed batches), records the connector's final state and the
+    run's error if any, and releases the lock, also when the run fails.
+    """
+
+    connector: str = Field(description="Connector name in the connectors file.")
+    config_path: Optional[str] = Field(default=None, description="Connectors file; default $CDC_PIPELINE_CONFIG.")
+    spark: SparkSessionResource
+
+    _session: Optional[ConnectorSession] = PrivateAttr(default=None)
+    _error: Optional[BaseException] = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        config = load_config(self.config_path)
+        session = ConnectorSession(config.connector(self.connector), config.destination, self.spark.get_session())
+        try:
+            session.open()
+        except BaseException as exc:
+            session.close(exc)
+            raise
+        self._session = session
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close(self._error)
+
+    @property
+    def session(self) -> ConnectorSession:
+        if self._session is None:
+            raise RuntimeError(f"the Debezium runner of connector {self.connector!r} is not started")
+        return self._session
+
+    @contextmanager
+    def step(self) -> Iterator[ConnectorSession]:
+        """Runs one step of the cycle; a failure is kept so teardown records it as the connector's last error."""
+        try:
+            yield self.session
+        except BaseException as exc:
+            self._error = exc
+            raise
