@@ -1,10 +1,8 @@
 """The Dagster definitions: per connector, a `sync_<name>` job and its schedule."""
 
-from __future__ import annotations
-
 import logging
 
-from dagster import Definitions
+from dagster import Definitions, definitions
 
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
@@ -28,5 +26,8 @@ def build_definitions(config: PipelineConfig) -> Definitions:
     )
 
 
-logging.getLogger("cdc_pipeline").setLevel(logging.INFO)
-defs = build_definitions(load_config())
+@definitions
+def defs() -> Definitions:
+    """The project's definitions, from the connectors file ($CDC_PIPELINE_CONFIG), loaded when Dagster asks."""
+    logging.getLogger("cdc_pipeline").setLevel(logging.INFO)
+    return build_definitions(load_config())

@@ -100,10 +100,12 @@ class ConnectorSession:
             self.runner = None
         if self.conn is not None and not self.conn.closed:
             try:
-                message = None if error is None else str(error)
-                self._set_state(control.STOPPED, last_error=message, clear_error=error is None)
+                # A cycle refused for want of the lock leaves the running cycle's state alone.
                 if self._locked:
+                    message = None if error is None else str(error)
+                    self._set_state(control.STOPPED, last_error=message, clear_error=error is None)
                     control.release_run_lock(self.conn, self.connector.name)
+                    self._locked = False
             finally:
                 self.conn.close()
         if stop_error is not None and error is None:

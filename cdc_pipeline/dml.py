@@ -32,6 +32,15 @@ def _bytes_hex(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     return F.concat(F.lit("\\x"), F.lower(F.hex(F.unbase64(value))))
 
 
+def _bits_text(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """Debezium sends BIT(n) as little-endian bytes; PostgreSQL's bit(n) reads the digits, most significant first."""
+    little_endian = F.regexp_extract_all(F.hex(F.unbase64(value)), F.lit("(..)"), 1)
+    big_endian_hex = F.array_join(F.reverse(little_endian), "")
+    digits = F.conv(big_endian_hex, 16, 2)
+    length = int(spec.parameters.get("length") or 0)
+    return F.lpad(digits, length, "0") if length else digits
+
+
 def _days_to_date(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     return F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), value.cast("int")), "yyyy-MM-dd")
 
@@ -95,6 +104,7 @@ CONVERTERS: dict[tuple[str | None, str | None], Converter] = {
     (None, "io.debezium.data.Enum"): _identity,
     (None, "io.debezium.data.EnumSet"): _identity,
     (None, "io.debezium.data.Uuid"): _identity,
+    (None, "io.debezium.data.Bits"): _bits_text,
     (None, "io.debezium.data.Xml"): _identity,
     ("bytes", None): _bytes_hex,
     ("boolean", None): _identity,

@@ -4,6 +4,9 @@ Each server listens on a free TCP port on 127.0.0.1, keeps its data, socket, con
 one temporary directory, and is stopped by its context manager or, at the latest, when the Python
 process exits. The temporary directory is removed on stop unless ``CDC_KEEP_SERVERS=1``. Missing
 server binaries are installed with apt-get (Debian, as root).
+
+A server built with ``stop_at_exit=False`` and ``remove_on_stop=False`` outlives the process (the
+demo's servers do); a later process adopts it with ``attach()`` and may then ``stop()`` it.
 """
 
 from __future__ import annotations
@@ -111,7 +114,9 @@ class MariaDbServer:
     root_password: str = ""
     host: str = LOOPBACK_HOST
     remove_on_stop: bool = False
+    stop_at_exit: bool = True
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _attached_pid: int | None = field(default=None, init=False, repr=False)
 
     @property
     def work_dir(self) -> Path:
@@ -128,13 +133,25 @@ class MariaDbServer:
         """The server's error log (its standard output and error)."""
         return self.work_dir / "mariadb.log"
 
+    @property
+    def pid_file(self) -> Path:
+        """The file mariadbd writes its process id to while it runs."""
+        return self.work_dir / "mariadb.pid"
+
+    @property
+    def pid(self) -> int | None:
+        """The mariadbd process id while this object runs or has attached to the server, else None."""
+        if self._process is not None:
+            return self._process.pid
+        return self._attached_pid
+
     def start(self) -> MariaDbServer:
         """Initialise datadir, start mariadbd and wait until it accepts connections; does nothing if running.
 
         Raises RuntimeError with the tail of the server log when the server does not accept connections
         within 60 seconds.
         """
-        if self._process is not None:
+        if self.pid is not None:
             return self
         ensure_mariadb_installed()
         executables = _mariadb_executables()
@@ -169,13 +186,37 @@ class MariaDbServer:
         logger.info("MariaDB started on %s:%d (datadir %s)", self.host, self.port, self.datadir)
         return self
 
+    def attach(self) -> MariaDbServer:
+        """Adopt the mariadbd already running from this work_dir (started by another process); does nothing if running.
+
+        Raises RuntimeError when the pid file names no live process or the server does not accept
+        connections on its socket.
+        """
+        if self.pid is not None:
+            return self
+        pid = _read_pid(self.pid_file)
+        if pid is None or not _process_is_alive(pid):
+            raise RuntimeError(f"no MariaDB process running from {self.work_dir} (pid file {self.pid_file})")
+        import pymysql
+
+        try:
+            socket_module.create_connection((self.host, self.port), timeout=5).close()
+            self._connect(None).close()
+        except (OSError, pymysql.MySQLError) as error:
+            raise RuntimeError(f"MariaDB pid {pid} on port {self.port} does not accept connections: {error}") from error
+        self._attached_pid = pid
+        _register(self)
+        logger.info("attached to MariaDB on %s:%d (pid %d)", self.host, self.port, pid)
+        return self
+
     def stop(self) -> None:
         """Shut the server down cleanly, killing it after 30 s, and remove its files; does nothing if stopped."""
         process, self._process = self._process, None
+        attached_pid, self._attached_pid = self._attached_pid, None
         _unregister(self)
-        if process is None:
+        if process is None and attached_pid is None:
             return
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             process.terminate()
             try:
                 process.wait(timeout=STOP_TIMEOUT_SECONDS)
@@ -183,6 +224,8 @@ class MariaDbServer:
                 logger.warning("MariaDB on port %d did not stop in %d s; killing it", self.port, STOP_TIMEOUT_SECONDS)
                 process.kill()
                 process.wait()
+        if attached_pid is not None:
+            _terminate_pid(attached_pid, f"MariaDB on port {self.port}")
         logger.info("MariaDB on port %d stopped", self.port)
         if self.remove_on_stop:
             _remove_work_dir(self.work_dir)
@@ -199,6 +242,10 @@ class MariaDbServer:
         with self._connect(database) as connection, connection.cursor() as cursor:
             cursor.execute(sql)
             return list(cursor.fetchall())
+
+    def connect(self, database: str | None = None) -> pymysql.connections.Connection:
+        """Open a root connection over the unix socket in autocommit mode, for parameterised statements; close it."""
+        return self._connect(database)
 
     def create_capture_user(self, user: str, password: str) -> None:
         """Create (or replace) user at '%', '127.0.0.1' and 'localhost' with the privileges binlog capture needs."""
@@ -235,7 +282,7 @@ class MariaDbServer:
             "port": self.port,
             "bind-address": self.host,
             "socket": self.socket,
-            "pid-file": self.work_dir / "mariadb.pid",
+            "pid-file": self.pid_file,
             "tmpdir": self.work_dir,
             "server_id": 1,
             "log_bin": self.datadir / "mariadb-bin",
@@ -307,6 +354,7 @@ class PostgresServer:
     host: str = LOOPBACK_HOST
     logical: bool = False
     remove_on_stop: bool = False
+    stop_at_exit: bool = True
     _running: bool = field(default=False, init=False, repr=False)
 
     @property
@@ -318,6 +366,11 @@ class PostgresServer:
     def log_file(self) -> Path:
         """The server log written by pg_ctl -l."""
         return self.work_dir / "postgresql.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id from postmaster.pid, or None when the file is missing or unreadable."""
+        return _read_pid(self.datadir / "postmaster.pid")
 
     def start(self) -> PostgresServer:
         """Initialise datadir and start the server with pg_ctl -w; does nothing if running.
@@ -346,6 +399,25 @@ class PostgresServer:
                 _remove_work_dir(self.work_dir)
             raise RuntimeError(f"PostgreSQL on port {self.port} did not start: {error}\n{log_tail}") from error
         logger.info("PostgreSQL started on %s:%d (datadir %s)", self.host, self.port, self.datadir)
+        return self
+
+    def attach(self) -> PostgresServer:
+        """Adopt the cluster already running from this datadir (started by another process); does nothing if running.
+
+        Raises RuntimeError when postmaster.pid names no live process or the server does not accept connections.
+        """
+        if self._running:
+            return self
+        pid = self.pid
+        if pid is None or not _process_is_alive(pid):
+            raise RuntimeError(f"no PostgreSQL postmaster running from {self.datadir}")
+        try:
+            psycopg.connect(self.dsn(), connect_timeout=5).close()
+        except psycopg.Error as error:
+            raise RuntimeError(f"PostgreSQL pid {pid} on port {self.port} does not accept connections: {error}") from error
+        self._running = True
+        _register(self)
+        logger.info("attached to PostgreSQL on %s:%d (pid %d)", self.host, self.port, pid)
         return self
 
     def stop(self) -> None:
@@ -446,11 +518,14 @@ class PostgresServer:
         self._kill_postmaster()
 
     def _kill_postmaster(self) -> None:
+        postmaster_pid = self.pid
+        if postmaster_pid is None:
+            logger.warning("could not kill PostgreSQL on port %d: no readable postmaster.pid", self.port)
+            return
         try:
-            postmaster_pid = int((self.datadir / "postmaster.pid").read_text().split()[0])
             os.kill(postmaster_pid, signal.SIGKILL)
             logger.warning("killed PostgreSQL postmaster %d on port %d", postmaster_pid, self.port)
-        except (OSError, ValueError, IndexError) as error:
+        except OSError as error:
             logger.warning("could not kill PostgreSQL on port %d: %s", self.port, error)
 
     def _pg_ctl(self, arguments: list[str], timeout: float) -> None:
@@ -570,6 +645,47 @@ def _tail(log_file: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_is_alive(pid: int) -> bool:
+    """Tell whether pid is a running process; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        # /proc/<pid>/stat is "pid (comm) state ..."; comm may hold spaces and parentheses.
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def _terminate_pid(pid: int, description: str) -> None:
+    """Send SIGTERM to a process that is not our child and wait for it to exit, killing it after 30 s."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while _process_is_alive(pid):
+        if time.monotonic() > deadline:
+            logger.warning("%s did not stop in %d s; killing it", description, STOP_TIMEOUT_SECONDS)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.1)
+
+
 def _remove_work_dir(work_dir: Path) -> None:
     if not work_dir.exists():
         return
@@ -583,7 +699,8 @@ def _remove_work_dir(work_dir: Path) -> None:
 
 
 def _register(server: MariaDbServer | PostgresServer) -> None:
-    _running_servers[id(server)] = server
+    if server.stop_at_exit:
+        _running_servers[id(server)] = server
 
 
 def _unregister(server: MariaDbServer | PostgresServer) -> None:

@@ -1,0 +1,143 @@
+"""Test harness: real throwaway servers (MariaDB with row binlog, destination PostgreSQL) for the session,
+and per test its own source database, destination database and connector, so tests never see each other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cdc_pipeline.runner import build_runner
+from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+
+CAPTURE_USER = "dbz"
+CAPTURE_PASSWORD = "capture-secret-7f3a"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDbServer]:
+    server = start_mariadb()
+    try:
+        server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def destination_pg() -> Iterator[PostgresServer]:
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from cdc_pipeline.spark import build_spark_session
+
+    build_runner()
+    return build_spark_session()
+
+
+@dataclass
+class Pipeline:
+    """One test's connector: its source database, destination database and connectors file."""
+
+    mariadb: MariaDbServer
+    destination: PostgresServer
+    name: str
+    source_db: str
+    dest_db: str
+    config_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dest_dsn(self) -> str:
+        return self.destination.dsn(self.dest_db)
+
+    def source(self, statements: str | list[str]) -> None:
+        self.mariadb.execute(statements, database=self.source_db)
+
+    def source_rows(self, table: str) -> list[tuple]:
+        return self.mariadb.query(f"SELECT * FROM `{table}` ORDER BY 1, 2", database=self.source_db)
+
+    def dest_rows(self, table: str, schema: str | None = None) -> list[tuple]:
+        with psycopg.connect(self.dest_dsn) as conn:
+            query = sql.SQL("SELECT * FROM {} ORDER BY 1, 2").format(sql.Identifier(schema or self.source_db, table))
+            return conn.execute(query).fetchall()
+
+    def dest_query(self, query: str, params: Any = None) -> list[tuple]:
+        with psycopg.connect(self.dest_dsn) as conn:
+            return conn.execute(query, params).fetchall()
+
+    def dest_table_exists(self, table: str) -> bool:
+        return self.dest_query("SELECT to_regclass(%s) IS NOT NULL",
+                               (f'"{self.source_db}"."{table}"',))[0][0]
+
+    def assert_same(self, *tables: str) -> None:
+        for table in tables:
+            source, dest = self.source_rows(table), self.dest_rows(table)
+            assert dest == source, f"table {table}: destination differs from source"
+
+    def sync(self) -> dict[str, Any]:
+        from cdc_pipeline.cli import run_sync
+
+        return run_sync(self.name)
+
+    def sync_cli(self, *args: str, **popen: Any) -> subprocess.Popen:
+        """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "cdc_pipeline.cli", "sync", self.name, *args],
+            cwd=PROJECT_ROOT, env={**os.environ, **self.env}, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+    def write_config(self, **overrides: Any) -> None:
+        connector = {
+            "type": "mariadb",
+            "hostname": "127.0.0.1",
+            "port": self.mariadb.port,
+            "user": CAPTURE_USER,
+            "password": "${TEST_SOURCE_PASSWORD}",
+            "database": self.source_db,
+            "idle_timeout_seconds": 2,
+            "batch_size": 2048,
+            **overrides,
+        }
+        lines = ["destination:", "  dsn: ${TEST_DEST_DSN}", "  control_schema: cdc", "connectors:", f"  {self.name}:"]
+        lines += [f"    {key}: {value!r}" if isinstance(value, str) else f"    {key}: {value}"
+                  for key, value in connector.items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def pipeline(mariadb: MariaDbServer, destination_pg: PostgresServer, spark, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    suffix = uuid.uuid4().hex[:8]
+    pipe = Pipeline(mariadb, destination_pg, name=f"c_{suffix}", source_db=f"src_{suffix}",
+                    dest_db=f"dst_{suffix}", config_path=tmp_path / "connectors.yaml")
+    mariadb.execute(f"CREATE DATABASE `{pipe.source_db}`")
+    destination_pg.create_database(pipe.dest_db)
+    pipe.write_config()
+    pipe.env = {
+        "CDC_PIPELINE_CONFIG": str(pipe.config_path),
+        "TEST_SOURCE_PASSWORD": CAPTURE_PASSWORD,
+        "TEST_DEST_DSN": pipe.dest_dsn,
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+    (tmp_path / "dagster_home").mkdir()
+    (tmp_path / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    for key, value in pipe.env.items():
+        monkeypatch.setenv(key, value)
+    return pipe

@@ -1,0 +1,137 @@
+"""The Dagster layer: definitions load, the sync job runs in process, the schedule skips busy connectors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_schedule_context,
+    instance_for_test,
+)
+
+from assets.definitions import build_definitions
+from cdc_pipeline import control
+from cdc_pipeline.config import load_config, parse_config
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+TWO_CONNECTORS = {
+    "destination": {"dsn": "postgresql://u@127.0.0.1:5432/d"},
+    "connectors": {
+        "inventory": {"type": "mariadb", "hostname": "h", "user": "u", "password": "p", "database": "inventory",
+                      "schedule": "*/5 * * * *"},
+        "billing": {"type": "postgres", "hostname": "h", "user": "u", "password": "p", "database": "billing"},
+    },
+}
+
+
+def test_definitions_have_a_job_and_a_schedule_per_connector(tmp_path):
+    defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
+
+    assert {job.name for job in defs.jobs} == {"sync_inventory", "sync_billing"}
+    schedule = defs.resolve_schedule_def("sync_inventory_schedule")
+    assert schedule.cron_schedule == "*/5 * * * *"
+    assert defs.resolve_schedule_def("sync_billing_schedule").cron_schedule == "* * * * *"
+    job = defs.resolve_job_def("sync_inventory")
+    assert [node.name for node in job.graph.nodes_in_topological_order] == [
+        "fetch_batches", "parse_events", "convert_ddl", "convert_dml", "apply_batches", "mark_batches_complete",
+        "record_stats"]
+    assert job.tags["cdc/connector"] == "inventory"
+
+
+def test_secrets_stay_out_of_run_config_and_definitions(tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text("destination:\n  dsn: ${DSN}\nconnectors:\n  inventory:\n    type: mariadb\n    hostname: h\n"
+                    "    user: u\n    password: ${PW}\n    database: inventory\n")
+    monkeypatch.setenv("PW", "sup3r-secret-pw")
+    monkeypatch.setenv("DSN", "postgresql://u:dest-secret@127.0.0.1/d")
+    defs = build_definitions(load_config(path))
+    job = defs.resolve_job_def("sync_inventory")
+
+    resource_config = repr(job.resource_defs["debezium_runner"]) + repr(job.resource_defs)
+    assert "sup3r-secret-pw" not in resource_config and "dest-secret" not in resource_config
+
+
+def test_dagster_loads_the_workspace(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("destination:\n  dsn: postgresql://u@127.0.0.1/d\nconnectors:\n  inventory:\n    type: mariadb\n"
+                    "    hostname: h\n    user: u\n    password: p\n    database: inventory\n")
+    env = {**os.environ, "CDC_PIPELINE_CONFIG": str(path), "DAGSTER_HOME": str(tmp_path)}
+    dagster = Path(sys.executable).parent / "dagster"
+
+    result = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"], cwd=PROJECT_ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _schedule_and_job(tmp_path):
+    defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
+    return defs.resolve_schedule_def("sync_inventory_schedule"), defs.resolve_job_def("sync_inventory")
+
+
+def test_schedule_requests_a_run_when_the_connector_is_idle(tmp_path):
+    schedule, _ = _schedule_and_job(tmp_path)
+    with instance_for_test() as instance:
+        result = schedule(build_schedule_context(instance=instance))
+    assert isinstance(result, RunRequest)
+
+
+def test_schedule_skips_while_a_run_of_the_connector_is_in_progress(tmp_path):
+    schedule, job = _schedule_and_job(tmp_path)
+    with instance_for_test() as instance:
+        run_id = str(uuid.uuid4())
+        instance.add_run(DagsterRun(job_name=job.name, run_id=run_id, status=DagsterRunStatus.STARTED))
+        other = DagsterRun(job_name="sync_billing", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED)
+        instance.add_run(other)
+
+        result = schedule(build_schedule_context(instance=instance))
+
+    assert isinstance(result, SkipReason)
+    assert run_id in result.skip_message
+
+
+@pytest.mark.integration
+def test_sync_job_runs_in_process_and_records_the_connector_asset(pipeline):
+    from assets.sync_job import build_sync_job
+
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1, 'x'), (2, 'y')"])
+    config = load_config(pipeline.config_path)
+    job = build_sync_job(config.connector(pipeline.name), str(pipeline.config_path))
+
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance)
+        materialization = instance.get_latest_materialization_event(AssetKey(["cdc", pipeline.name]))
+
+    assert result.success
+    assert result.output_for_node("record_stats")["snapshot_rows"] == 2
+    assert materialization is not None
+    metadata = materialization.asset_materialization.metadata
+    assert metadata["snapshot_rows"].value == 2 and metadata["jvm_heap_used"].value > 0
+    pipeline.assert_same("t")
+
+
+@pytest.mark.integration
+def test_a_second_concurrent_cycle_of_the_same_connector_is_refused(pipeline):
+    from cdc_pipeline.cli import main
+
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as holder:
+        control.acquire_run_lock(holder, pipeline.name)
+        exit_code = main(["sync", pipeline.name])
+        state = holder.execute("SELECT last_error FROM cdc.connector_state WHERE connector = %s",
+                               (pipeline.name,)).fetchall()
+
+    assert exit_code == 1
+    assert state == []

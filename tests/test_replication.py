@@ -1,0 +1,136 @@
+"""End to end against real servers: MariaDB -> Debezium runner -> Spark -> PostgreSQL through the Dagster job."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CUSTOMERS = """CREATE TABLE customers (
+    id INT PRIMARY KEY AUTO_INCREMENT,
+    name VARCHAR(100) NOT NULL,
+    email VARCHAR(200),
+    balance DECIMAL(12,2),
+    born DATE,
+    created_at DATETIME(6),
+    note TEXT)"""
+PRODUCTS = """CREATE TABLE products (
+    sku VARCHAR(20) NOT NULL,
+    title TEXT,
+    price DECIMAL(30,10),
+    stock BIGINT,
+    PRIMARY KEY (sku))"""
+
+
+def _customer(i: int) -> str:
+    return (f"('customer {i}', 'c{i}@example.com', {i * 10}.{i % 100:02d}, '19{50 + i % 50}-0{1 + i % 9}-1{i % 10}', "
+            f"'2024-01-{1 + i % 28:02d} 10:{i % 60:02d}:00.{i:06d}', 'line one\\nline\\ttwo {i} \\\\ ✓ 😀')")
+
+
+def _seed(pipeline, customers: int = 40, products: int = 30) -> None:
+    pipeline.source([CUSTOMERS, PRODUCTS])
+    pipeline.source("INSERT INTO customers (name, email, balance, born, created_at, note) VALUES "
+                    + ", ".join(_customer(i) for i in range(1, customers + 1)))
+    pipeline.source("INSERT INTO products VALUES "
+                    + ", ".join(f"('SKU-{i:04d}', 'product {i}', {i}.0123456789, {i * 1000})"
+                                for i in range(1, products + 1)))
+
+
+def test_snapshot_then_streaming_inserts_updates_deletes_create_and_drop(pipeline):
+    _seed(pipeline)
+
+    summary = pipeline.sync()
+
+    assert summary["snapshot_rows"] == 70
+    assert summary["ddls"] == 2
+    pipeline.assert_same("customers", "products")
+    columns = dict(pipeline.dest_query(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = 'customers'", (pipeline.source_db,)))
+    assert columns["balance"] == "numeric" and columns["born"] == "date"
+    assert columns["created_at"] == "timestamp without time zone"
+    key = pipeline.dest_query(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = %s::regclass AND i.indisprimary", (f'"{pipeline.source_db}"."products"',))
+    assert key == [("sku",)]
+
+    pipeline.source([
+        "INSERT INTO customers (name, email, balance) VALUES ('new one', NULL, -5.50), ('new two', '', 0)",
+        "UPDATE customers SET balance = balance + 1, note = NULL WHERE id <= 10",
+        "DELETE FROM customers WHERE id BETWEEN 11 AND 15",
+        "UPDATE products SET price = 99999999999999999999.9999999999 WHERE sku = 'SKU-0001'",
+        "DELETE FROM products WHERE sku IN ('SKU-0002', 'SKU-0003')",
+        "INSERT INTO products VALUES ('SKU-9999', NULL, NULL, NULL)",
+        "CREATE TABLE orders (order_id BIGINT PRIMARY KEY, customer_id INT, total DECIMAL(10,2), placed DATE)",
+        "INSERT INTO orders VALUES (1, 1, 10.00, '2024-05-01'), (2, 2, 20.50, '2024-05-02'), (3, 1, 0.01, NULL)",
+        "UPDATE orders SET total = 11.00 WHERE order_id = 1",
+        "DELETE FROM orders WHERE order_id = 3",
+    ])
+
+    summary = pipeline.sync()
+
+    assert (summary["inserts"], summary["updates"], summary["deletes"], summary["ddls"]) == (6, 12, 8, 1)
+    pipeline.assert_same("customers", "products", "orders")
+
+    pipeline.source("DROP TABLE products")
+    summary = pipeline.sync()
+
+    assert summary["ddls"] == 1
+    assert not pipeline.dest_table_exists("products")
+    pipeline.assert_same("customers", "orders")
+
+
+def test_changes_to_rows_inserted_in_the_same_backlog_keep_source_order(pipeline):
+    pipeline.source("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))")
+    pipeline.sync()
+    statements = []
+    for i in range(1, 301):
+        statements.append(f"INSERT INTO items VALUES ({i}, 'inserted')")
+        if i % 3 == 0:
+            statements.append(f"UPDATE items SET v = 'updated {i}' WHERE id = {i}")
+        if i % 5 == 0:
+            statements.append(f"DELETE FROM items WHERE id = {i}")
+        if i % 7 == 0:
+            statements.append(f"UPDATE items SET id = {i + 1000} WHERE id = {i}")
+    pipeline.source(statements)
+    pipeline.write_config(batch_size=64)
+
+    summary = pipeline.sync()
+
+    assert summary["batches"] > 5
+    pipeline.assert_same("items")
+
+
+def test_second_run_applies_only_changes_made_since_the_first(pipeline):
+    _seed(pipeline, customers=10, products=5)
+    first = pipeline.sync()
+    assert first["snapshot_rows"] == 15
+
+    pipeline.source(["INSERT INTO products VALUES ('SKU-0100', 'late', 1.5, 7)",
+                     "UPDATE customers SET email = 'changed@example.com' WHERE id = 3",
+                     "DELETE FROM customers WHERE id = 4"])
+    second = pipeline.sync()
+
+    assert (second["snapshot_rows"], second["inserts"], second["updates"], second["deletes"]) == (0, 1, 1, 1)
+    assert second["events"] == 3
+    pipeline.assert_same("customers", "products")
+
+    third = pipeline.sync()
+
+    assert third["events"] == 0
+    stats = pipeline.dest_query("SELECT snapshot_rows, inserts, updates, deletes FROM cdc.stats WHERE connector = %s",
+                                (pipeline.name,))
+    assert stats == [(15, 1, 1, 1)]
+
+
+def test_keyless_table_updates_and_deletes_touch_one_matching_row(pipeline):
+    pipeline.source(["CREATE TABLE events_log (kind VARCHAR(10), amount INT)",
+                     "INSERT INTO events_log VALUES ('a', 1), ('a', 1), ('b', 2)"])
+    pipeline.sync()
+    pipeline.source(["UPDATE events_log SET amount = 5 WHERE kind = 'a' LIMIT 1",
+                     "DELETE FROM events_log WHERE kind = 'b'",
+                     "INSERT INTO events_log VALUES ('c', 3), ('c', 3)"])
+
+    pipeline.sync()
+
+    assert sorted(pipeline.dest_rows("events_log")) == sorted(pipeline.source_rows("events_log"))
