@@ -73,9 +73,10 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
     counts = control.BatchCounts()
     for ref in parsed.refs:
         counts.events += 1
-        if ref.ts_ms is not None:
-            counts.first_source_ms = ref.ts_ms if counts.first_source_ms is None else counts.first_source_ms
-            counts.last_source_ms = ref.ts_ms
+        source_ms = _source_millis(ref)
+        if source_ms is not None:
+            counts.first_source_ms = source_ms if counts.first_source_ms is None else counts.first_source_ms
+            counts.last_source_ms = source_ms
         if ref.kind == SCHEMA_CHANGE:
             payload = ref.schema_change or {}
             changes = changes_from_schema_event(
@@ -114,6 +115,12 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
     steps.extend(open_segments.values())
     last_ref = parsed.refs[-1] if parsed.refs else None
     return BatchPlan(parsed, steps, counts, last_ref)
+
+
+def _source_millis(ref: EventRef) -> int | None:
+    """When the change happened in the source (source.ts_ms), not when Debezium processed it."""
+    value = ref.source.get("ts_ms")
+    return int(value) if value not in (None, "", "null") else None
 
 
 def attach_dml_frames(plan: BatchPlan) -> None:

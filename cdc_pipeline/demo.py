@@ -175,9 +175,9 @@ def run_demo(demo_dir: Path) -> int:
         change_source(servers.mariadb)
         sync("Second sync (changes)")
     except Exception as error:  # the demo's contract: a failed sync is one message and exit code 1
-        logger.debug("sync failed", exc_info=True)
+        logger.info("sync failed", exc_info=True)
         print(f"\nSync failed: {error}", file=sys.stderr)
-        print("The servers are still running; stop them with: make demo-stop", file=sys.stderr)
+        print("Details with -v. The servers are still running; stop them with: make demo-stop", file=sys.stderr)
         return 1
 
     comparisons = compare_tables(servers.mariadb, destination_dsn)
@@ -200,8 +200,8 @@ def stop_demo(demo_dir: Path) -> int:
     if state is None:
         print(f"No demo servers recorded in {demo_dir / 'state.json'}; nothing to stop.")
         return 0
-    for server in demo_server_objects(demo_dir, state):
-        name = type(server).__name__.removesuffix("Server")
+    mariadb, postgres = demo_server_objects(demo_dir, state)
+    for name, server in (("MariaDB", mariadb), ("PostgreSQL", postgres)):
         try:
             server.attach()
         except RuntimeError as error:
@@ -438,9 +438,9 @@ def sync(title: str) -> None:
 
 
 def source_tables(mariadb: MariaDbServer) -> list[str]:
-    rows = mariadb.query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
-                         " ORDER BY table_name", database=SOURCE_DATABASE)
-    return [name for (name,) in rows]
+    rows = mariadb.query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()",
+                         database=SOURCE_DATABASE)
+    return sorted(name for (name,) in rows)
 
 
 def source_row_count(mariadb: MariaDbServer, table: str) -> int:

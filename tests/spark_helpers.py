@@ -25,7 +25,7 @@ ALL_EVENTS = "mariadb_all_events.jsonl"
 @functools.cache
 def get_spark() -> SparkSession:
     """The one Spark session of the test process (the JVM can start only once, with the runner's classpath)."""
-    return build_spark_session(master="local[2]", app_name="cdc-pipeline-tests")
+    return build_spark_session()
 
 
 def fixture_records(name: str = ALL_EVENTS) -> list[dict[str, Any]]:
@@ -91,3 +91,9 @@ def parse_records(records: list[dict[str, Any]], connector_type: str = "mariadb"
     batch, lines = fetched_batch(records, batch_id)
     lines_df = get_spark().createDataFrame([(line,) for line in lines], "line string")
     return parse_events(lines_df, batch, connector_type)
+
+
+@functools.cache
+def all_events_batch() -> ParsedBatch:
+    """The parsed `mariadb_all_events.jsonl` batch, parsed once per test process (its events stay cached)."""
+    return parse_records(fixture_records(ALL_EVENTS))

@@ -1,0 +1,57 @@
+# Two commands on a fresh Debian machine: `make demo` and `make test`. Each installs only what is missing.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+RUNNER_DIR := cdc_pipeline/debezium_runner
+RUNNER_JAR := $(RUNNER_DIR)/target/debezium-runner.jar
+RUNNER_SOURCES := $(RUNNER_DIR)/pom.xml $(shell find $(RUNNER_DIR)/src -name '*.java')
+
+.PHONY: setup system-packages runner demo demo-stop test unit-test dagster-ui clean
+
+setup: system-packages $(VENV)/.installed $(RUNNER_JAR)
+
+# Debian packages for Python 3.11, the JDK and Maven (the runner build), and the local database servers.
+system-packages:
+	@missing=""; \
+	command -v $(PYTHON) >/dev/null || missing="$$missing python3.11 python3.11-venv"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	{ command -v mariadbd || test -x /usr/sbin/mariadbd; } >/dev/null || missing="$$missing mariadb-server mariadb-client"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+# The Java half of the Debezium runner: pinned official Debezium artifacts from Maven Central.
+$(RUNNER_JAR): $(RUNNER_SOURCES)
+	cd $(RUNNER_DIR) && mvn -q -B package -DskipTests
+	@touch $@
+
+runner: $(RUNNER_JAR)
+
+demo: setup
+	$(PY) -m cdc_pipeline.demo
+
+demo-stop:
+	@test -x $(PY) && $(PY) -m cdc_pipeline.demo stop || true
+
+test: setup
+	$(PY) -m pytest
+
+unit-test: setup
+	$(PY) -m pytest -m "not integration"
+
+dagster-ui: setup
+	set -a; . .demo/env; set +a; $(VENV)/bin/dagster dev -w workspace.yaml
+
+clean: demo-stop
+	rm -rf $(VENV) $(RUNNER_DIR)/target .demo
