@@ -29,7 +29,7 @@ CONNECTOR_TAG = "cdc/connector"
                 "cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
 def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource) -> list:
     with debezium_runner.step() as session:
-        batches = cycle.fetch_batches(session, session.cycle_stats)
+        batches = cycle.fetch_batches(session)
         context.log.info(f"fetched {len(batches)} batches, {sum(b.size for b in batches)} events")
         return batches
 
@@ -51,14 +51,14 @@ def convert_ddl(context: OpExecutionContext, debezium_runner: DebeziumRunnerReso
 
 @op(description="Chooses the Spark conversion of every column of every DML segment.")
 def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
-    with debezium_runner.step():
-        return cycle.convert_dml(plans)
+    with debezium_runner.step() as session:
+        return cycle.convert_dml(session, plans)
 
 
 @op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position.")
 def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
     with debezium_runner.step() as session:
-        return cycle.apply_batches(session, plans, session.cycle_stats)
+        return cycle.apply_batches(session, plans)
 
 
 @op(description="Marks applied batches complete, so the Debezium offset advances past them.")

@@ -22,7 +22,7 @@ from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import DdlChange, alter_table_sql, changes_from_schema_event, create_table_sql, drop_table_sql
 from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, EventRef, FieldSpec, ParsedBatch
+from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, EventRef, FieldSpec, ParsedBatch, offset_order
 from cdc_pipeline.typemap import dest_identifier
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,22 @@ class BatchPlan:
         return self.parsed.batch_id
 
 
-def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
-    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL)."""
+def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None) -> BatchPlan:
+    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL).
+
+    Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
+    a crash between commit and offset flush: they are counted as such and not applied again.
+    """
     steps: list[DdlStep | DmlStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
+    applied_order = offset_order(applied_offset)
     for ref in parsed.refs:
+        if applied_order is not None:
+            order = offset_order(ref.offset)
+            if order is not None and order <= applied_order:
+                counts.redelivered += 1
+                continue
         counts.events += 1
         source_ms = _source_millis(ref)
         if source_ms is not None:
@@ -82,6 +92,11 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
             changes = changes_from_schema_event(
                 payload, connector=connector.name, connector_type=connector.type,
                 letter_casing=connector.letter_casing, destination_schema=connector.destination_schema)
+            ignored = [change for change in changes if not captures(connector, change.source_table)]
+            if ignored:
+                log.info("%s: ignored schema change of %s (outside the connector's tables)", connector.name,
+                         ", ".join(change.source_table for change in ignored))
+            changes = [change for change in changes if captures(connector, change.source_table)]
             for change in changes:
                 segment = open_segments.pop(change.source_table, None)
                 if segment is not None:
@@ -91,7 +106,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
                 steps.append(DdlStep(ref, changes))
             else:
                 counts.other_events += 1
-        elif ref.kind == DATA_CHANGE and ref.source_table:
+        elif ref.kind == DATA_CHANGE and ref.source_table and captures(connector, ref.source_table):
             segment = open_segments.get(ref.source_table)
             if segment is not None and segment.schema_id != ref.schema_id:
                 steps.append(open_segments.pop(ref.source_table))
@@ -113,8 +128,22 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig) -> BatchPlan:
         else:
             counts.other_events += 1
     steps.extend(open_segments.values())
+    if counts.redelivered:
+        log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
     last_ref = parsed.refs[-1] if parsed.refs else None
     return BatchPlan(parsed, steps, counts, last_ref)
+
+
+def captures(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a source table (`db.table`, or `schema.table` for PostgreSQL) belongs to the connector.
+
+    Debezium keeps every table of the source server in its schema history, and may report schema changes
+    of tables it does not capture: those must never reach the destination.
+    """
+    container, _, table = source_table.rpartition(".")
+    if connector.type in ("mariadb", "mysql") and container != connector.database:
+        return False
+    return not connector.tables or source_table in connector.tables
 
 
 def _source_millis(ref: EventRef) -> int | None:
@@ -197,8 +226,8 @@ class BatchApplier:
                 statements = alter_table_sql(change.table, existing) if existing else create_table_sql(change.table)
             for statement in statements:
                 cur.execute(statement)
-            log.info("Applied %s of %s as %s.%s (%d statements)", change.kind, change.source_table, change.schema,
-                     change.name, len(statements))
+            log.info("Applied %s of %s as %s.%s (%d statements) for %r at %s", change.kind, change.source_table,
+                     change.schema, change.name, len(statements), change.ddl_text[:200], ref.position)
         except psycopg.Error as exc:
             raise ConversionError(f"cannot apply {change.kind} table ({change.ddl_text!r}): {exc}",
                                   connector=self.connector.name, table=change.source_table,
@@ -254,7 +283,11 @@ class BatchApplier:
             raise ConversionError(f"primary key column(s) {missing} of {schema}.{table} are not in the change events",
                                   connector=self.connector.name, table=step.source_table)
         key_columns = [by_dest[name] for name in key]
-        compacted = compact_by_key(step.frame, [column.source_name for column in key_columns])
+        if set(step.ops) <= {"c", "r"}:
+            # Inserts and snapshot reads alone never repeat a key: no compaction (and no shuffle) needed.
+            compacted = step.frame
+        else:
+            compacted = compact_by_key(step.frame, [column.source_name for column in key_columns])
         rows = compacted.select(
             "op",
             F.when(F.col("op") == "d", copy_line("before", key_columns))

@@ -101,6 +101,12 @@ def _cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from cdc_pipeline.bench import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-pipeline", description=__doc__)
     parser.add_argument("--config", help="connectors file (default: $CDC_PIPELINE_CONFIG or dagster_home/connectors.yaml)")
@@ -114,11 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("name", nargs="?")
     state.add_argument("--json", action="store_true")
     state.set_defaults(handler=_cmd_state)
+    bench = commands.add_parser("bench", help="measure capture and pipeline rates on throwaway servers (slow)",
+                                add_help=False)
+    bench.set_defaults(handler=_cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, rest = build_parser().parse_known_args(argv)
+    if args.command == "bench":
+        args.bench_args = rest
+    elif rest:
+        build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.config:
         os.environ["CDC_PIPELINE_CONFIG"] = args.config

@@ -54,10 +54,16 @@ _TABLES = (
         updates bigint NOT NULL DEFAULT 0,
         deletes bigint NOT NULL DEFAULT 0,
         other_events bigint NOT NULL DEFAULT 0,
+        redelivered bigint NOT NULL DEFAULT 0,
         first_source_ts timestamptz,
         last_source_ts timestamptz,
         first_applied_at timestamptz,
         last_applied_at timestamptz)""",
+)
+
+# Columns added after a table was first created: applied to existing control schemas.
+_MIGRATIONS = (
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS redelivered bigint NOT NULL DEFAULT 0",
 )
 
 STOPPED = "stopped"
@@ -75,7 +81,7 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
         # Concurrent first runs would race on CREATE ... IF NOT EXISTS; serialise them.
         cur.execute(sql.SQL("SELECT pg_advisory_xact_lock({})").format(_lock_key("control-schema")))
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        for statement in _TABLES:
+        for statement in (*_TABLES, *_MIGRATIONS):
             cur.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
 
 
@@ -121,11 +127,13 @@ class BatchCounts:
     updates: int = 0
     deletes: int = 0
     other_events: int = 0
+    redelivered: int = 0
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
     def add(self, other: "BatchCounts") -> None:
-        for name in ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events"):
+        for name in ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events",
+                     "redelivered"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.first_source_ms is not None:
             self.first_source_ms = min(filter(None, (self.first_source_ms, other.first_source_ms)))
@@ -134,34 +142,46 @@ class BatchCounts:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in
-                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events")}
+                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered")}
 
 
 def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts,
                          source_position: dict[str, Any], debezium_offset: Any) -> None:
-    """Writes the batch's applied position and adds its counts to the stats, inside the batch's transaction."""
-    cur.execute(sql.SQL(
+    """Writes the batch's applied position and adds its counts to the stats, inside the batch's transaction.
+
+    A batch made only of re-delivered events leaves the applied position where it is (it must never move back).
+    """
+    if counts.events:
+        cur.execute(sql.SQL(
         """INSERT INTO {table} (connector, batch_events, source_position, debezium_offset, applied_at)
            VALUES (%s, %s, %s, %s, now())
            ON CONFLICT (connector) DO UPDATE SET batch_events = EXCLUDED.batch_events,
              source_position = EXCLUDED.source_position, debezium_offset = EXCLUDED.debezium_offset,
              applied_at = now()""").format(table=sql.Identifier(schema, "applied_positions")),
-        (connector, counts.events, json.dumps(source_position), json.dumps(debezium_offset)))
+            (connector, counts.events, json.dumps(source_position), json.dumps(debezium_offset)))
     values = counts.as_dict()
     cur.execute(sql.SQL(
         """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
-             other_events, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
+             other_events, redelivered, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
            VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
-             %(other_events)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
+             %(other_events)s, %(redelivered)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
            ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
              ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
              snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
              deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
+             redelivered = s.redelivered + EXCLUDED.redelivered,
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
              last_applied_at = now()""").format(table=sql.Identifier(schema, "stats")),
         {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms, **values})
+
+
+def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The Debezium offset of the last event applied for the connector, or None."""
+    row = conn.execute(sql.SQL("SELECT debezium_offset FROM {} WHERE connector = %s").format(
+        sql.Identifier(schema, "applied_positions")), (connector,)).fetchone()
+    return row[0] if row else None
 
 
 def read_states(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:

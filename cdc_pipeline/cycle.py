@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 from pyspark.sql import SparkSession
@@ -19,7 +20,7 @@ from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.events import ParsedBatch, parse_events
-from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties
+from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, group_batches, merge_batches
 from cdc_pipeline.spark import batch_dataframe
 
 log = logging.getLogger(__name__)
@@ -30,17 +31,33 @@ FETCH_WAIT_SECONDS = 0.5
 
 @dataclass
 class CycleStats:
-    """The numbers of one fetch cycle."""
+    """The numbers of one fetch cycle, with the time spent in each phase."""
 
     batches: int = 0
     counts: control.BatchCounts = field(default_factory=control.BatchCounts)
     started_at: float = field(default_factory=time.monotonic)
     first_fetch_at: float | None = None
+    last_commit_at: float | None = None
     finished_at: float | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
         return (self.finished_at or time.monotonic()) - self.started_at
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + time.monotonic() - started
+
+    def pipeline_rate(self) -> float:
+        """Events per second from the first fetched batch to the last destination commit."""
+        if self.first_fetch_at is None or self.last_commit_at is None or self.last_commit_at <= self.first_fetch_at:
+            return 0.0
+        return self.counts.events / (self.last_commit_at - self.first_fetch_at)
 
     def as_dict(self) -> dict[str, Any]:
         events = self.counts.events
@@ -49,6 +66,8 @@ class CycleStats:
             **self.counts.as_dict(),
             "seconds": round(self.seconds, 3),
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
+            "pipeline_events_per_second": round(self.pipeline_rate(), 1),
+            **{f"{phase}_seconds": round(value, 3) for phase, value in self.phase_seconds.items()},
         }
 
 
@@ -62,6 +81,7 @@ class ConnectorSession:
         self.conn: psycopg.Connection | None = None
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
+        self.applied_offset: dict[str, Any] | None = None
         self._locked = False
 
     @property
@@ -78,6 +98,7 @@ class ConnectorSession:
         control.acquire_run_lock(self.conn, self.connector.name)
         self._locked = True
         self._set_state(control.INITIALIZING, clear_error=True)
+        self.applied_offset = control.read_applied_offset(self.conn, self.control_schema, self.connector.name)
         self.runner = DebeziumRunner(self.spark, self.connector.name,
                                      debezium_properties(self.connector, self.destination))
         self.runner.start()
@@ -120,8 +141,13 @@ class ConnectorSession:
         return BatchApplier(self.conn, self.connector, self.control_schema)
 
 
-def fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedBatch]:
+def fetch_batches(session: ConnectorSession) -> list[FetchedBatch]:
     """Pops batches until the source is idle or the cycle's event or time budget is spent."""
+    with session.cycle_stats.timed("fetch"):
+        return _fetch_batches(session, session.cycle_stats)
+
+
+def _fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedBatch]:
     runner = session.runner
     connector = session.connector
     assert runner is not None
@@ -160,31 +186,42 @@ def fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedB
 
 
 def parse_batches(session: ConnectorSession, batches: list[FetchedBatch]) -> list[ParsedBatch]:
-    return [parse_events(batch_dataframe(session.spark, batch), batch, session.connector.type) for batch in batches]
+    """Parses the fetched batches, consecutive small ones joined up to batch_size events (one Spark job each)."""
+    parsed = []
+    with session.cycle_stats.timed("parse"):
+        for group in group_batches(batches, session.connector.batch_size):
+            batch = merge_batches(group, session.spark._jvm)
+            parsed.append(parse_events(batch_dataframe(session.spark, batch), batch, session.connector.type))
+    return parsed
 
 
 def convert_ddl(session: ConnectorSession, parsed: list[ParsedBatch]) -> list[BatchPlan]:
-    return [plan_batch(batch, session.connector) for batch in parsed]
+    with session.cycle_stats.timed("convert"):
+        return [plan_batch(batch, session.connector, session.applied_offset) for batch in parsed]
 
 
-def convert_dml(plans: list[BatchPlan]) -> list[BatchPlan]:
-    for plan in plans:
-        attach_dml_frames(plan)
+def convert_dml(session: ConnectorSession, plans: list[BatchPlan]) -> list[BatchPlan]:
+    with session.cycle_stats.timed("convert"):
+        for plan in plans:
+            attach_dml_frames(plan)
     return plans
 
 
-def apply_batches(session: ConnectorSession, plans: list[BatchPlan], stats: CycleStats) -> list[int]:
-    """Applies each batch in its own destination transaction, in order; returns the applied batch ids."""
+def apply_batches(session: ConnectorSession, plans: list[BatchPlan]) -> list[int]:
+    """Applies each batch in its own destination transaction, in order; returns the applied runner batch ids."""
+    stats = session.cycle_stats
     applier = session.applier()
     applied = []
-    for plan in plans:
-        try:
-            counts = applier.apply(plan)
-        finally:
-            plan.parsed.release()
-        stats.batches += 1
-        stats.counts.add(counts)
-        applied.append(plan.batch_id)
+    with stats.timed("apply"):
+        for plan in plans:
+            try:
+                counts = applier.apply(plan)
+            finally:
+                plan.parsed.release()
+            stats.last_commit_at = time.monotonic()
+            stats.batches += 1
+            stats.counts.add(counts)
+            applied.extend(plan.parsed.batch.batch_ids)
     return applied
 
 

@@ -168,7 +168,11 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
 
 @dataclass
 class FetchedBatch:
-    """A batch popped from the runner: its id, size, the Java list of JSON lines, and the value schemas."""
+    """Events popped from the runner: the Java list of their JSON lines, and the value schemas they use.
+
+    Usually one runner batch; `merge_batches` joins consecutive small ones (their ids in `member_ids`),
+    so that one Spark job and one transaction serve them all.
+    """
 
     batch_id: int
     size: int
@@ -176,10 +180,46 @@ class FetchedBatch:
     schemas: dict[str, Any]
     last_offset: dict[str, Any] | None
     last_partition: dict[str, Any] | None
+    java_lines: Any = None
+    member_ids: tuple[int, ...] = ()
+
+    @property
+    def batch_ids(self) -> tuple[int, ...]:
+        """The runner batch ids to mark complete once this is applied, in order."""
+        return self.member_ids or (self.batch_id,)
 
     def lines(self) -> Any:
         """The Java list of JSON lines (a py4j handle: the events stay in the JVM)."""
-        return self.java_batch.lines()
+        return self.java_lines if self.java_lines is not None else self.java_batch.lines()
+
+
+def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
+    """Joins consecutive batches into one; their lines are concatenated in the JVM, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    lines = jvm.java.util.ArrayList()
+    schemas: dict[str, Any] = {}
+    for batch in batches:
+        lines.addAll(batch.lines())
+        schemas.update(batch.schemas)
+    return FetchedBatch(
+        batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
+        last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition, java_lines=lines,
+        member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids))
+
+
+def group_batches(batches: list[FetchedBatch], max_events: int) -> list[list[FetchedBatch]]:
+    """Consecutive batches grouped up to max_events each (a larger single batch stays alone)."""
+    groups: list[list[FetchedBatch]] = []
+    size = 0
+    for batch in batches:
+        if groups and size + batch.size <= max_events:
+            groups[-1].append(batch)
+            size += batch.size
+        else:
+            groups.append([batch])
+            size = batch.size
+    return groups
 
 
 class DebeziumRunner:

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+import yaml
 from psycopg import sql
 
 from cdc_pipeline.runner import build_runner
@@ -115,10 +116,9 @@ class Pipeline:
             "batch_size": 2048,
             **overrides,
         }
-        lines = ["destination:", "  dsn: ${TEST_DEST_DSN}", "  control_schema: cdc", "connectors:", f"  {self.name}:"]
-        lines += [f"    {key}: {value!r}" if isinstance(value, str) else f"    {key}: {value}"
-                  for key, value in connector.items()]
-        self.config_path.write_text("\n".join(lines) + "\n")
+        document = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc"},
+                    "connectors": {self.name: connector}}
+        self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 @pytest.fixture

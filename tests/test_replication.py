@@ -134,3 +134,24 @@ def test_keyless_table_updates_and_deletes_touch_one_matching_row(pipeline):
     pipeline.sync()
 
     assert sorted(pipeline.dest_rows("events_log")) == sorted(pipeline.source_rows("events_log"))
+
+
+def test_tables_outside_the_connector_never_reach_the_destination(pipeline):
+    other = f"{pipeline.source_db}_other"
+    pipeline.mariadb.execute([f"CREATE DATABASE `{other}`", f"CREATE TABLE `{other}`.foreign_t (id INT PRIMARY KEY)",
+                              f"INSERT INTO `{other}`.foreign_t VALUES (1)"])
+    pipeline.source(["CREATE TABLE wanted (id INT PRIMARY KEY, v INT)", "CREATE TABLE unwanted (id INT PRIMARY KEY)",
+                     "INSERT INTO wanted VALUES (1, 1)", "INSERT INTO unwanted VALUES (1)"])
+    pipeline.write_config(tables=[f"{pipeline.source_db}.wanted"])
+
+    pipeline.sync()
+    pipeline.mariadb.execute([f"CREATE TABLE `{other}`.foreign_2 (id INT PRIMARY KEY)",
+                              f"INSERT INTO `{other}`.foreign_t VALUES (2)"])
+    pipeline.source(["ALTER TABLE unwanted ADD COLUMN extra INT", "INSERT INTO unwanted VALUES (2, 2)",
+                     "INSERT INTO wanted VALUES (2, 2)"])
+    pipeline.sync()
+
+    pipeline.assert_same("wanted")
+    assert not pipeline.dest_table_exists("unwanted")
+    schemas = {row[0] for row in pipeline.dest_query("SELECT nspname FROM pg_namespace")}
+    assert other not in schemas

@@ -22,6 +22,7 @@ def _applied_events(pipeline) -> int:
 def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     pipeline.source("CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))")
     pipeline.sync()
+    baseline = _applied_events(pipeline)
     pipeline.source([
         f"INSERT INTO readings SELECT seq, CONCAT('sensor-', seq % 17), seq / 7, "
         f"TIMESTAMP('2024-01-01') + INTERVAL seq SECOND FROM seq_1_to_{ROWS}",
@@ -34,15 +35,15 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     run = pipeline.sync_cli()
     deadline = time.monotonic() + 240
     try:
-        while _applied_events(pipeline) == 0:
+        while _applied_events(pipeline) == baseline:
             assert run.poll() is None, f"the run ended before it could be killed: {run.communicate()}"
             assert time.monotonic() < deadline, "no batch was applied within 240 s"
             time.sleep(0.05)
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-    applied_before_kill = _applied_events(pipeline)
-    assert 0 < applied_before_kill < ROWS
+    applied_before_kill = _applied_events(pipeline) - baseline
+    assert 0 < applied_before_kill < ROWS, "the run was killed after some, not all, of its batches committed"
 
     for _ in range(6):
         summary = pipeline.sync()
@@ -52,6 +53,9 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
         pytest.fail("the connector did not catch up in 6 runs")
 
     pipeline.assert_same("readings")
+    counted = pipeline.dest_query("SELECT inserts, updates, deletes, redelivered > 0 FROM cdc.stats WHERE connector = %s",
+                                  (pipeline.name,))
+    assert counted == [(ROWS + 1, ROWS // 3, ROWS // 10, True)], "every event is counted once, re-deliveries apart"
     state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
                                 (pipeline.name,))
     assert state == [("stopped", None)]

@@ -1,0 +1,165 @@
+"""`cdc-pipeline bench`: capture and pipeline rates on this machine, measured in one run against a baseline.
+
+It starts its own throwaway MariaDB and PostgreSQL, loads N rows (6 mixed columns) and measures:
+(a) raw capture: events/s popped from the Debezium runner and marked complete, nothing applied;
+(b) end to end: events/s from the first fetched batch to the last destination commit, through the same
+    cycle steps the Dagster job runs;
+(c) the apply stage alone: rows/s from the parsed Spark DataFrame to committed;
+(d) the ratio (b)/(a);
+for the initial snapshot and for a stream of inserts, updates and deletes. It is a command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import PipelineConfig, parse_config
+from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+
+log = logging.getLogger(__name__)
+
+CAPTURE_USER = "bench"
+CAPTURE_PASSWORD = "bench-capture"
+DATABASE = "bench"
+
+
+@dataclass
+class Measurement:
+    events: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def load_source(source: MariaDbServer, rows: int) -> None:
+    source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+    source.execute([
+        f"CREATE DATABASE {DATABASE}",
+        f"""CREATE TABLE {DATABASE}.items (id INT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), qty INT,
+            created DATETIME(3), note TEXT)""",
+        f"""INSERT INTO {DATABASE}.items SELECT seq, CONCAT('item-', seq), seq / 100, seq % 1000,
+            TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, REPEAT('x', seq % 50) FROM seq_1_to_{rows}""",
+    ])
+
+
+def change_source(source: MariaDbServer, rows: int) -> int:
+    """A stream of inserts, updates and deletes; returns the number of row changes."""
+    inserts, updates, deletes = rows // 2, rows // 4, rows // 4
+    source.execute([
+        f"""INSERT INTO {DATABASE}.items SELECT {rows} + seq, CONCAT('new-', seq), seq / 10, seq % 7, NULL, 'n'
+            FROM seq_1_to_{inserts}""",
+        f"UPDATE {DATABASE}.items SET qty = qty + 1, note = 'updated' WHERE id <= {updates}",
+        f"DELETE FROM {DATABASE}.items WHERE id > {updates} AND id <= {updates + deletes}",
+    ])
+    return inserts + updates + deletes
+
+
+def bench_config(source: MariaDbServer, destination: PostgresServer, batch_size: int) -> PipelineConfig:
+    connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+                 "password": CAPTURE_PASSWORD, "database": DATABASE, "batch_size": batch_size,
+                 "idle_timeout_seconds": 2, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}
+    return parse_config({"destination": {"dsn": destination.dsn("bench")},
+                         "connectors": {"raw": connector, "pipeline": connector}}, Path("bench.yaml"))
+
+
+def measure_raw_capture(config: PipelineConfig, spark: Any, expected: int) -> Measurement:
+    """Pops and marks batches as fast as the runner gives them; nothing is parsed or applied."""
+    session = cycle.ConnectorSession(config.connector("raw"), config.destination, spark).open()
+    error = None
+    try:
+        runner = session.runner
+        events, first, last = 0, None, None
+        deadline = time.monotonic() + 3600
+        while events < expected and time.monotonic() < deadline:
+            batch = runner.fetch(1.0)
+            if batch is None:
+                continue
+            first = first or time.monotonic()
+            events += batch.size
+            runner.mark_complete(batch.batch_id)
+            last = time.monotonic()
+        return Measurement(events, (last or 0) - (first or 0))
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        session.close(error)
+
+
+def measure_pipeline(config: PipelineConfig, spark: Any) -> tuple[Measurement, Measurement, dict[str, Any]]:
+    """One full cycle through the job's steps; returns end-to-end and apply-stage measurements."""
+    session = cycle.ConnectorSession(config.connector("pipeline"), config.destination, spark).open()
+    error = None
+    try:
+        batches = cycle.fetch_batches(session)
+        plans = cycle.convert_dml(session, cycle.convert_ddl(session, cycle.parse_batches(session, batches)))
+        applied = cycle.apply_batches(session, plans)
+        cycle.mark_batches_complete(session, applied)
+        stats = session.cycle_stats
+        rows = stats.counts.events - stats.counts.ddls - stats.counts.other_events
+        end_to_end = Measurement(stats.counts.events, (stats.last_commit_at or 0) - (stats.first_fetch_at or 0))
+        apply_stage = Measurement(rows, stats.phase_seconds.get("apply", 0.0))
+        return end_to_end, apply_stage, stats.as_dict()
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        session.close(error)
+
+
+def run(rows: int, batch_size: int) -> dict[str, Any]:
+    from cdc_pipeline.runner import build_runner
+    from cdc_pipeline.spark import build_spark_session
+
+    build_runner()
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            destination.create_database("bench")
+            load_source(source, rows)
+            config = bench_config(source, destination, batch_size)
+            spark = build_spark_session()
+            results: dict[str, Any] = {"rows": rows, "batch_size": batch_size}
+            for phase, expected in (("snapshot", rows), ("stream", None)):
+                if phase == "stream":
+                    expected = change_source(source, rows)
+                raw = measure_raw_capture(config, spark, expected)
+                end_to_end, apply_stage, cycle_stats = measure_pipeline(config, spark)
+                results[phase] = {
+                    "raw_capture_events_per_second": round(raw.rate),
+                    "pipeline_events_per_second": round(end_to_end.rate),
+                    "apply_rows_per_second": round(apply_stage.rate),
+                    "pipeline_to_capture_ratio": round(end_to_end.rate / raw.rate, 3) if raw.rate else None,
+                    "events": end_to_end.events,
+                    "cycle": cycle_stats,
+                }
+            return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cdc-pipeline bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results = run(args.rows, args.batch_size)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"{args.rows} rows, batch size {args.batch_size}")
+    print(f"{'':10} {'(a) capture ev/s':>17} {'(b) pipeline ev/s':>18} {'(c) apply rows/s':>17} {'(d) b/a':>8}")
+    for phase in ("snapshot", "stream"):
+        r = results[phase]
+        print(f"{phase:10} {r['raw_capture_events_per_second']:>17} {r['pipeline_events_per_second']:>18} "
+              f"{r['apply_rows_per_second']:>17} {r['pipeline_to_capture_ratio']:>8}")
+    return 0
