@@ -62,6 +62,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def _cmd_sync(args: argparse.Namespace) -> int:
+    os.environ.setdefault("CDC_RUNNER_LOG_LEVEL", "INFO" if args.verbose else "WARN")
     try:
         summary = run_sync(args.name, verbose=args.verbose)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1

@@ -12,6 +12,8 @@ from cdc_pipeline.runner import FetchedBatch, runner_classpath
 
 log = logging.getLogger(__name__)
 
+_ENGINE_CONFIG_LOGGER = "io.debezium.embedded"
+
 DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
@@ -38,7 +40,20 @@ def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None
     builder = builder.config("spark.driver.extraClassPath", classpath)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
+    set_runner_log_level(session, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))
     return session
+
+
+def set_runner_log_level(session: SparkSession, level: str) -> None:
+    """Sets the log level of Debezium and the runner; an explicit level also gets past Spark's shell filter."""
+    jvm: Any = session._jvm
+    log4j_level = jvm.org.apache.logging.log4j.Level.toLevel(level)
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    for logger in ("io.debezium", "io.cdcpipeline"):
+        configurator.setLevel(logger, log4j_level)
+    if log4j_level.isLessSpecificThan(jvm.org.apache.logging.log4j.Level.INFO):
+        # Debezium's embedded engine writes its whole configuration, passwords included, at DEBUG.
+        configurator.setLevel(_ENGINE_CONFIG_LOGGER, jvm.org.apache.logging.log4j.Level.INFO)
 
 
 def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
