@@ -22,7 +22,7 @@ from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import DdlChange, alter_table_sql, changes_from_schema_event, create_table_sql, drop_table_sql
 from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, EventRef, FieldSpec, ParsedBatch, offset_order
+from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
 from cdc_pipeline.typemap import dest_identifier
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,19 @@ class DmlStep:
 
 
 @dataclass
+class TruncateStep:
+    """A TRUNCATE of one table, between its changes before and after."""
+
+    ref: EventRef
+    source_table: str
+
+
+@dataclass
 class BatchPlan:
     """A batch as ordered steps, with its counts and the position of its last event."""
 
     parsed: ParsedBatch
-    steps: list[DdlStep | DmlStep]
+    steps: list[DdlStep | DmlStep | TruncateStep]
     counts: control.BatchCounts
     last_ref: EventRef | None
 
@@ -72,7 +80,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
     a crash between commit and offset flush: they are counted as such and not applied again.
     """
-    steps: list[DdlStep | DmlStep] = []
+    steps: list[DdlStep | DmlStep | TruncateStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
     applied_order = offset_order(applied_offset)
@@ -106,6 +114,12 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
                 steps.append(DdlStep(ref, changes))
             else:
                 counts.other_events += 1
+        elif ref.kind == TRUNCATE and ref.source_table and captures(connector, ref.source_table):
+            segment = open_segments.pop(ref.source_table, None)
+            if segment is not None:
+                steps.append(segment)
+            counts.truncates += 1
+            steps.append(TruncateStep(ref, ref.source_table))
         elif ref.kind == DATA_CHANGE and ref.source_table and captures(connector, ref.source_table):
             segment = open_segments.get(ref.source_table)
             if segment is not None and segment.schema_id != ref.schema_id:
@@ -176,6 +190,46 @@ def destination_columns(cur: psycopg.Cursor, schema: str, table: str) -> dict[st
     return {name: type_name for name, type_name in cur.fetchall()}
 
 
+@dataclass
+class DestinationTable:
+    """What the destination catalog says of a table, for diffing a new definition against it."""
+
+    columns: dict[str, str]
+    not_null: set[str]
+    defaults: dict[str, str | None]
+    primary_key: tuple[str, tuple[str, ...]] | None
+    unique: dict[str, tuple[str, ...]]
+
+
+def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> DestinationTable | None:
+    """The table's columns, NOT NULLs, defaults, primary key and unique constraints; None when it does not exist."""
+    cur.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY a.attnum""", (schema, table))
+    rows = cur.fetchall()
+    if not rows:
+        return None
+    cur.execute(
+        """SELECT con.conname, con.contype, array_agg(a.attname ORDER BY k.ord)
+           FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, ord) ON true
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+           WHERE n.nspname = %s AND c.relname = %s AND con.contype IN ('p', 'u')
+           GROUP BY con.conname, con.contype""", (schema, table))
+    constraints = cur.fetchall()
+    primary = next(((name, tuple(cols)) for name, kind, cols in constraints if kind == "p"), None)
+    return DestinationTable(
+        columns={name: type_name for name, type_name, _, _ in rows},
+        not_null={name for name, _, not_null, _ in rows if not_null},
+        defaults={name: default for name, _, _, default in rows},
+        primary_key=primary,
+        unique={name: tuple(cols) for name, kind, cols in constraints if kind == "u"},
+    )
+
+
 def primary_key(cur: psycopg.Cursor, schema: str, table: str) -> list[str]:
     cur.execute(
         """SELECT a.attname FROM pg_index i
@@ -202,6 +256,8 @@ class BatchApplier:
                 if isinstance(step, DdlStep):
                     for change in step.changes:
                         self._apply_ddl(cur, change, step.ref)
+                elif isinstance(step, TruncateStep):
+                    self._apply_truncate(cur, step)
                 else:
                     self._apply_dml(cur, step)
             last = plan.last_ref
@@ -209,6 +265,14 @@ class BatchApplier:
                 cur, self.control_schema, self.connector.name, plan.counts,
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
         return plan.counts
+
+    def _apply_truncate(self, cur: psycopg.Cursor, step: TruncateStep) -> None:
+        schema, table = self._dest_names(step.source_table)
+        if not destination_columns(cur, schema, table):
+            log.warning("TRUNCATE of %s: destination table %s.%s does not exist", step.source_table, schema, table)
+            return
+        cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
+        log.info("Applied TRUNCATE of %s at %s", step.source_table, step.ref.position)
 
     def _dest_names(self, source_table: str) -> tuple[str, str]:
         parts = source_table.split(".")
@@ -236,11 +300,10 @@ class BatchApplier:
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> None:
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
-        dest_columns = destination_columns(cur, schema, table)
-        if not dest_columns:
-            raise ConversionError(
-                f"destination table {schema}.{table} does not exist and no schema change created it",
-                connector=self.connector.name, table=step.source_table, position=position)
+        from cdc_pipeline.schema_infer import ensure_table_matches  # it imports this module's catalog helpers
+
+        dest_columns = ensure_table_matches(cur, self.connector, schema, table, step.fields,
+                                            source_table=step.source_table, position=position)
         columns = plan_columns(step.fields, dest_columns,
                                lambda name: dest_identifier(name, self.connector.letter_casing),
                                connector=self.connector.name, table=step.source_table)

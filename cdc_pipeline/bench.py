@@ -67,16 +67,14 @@ def change_source(source: MariaDbServer, rows: int) -> int:
 def bench_config(source: MariaDbServer, destination: PostgresServer, batch_size: int) -> PipelineConfig:
     connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
                  "password": CAPTURE_PASSWORD, "database": DATABASE, "batch_size": batch_size,
-                 "idle_timeout_seconds": 2, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}
+                 "idle_timeout_seconds": 0.5, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}
     return parse_config({"destination": {"dsn": destination.dsn("bench")},
                          "connectors": {"raw": connector, "pipeline": connector}}, Path("bench.yaml"))
 
 
 def measure_raw_capture(config: PipelineConfig, spark: Any, expected: int) -> Measurement:
     """Pops and marks batches as fast as the runner gives them; nothing is parsed or applied."""
-    session = cycle.ConnectorSession(config.connector("raw"), config.destination, spark).open()
-    error = None
-    try:
+    with cycle.ConnectorSession(config.connector("raw"), config.destination, spark) as session:
         runner = session.runner
         events, first, last = 0, None, None
         deadline = time.monotonic() + 3600
@@ -89,18 +87,11 @@ def measure_raw_capture(config: PipelineConfig, spark: Any, expected: int) -> Me
             runner.mark_complete(batch.batch_id)
             last = time.monotonic()
         return Measurement(events, (last or 0) - (first or 0))
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        session.close(error)
 
 
 def measure_pipeline(config: PipelineConfig, spark: Any) -> tuple[Measurement, Measurement, dict[str, Any]]:
     """One full cycle through the job's steps; returns end-to-end and apply-stage measurements."""
-    session = cycle.ConnectorSession(config.connector("pipeline"), config.destination, spark).open()
-    error = None
-    try:
+    with cycle.ConnectorSession(config.connector("pipeline"), config.destination, spark) as session:
         batches = cycle.fetch_batches(session)
         plans = cycle.convert_dml(session, cycle.convert_ddl(session, cycle.parse_batches(session, batches)))
         applied = cycle.apply_batches(session, plans)
@@ -110,11 +101,6 @@ def measure_pipeline(config: PipelineConfig, spark: Any) -> tuple[Measurement, M
         end_to_end = Measurement(stats.counts.events, (stats.last_commit_at or 0) - (stats.first_fetch_at or 0))
         apply_stage = Measurement(rows, stats.phase_seconds.get("apply", 0.0))
         return end_to_end, apply_stage, stats.as_dict()
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        session.close(error)
 
 
 def run(rows: int, batch_size: int) -> dict[str, Any]:

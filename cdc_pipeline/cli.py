@@ -56,7 +56,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     return (
         f"connector {summary['connector']}: {summary['batches']} batches, {summary['events']} events "
         f"(ddl {summary['ddls']}, snapshot rows {summary['snapshot_rows']}, inserts {summary['inserts']}, "
-        f"updates {summary['updates']}, deletes {summary['deletes']}, other {summary['other_events']}) "
+        f"updates {summary['updates']}, deletes {summary['deletes']}, truncates {summary.get('truncates', 0)}, "
+        f"other {summary['other_events']}, re-delivered and skipped {summary.get('redelivered', 0)}) "
         f"in {summary['seconds']:.1f} s ({summary['events_per_second']:.0f} events/s)"
     )
 

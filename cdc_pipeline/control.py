@@ -55,6 +55,7 @@ _TABLES = (
         deletes bigint NOT NULL DEFAULT 0,
         other_events bigint NOT NULL DEFAULT 0,
         redelivered bigint NOT NULL DEFAULT 0,
+        truncates bigint NOT NULL DEFAULT 0,
         first_source_ts timestamptz,
         last_source_ts timestamptz,
         first_applied_at timestamptz,
@@ -64,6 +65,7 @@ _TABLES = (
 # Columns added after a table was first created: applied to existing control schemas.
 _MIGRATIONS = (
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS redelivered bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS truncates bigint NOT NULL DEFAULT 0",
 )
 
 STOPPED = "stopped"
@@ -128,12 +130,13 @@ class BatchCounts:
     deletes: int = 0
     other_events: int = 0
     redelivered: int = 0
+    truncates: int = 0
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
     def add(self, other: "BatchCounts") -> None:
         for name in ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events",
-                     "redelivered"):
+                     "redelivered", "truncates"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.first_source_ms is not None:
             self.first_source_ms = min(filter(None, (self.first_source_ms, other.first_source_ms)))
@@ -142,7 +145,8 @@ class BatchCounts:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in
-                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered")}
+                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
+                 "truncates")}
 
 
 def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts,
@@ -162,14 +166,14 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
     values = counts.as_dict()
     cur.execute(sql.SQL(
         """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
-             other_events, redelivered, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
+             other_events, redelivered, truncates, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
            VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
-             %(other_events)s, %(redelivered)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
+             %(other_events)s, %(redelivered)s, %(truncates)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
            ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
              ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
              snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
              deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
-             redelivered = s.redelivered + EXCLUDED.redelivered,
+             redelivered = s.redelivered + EXCLUDED.redelivered, truncates = s.truncates + EXCLUDED.truncates,
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),

@@ -132,6 +132,16 @@ class ConnectorSession:
         if stop_error is not None and error is None:
             raise RunnerError(f"stopping the Debezium engine failed: {stop_error}", connector=self.connector.name)
 
+    def __enter__(self) -> "ConnectorSession":
+        try:
+            return self.open()
+        except BaseException as exc:
+            self.close(exc)
+            raise
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        self.close(exc)
+
     def _set_state(self, state: str, **kwargs: Any) -> None:
         assert self.conn is not None
         control.set_state(self.conn, self.control_schema, self.connector.name, self.connector.type, state, **kwargs)

@@ -41,8 +41,10 @@ ENVELOPE = T.StructType([
 ])
 
 DML_OPS = ("c", "r", "u", "d")
+TRUNCATE_OP = "t"
 SCHEMA_CHANGE = "schema_change"
 DATA_CHANGE = "data_change"
+TRUNCATE = "truncate"
 OTHER = "other"
 
 
@@ -113,6 +115,7 @@ def parse_events(lines: DataFrame, batch: FetchedBatch, connector_type: str) -> 
     kind = (
         F.when(is_schema_change, F.lit(SCHEMA_CHANGE))
         .when(value["op"].isin(*DML_OPS), F.lit(DATA_CHANGE))
+        .when(value["op"] == TRUNCATE_OP, F.lit(TRUNCATE))
         .otherwise(F.lit(OTHER))
     )
     events = parsed.select(
