@@ -19,7 +19,14 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import control
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.ddl import DdlChange, alter_table_sql, changes_from_schema_event, create_table_sql, drop_table_sql
+from cdc_pipeline.ddl import (
+    DdlChange,
+    alter_table_sql,
+    changes_from_schema_event,
+    create_table_sql,
+    drop_table_sql,
+    rename_table_sql,
+)
 from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
@@ -266,6 +273,17 @@ class BatchApplier:
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
         return plan.counts
 
+    @staticmethod
+    def _rename_table(cur: psycopg.Cursor, change: DdlChange) -> list[sql.Composed]:
+        """The rename of the table the change renames, when the old one exists and the new one does not yet."""
+        if change.renamed_from is None:
+            return []
+        old_schema, old_name = change.renamed_from
+        if destination_table(cur, old_schema, old_name) is None or destination_table(cur, change.schema, change.name):
+            return []
+        return rename_table_sql(old_schema, old_name, change.name,
+                                new_schema=change.schema if change.schema != old_schema else None)
+
     def _apply_truncate(self, cur: psycopg.Cursor, step: TruncateStep) -> None:
         schema, table = self._dest_names(step.source_table)
         if not destination_columns(cur, schema, table):
@@ -283,11 +301,18 @@ class BatchApplier:
         try:
             if change.kind == "drop":
                 statements = drop_table_sql(change.schema, change.name)
+            elif change.table is None:
+                return
             else:
-                existing = destination_columns(cur, change.schema, change.name)
-                if change.table is None:
-                    return
-                statements = alter_table_sql(change.table, existing) if existing else create_table_sql(change.table)
+                statements = self._rename_table(cur, change)
+                for statement in statements:
+                    cur.execute(statement)
+                existing = destination_table(cur, change.schema, change.name)
+                statements = create_table_sql(change.table) if existing is None else alter_table_sql(
+                    change.table, existing.columns, existing_primary_key=existing.primary_key,
+                    column_renames=change.column_renames, existing_defaults=existing.defaults,
+                    existing_not_null=existing.not_null, existing_unique=existing.unique,
+                    unique_dropped=change.unique_dropped)
             for statement in statements:
                 cur.execute(statement)
             log.info("Applied %s of %s as %s.%s (%d statements) for %r at %s", change.kind, change.source_table,

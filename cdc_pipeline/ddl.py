@@ -1,16 +1,22 @@
 """Debezium schema-change events to idempotent PostgreSQL DDL statements.
 
 A schema-change payload lists `tableChanges` (CREATE, ALTER, DROP), each with the table's full new
-definition. `changes_from_schema_event` turns them into `DdlChange`s; `create_table_sql`,
-`alter_table_sql` and `drop_table_sql` turn those into statements that can run again without harm
-(IF NOT EXISTS / IF EXISTS), built only with `psycopg.sql`.
+definition. What that definition cannot tell, the DDL text does: column and table renames
+(`parse_renames`) and unique keys (`parse_unique_keys`). `changes_from_schema_event` turns both into
+`DdlChange`s; `create_table_sql`, `alter_table_sql`, `rename_table_sql` and `drop_table_sql` turn those
+into statements that can run again without harm (IF NOT EXISTS / IF EXISTS, or guarded by a diff
+against the destination catalog), built only with `psycopg.sql`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from psycopg import sql
@@ -28,22 +34,35 @@ logger = logging.getLogger(__name__)
 
 _POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "change_lsn", "commit_lsn", "scn")
 _NUMBER_BASES = INTEGER_PG_TYPES | {"numeric", "real", "double precision"}
+_MAX_IDENTIFIER_BYTES = 63
+
+_QualifiedName = tuple[str | None, str]
 
 
 @dataclass(frozen=True)
 class TableDef:
-    """A destination table: schema, name, columns and primary key, all in destination spelling."""
+    """A destination table: schema, name, columns, primary key and unique keys, all in destination spelling.
+
+    `unique_keys` pairs a constraint name with its columns; for an ALTER it holds only the keys the
+    statement adds, since the source reports unique keys in the DDL text alone.
+    """
 
     schema: str
     name: str
     columns: tuple[ColumnDef, ...]
     primary_key: tuple[str, ...]
     source_id: str
+    unique_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
 class DdlChange:
-    """One table change of a schema-change event: "create", "alter" (with the new `table`) or "drop"."""
+    """One table change of a schema-change event: "create", "alter" (with the new `table`) or "drop".
+
+    What the DDL text adds, in destination names: `column_renames` (old, new), `renamed_from`
+    (schema, old table name) when the table was renamed, and for an ALTER the unique constraints
+    it adds (`unique_added`, also in `table.unique_keys`) and drops (`unique_dropped`).
+    """
 
     kind: str
     table: TableDef | None
@@ -51,6 +70,35 @@ class DdlChange:
     name: str
     source_table: str
     ddl_text: str
+    column_renames: tuple[tuple[str, str], ...] = ()
+    renamed_from: tuple[str, str] | None = None
+    unique_added: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    unique_dropped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DdlRenames:
+    """Renames a DDL text performs, in source names: columns as (old, new), tables as (old db, old, new db, new)."""
+
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    tables: list[tuple[str | None, str, str | None, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UniqueKeyChanges:
+    """Unique keys a DDL text declares, as (key name or None, source columns), and index names it drops."""
+
+    added: list[tuple[str | None, tuple[str, ...]]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+class _UnknownPrimaryKey:
+    def __repr__(self) -> str:
+        return "UNKNOWN_PRIMARY_KEY"
+
+
+UNKNOWN_PRIMARY_KEY: Any = _UnknownPrimaryKey()
+"""Default of `alter_table_sql(existing_primary_key=...)`: the caller did not look, so leave the key alone."""
 
 
 def parse_table_id(table_id: str) -> tuple[str, ...]:
@@ -74,6 +122,34 @@ def parse_table_id(table_id: str) -> tuple[str, ...]:
         index += 1
 
 
+def parse_renames(ddl_text: str) -> DdlRenames:
+    """Return the column and table renames of a MySQL/MariaDB DDL text, in statement order.
+
+    Columns come from `RENAME COLUMN a TO b` and `CHANGE [COLUMN] a b ...` (when the name differs);
+    tables from `RENAME TABLE a TO b, ...` and `ALTER TABLE a RENAME [TO|AS] b`. Names inside string
+    literals and comments are not renames.
+    """
+    renames = DdlRenames()
+    for statement in _parse_statements(ddl_text):
+        renames.columns.extend(statement.column_renames)
+        renames.tables.extend(statement.table_renames)
+    return renames
+
+
+def parse_unique_keys(ddl_text: str) -> UniqueKeyChanges:
+    """Return the unique keys a MySQL/MariaDB DDL text declares and the index names it drops.
+
+    Keys come from CREATE TABLE (column-level UNIQUE, table-level UNIQUE / CONSTRAINT ... UNIQUE),
+    ALTER TABLE ADD [CONSTRAINT ...] UNIQUE or a column added or changed with UNIQUE, and CREATE
+    UNIQUE INDEX; drops from DROP INDEX / DROP KEY / DROP CONSTRAINT. Prefix lengths are ignored.
+    """
+    changes = UniqueKeyChanges()
+    for statement in _parse_statements(ddl_text):
+        changes.added.extend(statement.unique_added)
+        changes.dropped.extend(statement.unique_dropped)
+    return changes
+
+
 def table_def_from_change(
     table_change: dict[str, Any],
     *,
@@ -82,11 +158,13 @@ def table_def_from_change(
     letter_casing: str,
     destination_schema: str | None,
     position: Any = None,
+    ddl_text: str | None = None,
 ) -> TableDef:
     """Build the destination table definition from one CREATE or ALTER entry of `tableChanges`.
 
     The destination schema is `destination_schema` when given, else the source database (or schema)
-    name in the chosen letter casing. Columns keep the source order (`position`).
+    name in the chosen letter casing. Columns keep the source order (`position`). With `ddl_text`,
+    the unique keys that text declares for this table fill `unique_keys`.
     """
     parts = _table_id_parts(table_change, connector=connector, position=position)
     source_id = ".".join(parts)
@@ -125,7 +203,16 @@ def table_def_from_change(
             table=source_id,
             position=position,
         )
-    return TableDef(schema=schema, name=name, columns=columns, primary_key=primary_key, source_id=source_id)
+    statements = _statements_about(_parse_statements(ddl_text or ""), parts)
+    unique_keys = _destination_unique_keys(statements, name, set(names), letter_casing, source_id)
+    return TableDef(
+        schema=schema,
+        name=name,
+        columns=columns,
+        primary_key=primary_key,
+        source_id=source_id,
+        unique_keys=unique_keys,
+    )
 
 
 def changes_from_schema_event(
@@ -140,11 +227,14 @@ def changes_from_schema_event(
 
     DROP entries emitted while snapshotting are skipped: Debezium writes `DROP TABLE IF EXISTS` before
     each CREATE of a snapshot to rebuild its own schema history, not because the table was dropped, and
-    applying it would empty the destination table on every new snapshot.
+    applying it would empty the destination table on every new snapshot. Renames and unique keys are
+    read from the DDL text, for the table each statement is about; a RENAME TABLE of several tables
+    gives each change the pair whose new name is the change's table.
     """
     position = _source_position(payload)
     ddl_text = payload.get("ddl") or ""
     snapshotting = str((payload.get("source") or {}).get("snapshot") or "false").lower() != "false"
+    statements = _parse_statements(ddl_text)
     changes: list[DdlChange] = []
     for table_change in payload.get("tableChanges") or ():
         kind = str(table_change.get("type") or "").lower()
@@ -164,8 +254,32 @@ def changes_from_schema_event(
                 letter_casing=letter_casing,
                 destination_schema=destination_schema,
                 position=position,
+                ddl_text=ddl_text,
             )
-            changes.append(DdlChange(kind, table, table.schema, table.name, source_table, ddl_text))
+            about = _statements_about(statements, parts)
+            change = DdlChange(
+                kind,
+                table,
+                table.schema,
+                table.name,
+                source_table,
+                ddl_text,
+                renamed_from=_renamed_from(
+                    table_change, statements, parts, table, letter_casing, destination_schema, connector, position
+                ),
+            )
+            if kind == "alter":
+                change = dataclasses.replace(
+                    change,
+                    column_renames=_destination_column_renames(about, table, letter_casing),
+                    unique_added=table.unique_keys,
+                    unique_dropped=tuple(
+                        _unique_constraint_name(table.name, dest_identifier(index, letter_casing))
+                        for statement in about
+                        for index in statement.unique_dropped
+                    ),
+                )
+            changes.append(change)
         else:
             raise ConversionError(
                 f"unknown table change type {table_change.get('type')!r}",
@@ -183,6 +297,7 @@ def create_table_sql(table: TableDef) -> list[sql.Composed]:
         elements.append(
             sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(sql.Identifier(key) for key in table.primary_key))
         )
+    elements.extend(_unique_constraint_sql(name, columns) for name, columns in table.unique_keys)
     return [
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)),
         sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
@@ -196,45 +311,123 @@ def drop_table_sql(schema: str, name: str) -> list[sql.Composed]:
     return [sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, name))]
 
 
+def rename_table_sql(schema: str, old: str, new: str, *, new_schema: str | None = None) -> list[sql.Composed]:
+    """Return ALTER TABLE IF EXISTS ... RENAME TO, then SET SCHEMA when `new_schema` differs; does nothing once done."""
+    statements = [
+        sql.SQL("ALTER TABLE IF EXISTS {} RENAME TO {}").format(sql.Identifier(schema, old), sql.Identifier(new))
+    ]
+    if new_schema is not None and new_schema != schema:
+        statements += [
+            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(new_schema)),
+            sql.SQL("ALTER TABLE IF EXISTS {} SET SCHEMA {}").format(
+                sql.Identifier(schema, new), sql.Identifier(new_schema)
+            ),
+        ]
+    return statements
+
+
 def alter_table_sql(
-    table: TableDef, existing_columns: dict[str, str], *, preserve: Iterable[str] = ()
+    table: TableDef,
+    existing_columns: dict[str, str],
+    *,
+    preserve: Iterable[str] = (),
+    existing_primary_key: tuple[str, tuple[str, ...]] | None = UNKNOWN_PRIMARY_KEY,
+    column_renames: Iterable[tuple[str, str]] = (),
+    existing_defaults: dict[str, str | None] | None = None,
+    existing_not_null: set[str] | None = None,
+    existing_unique: dict[str, tuple[str, ...]] | None = None,
+    unique_dropped: Iterable[str] = (),
 ) -> list[sql.Composed]:
     """Return the statements that bring an existing destination table to the new definition.
 
     `existing_columns` maps destination column names to their types as `format_type()` spells them;
-    an empty mapping means the table does not exist, and the statements create it. Missing columns are
-    added, columns no longer in the definition dropped (except those named in `preserve`, such as
-    columns the pipeline itself adds), and changed types altered with a USING cast. A NOT NULL column
-    added without a default is first filled with the value MySQL/MariaDB give existing rows. Columns
-    that became nullable lose NOT NULL; a column that became NOT NULL is left as it is, since that
-    constraint could fail on rows the source fixed silently.
+    an empty mapping means the table does not exist, and the statements create it. The other
+    `existing_*` arguments describe the catalog too; one left out (None, or UNKNOWN_PRIMARY_KEY for
+    the key, since None there means "no primary key") is not diffed.
+
+    In order: `column_renames` whose old column exists and new one does not are renamed (a rename
+    delivered again does nothing); dropped unique constraints and a changed primary key are dropped;
+    missing columns are added, changed types altered with a USING cast; nullability and defaults
+    follow the new definition; columns no longer in it are dropped (except those in `preserve`, such
+    as columns the pipeline itself adds); then the new primary key and missing unique keys are added.
+    A NOT NULL column added without a default is first filled with the value MySQL/MariaDB give
+    existing rows, and so are NULLs of a column that becomes NOT NULL. Without `existing_not_null`,
+    nullable columns lose NOT NULL and a column that became NOT NULL is left as it is.
     """
     if not existing_columns:
         return create_table_sql(table)
-    existing = {name: canonical_pg_type(pg_type) for name, pg_type in existing_columns.items()}
     target = sql.Identifier(table.schema, table.name)
+    wanted = {column.name for column in table.columns}
+    existing = {name: canonical_pg_type(pg_type) for name, pg_type in existing_columns.items()}
     statements: list[sql.Composed] = []
+    renamed: dict[str, str] = {}
+    for old, new in column_renames:
+        if old == new or old not in existing or new in existing or new not in wanted or old in wanted:
+            continue
+        statements.append(
+            sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(target, sql.Identifier(old), sql.Identifier(new))
+        )
+        existing[new] = existing.pop(old)
+        renamed[old] = new
+
+    def current(name: str) -> str:
+        return renamed.get(name, name)
+
+    primary_key_changes = False
+    if existing_primary_key is not UNKNOWN_PRIMARY_KEY:
+        old_key = tuple(current(name) for name in existing_primary_key[1]) if existing_primary_key else ()
+        primary_key_changes = old_key != table.primary_key
+    unique = None
+    if existing_unique is not None:
+        unique = {name: tuple(current(column) for column in columns) for name, columns in existing_unique.items()}
+    statements.extend(_drop_unique_sql(target, table.name, unique, unique_dropped))
+    if primary_key_changes and existing_primary_key:
+        statements.append(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(
+                target, sql.Identifier(existing_primary_key[0])
+            )
+        )
+
+    kept: set[str] = set()
     for column in table.columns:
         if column.name not in existing:
             statements.extend(_add_column_sql(target, column, table))
         elif canonical_pg_type(column.pg_type) != existing[column.name]:
             statements.extend(_retype_column_sql(target, column, existing[column.name]))
-    relaxed = [
-        sql.SQL("ALTER COLUMN {} DROP NOT NULL").format(sql.Identifier(column.name))
-        for column in table.columns
-        if column.name in existing
-        and column.nullable
-        and column.name not in table.primary_key
-        and not _emits_identity(column)
-    ]
-    if relaxed:
-        statements.append(sql.SQL("ALTER TABLE {} {}").format(target, sql.SQL(", ").join(relaxed)))
-    wanted = {column.name for column in table.columns} | set(preserve)
+        else:
+            kept.add(column.name)
+    not_null = None if existing_not_null is None else {current(name) for name in existing_not_null}
+    statements.extend(_nullability_sql(target, table, existing, not_null))
+    if existing_defaults is not None:
+        defaults = {current(name): default for name, default in existing_defaults.items()}
+        statements.extend(_defaults_sql(target, table, kept, defaults))
+    kept_columns = wanted | set(preserve)
     for name in existing:
-        if name not in wanted:
+        if name not in kept_columns:
             statements.append(
                 sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(target, sql.Identifier(name))
             )
+
+    if primary_key_changes and table.primary_key:
+        statements.append(
+            sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(
+                target, sql.SQL(", ").join(sql.Identifier(key) for key in table.primary_key)
+            )
+        )
+    if unique is not None:
+        for name, columns in table.unique_keys:
+            if name not in unique:
+                statements.append(
+                    sql.SQL("ALTER TABLE {} ADD {}").format(target, _unique_constraint_sql(name, columns))
+                )
+            elif unique[name] != columns:
+                logger.warning(
+                    "Unique constraint %r of %s covers %s in the destination, not %s: left as it is",
+                    name,
+                    table.source_id,
+                    unique[name],
+                    columns,
+                )
     return statements
 
 
@@ -252,6 +445,13 @@ def _column_sql(column: ColumnDef, *, not_null: bool) -> sql.Composed:
     elif column.default_sql is not None:
         parts.append(sql.SQL("DEFAULT {}").format(sql.SQL(column.default_sql)))
     return sql.SQL(" ").join(parts)
+
+
+def _unique_constraint_sql(name: str, columns: tuple[str, ...]) -> sql.Composed:
+    """Deferred, because a batch applies each row's final state: rows swapping values would clash midway."""
+    return sql.SQL("CONSTRAINT {} UNIQUE ({}) DEFERRABLE INITIALLY DEFERRED").format(
+        sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(column) for column in columns)
+    )
 
 
 def _add_column_sql(target: sql.Identifier, column: ColumnDef, table: TableDef) -> list[sql.Composed]:
@@ -293,6 +493,150 @@ def _retype_column_sql(target: sql.Identifier, column: ColumnDef, old_type: str)
     return statements
 
 
+def _nullability_sql(
+    target: sql.Identifier, table: TableDef, existing: dict[str, str], not_null: set[str] | None
+) -> list[sql.Composed]:
+    """DROP NOT NULL where the column became nullable; SET NOT NULL, after filling NULLs, where it stopped being.
+
+    Without `not_null` the current nullability is unknown: every nullable column loses NOT NULL and no
+    column gains it. MariaDB turns the NULLs of a column made NOT NULL into the type's implicit
+    default without logging rows, so the same fill runs here; with no such value the column stays nullable.
+    """
+    relaxed = [
+        sql.SQL("ALTER COLUMN {} DROP NOT NULL").format(sql.Identifier(column.name))
+        for column in table.columns
+        if column.name in existing
+        and column.nullable
+        and (not_null is None or column.name in not_null)
+        and column.name not in table.primary_key
+        and not _emits_identity(column)
+    ]
+    statements = []
+    if relaxed:
+        statements.append(sql.SQL("ALTER TABLE {} {}").format(target, sql.SQL(", ").join(relaxed)))
+    if not_null is None:
+        return statements
+    for column in table.columns:
+        if column.name not in existing or column.nullable or column.name in not_null or _emits_identity(column):
+            continue
+        name = sql.Identifier(column.name)
+        if column.implicit_default_sql is None:
+            logger.warning(
+                "Column %r of %s became NOT NULL but no value replaces its NULLs: left nullable",
+                column.name,
+                table.source_id,
+            )
+            continue
+        statements += [
+            sql.SQL("UPDATE {} SET {} = {} WHERE {} IS NULL").format(
+                target, name, sql.SQL(column.implicit_default_sql), name
+            ),
+            sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET NOT NULL").format(target, name),
+        ]
+    return statements
+
+
+def _defaults_sql(
+    target: sql.Identifier, table: TableDef, kept: set[str], defaults: dict[str, str | None]
+) -> list[sql.Composed]:
+    """SET or DROP DEFAULT where a kept column's default changed; added and retyped columns got theirs already."""
+    statements = []
+    for column in table.columns:
+        if column.name not in kept or _emits_identity(column):
+            continue
+        name = sql.Identifier(column.name)
+        current = defaults.get(column.name)
+        if column.default_sql is None:
+            if current is not None:
+                statements.append(sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(target, name))
+        elif current is None or not _same_default(column.default_sql, current):
+            statements.append(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                    target, name, sql.SQL(column.default_sql)
+                )
+            )
+    return statements
+
+
+def _drop_unique_sql(
+    target: sql.Identifier, table_name: str, unique: dict[str, tuple[str, ...]] | None, dropped: Iterable[str]
+) -> list[sql.Composed]:
+    """DROP CONSTRAINT IF EXISTS for each dropped key; the catalog's names (when known) also cover a renamed table.
+
+    A constraint keeps the name it was made with, `<old table>_<key>_key`, when its table is renamed;
+    with the catalog known, the one constraint whose name differs only in that prefix is dropped.
+    """
+    statements = []
+    for name in dropped:
+        if unique is not None:
+            found = _constraint_of_dropped_key(name, table_name, unique)
+            if found is None:
+                continue
+            del unique[found]
+            name = found
+        statements.append(sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(target, sql.Identifier(name)))
+    return statements
+
+
+def _constraint_of_dropped_key(name: str, table_name: str, unique: dict[str, tuple[str, ...]]) -> str | None:
+    if name in unique:
+        return name
+    prefix = f"{table_name}_"
+    if not name.startswith(prefix):
+        return None
+    suffix = name[len(table_name) :]
+    candidates = [other for other in unique if other.endswith(suffix) and not other.startswith(prefix)]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+_TRAILING_CAST = re.compile(r"(.*?)::[\w\s\".,()\[\]]+", re.DOTALL)
+_QUOTED_LITERAL = re.compile(r"([EeBbXxNn]?)'((?:[^']|'')*)'", re.DOTALL)
+
+
+def _same_default(wanted: str, current: str) -> bool:
+    """Compare a default expression with `pg_get_expr`'s spelling of one, ignoring casts and literal quoting."""
+    wanted_value, wanted_quoted = _normalised_default(wanted)
+    current_value, current_quoted = _normalised_default(current)
+    if not (wanted_quoted and current_quoted):
+        try:
+            return Decimal(wanted_value) == Decimal(current_value)
+        except InvalidOperation:
+            pass
+    if wanted_quoted or current_quoted:
+        return wanted_value == current_value
+    return wanted_value.lower() == current_value.lower()
+
+
+def _normalised_default(expression: str) -> tuple[str, bool]:
+    """Return the expression without casts and outer parentheses, unquoted if one literal, and whether it was."""
+    text = expression.strip()
+    while True:
+        previous = text
+        cast = _TRAILING_CAST.fullmatch(text)
+        if cast and _balanced(cast.group(1)):
+            text = cast.group(1).strip()
+        if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+            text = text[1:-1].strip()
+        if text == previous:
+            break
+    literal = _QUOTED_LITERAL.fullmatch(text)
+    if literal is None:
+        return text, False
+    value = literal.group(2).replace("''", "'")
+    if literal.group(1) in ("E", "e"):
+        value = value.replace("\\\\", "\\")
+    return value, True
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for character in text:
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 def _using_cast(name: sql.Identifier, old_type: str, new_type: str) -> sql.Composed:
     """PostgreSQL has no direct cast between boolean and smallint, numeric or bit: go through integer."""
     old_base, new_base = old_type.split("(", 1)[0], new_type.split("(", 1)[0]
@@ -301,6 +645,99 @@ def _using_cast(name: sql.Identifier, old_type: str, new_type: str) -> sql.Compo
     )
     template = "{}::integer::{}" if through_integer else "{}::{}"
     return sql.SQL(template).format(name, sql.SQL(new_type))
+
+
+def _unique_constraint_name(table_name: str, key_name: str) -> str:
+    """`<table>_<key>_key`: PostgreSQL constraint (index) names are unique per schema, MariaDB key names per table.
+
+    A name longer than PostgreSQL's 63 bytes is cut and ends in a hash of the whole, so that two long
+    names stay apart and the name read back from the catalog is the one computed here.
+    """
+    name = f"{table_name}_{key_name}_key"
+    encoded = name.encode()
+    if len(encoded) <= _MAX_IDENTIFIER_BYTES:
+        return name
+    digest = hashlib.sha1(encoded).hexdigest()[:8]
+    head = encoded[: _MAX_IDENTIFIER_BYTES - len(digest) - 1].decode(errors="ignore")
+    return f"{head}_{digest}"
+
+
+def _destination_unique_keys(
+    statements: list[_Statement], table_name: str, columns: set[str], letter_casing: str, source_id: str
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Name the keys the way MariaDB does (an unnamed key after its first column, then _2, _3...), then map them."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for statement in statements:
+        taken = {name.lower() for name, _ in statement.unique_added if name is not None}
+        for key_name, key_columns in statement.unique_added:
+            if key_name is None:
+                key_name = base = key_columns[0]
+                suffix = 2
+                while key_name.lower() in taken:
+                    key_name, suffix = f"{base}_{suffix}", suffix + 1
+                taken.add(key_name.lower())
+            destination_columns = tuple(dest_identifier(column, letter_casing) for column in key_columns)
+            unknown = [column for column in destination_columns if column not in columns]
+            if unknown:
+                logger.warning(
+                    "Unique key %r of %s names unknown columns %s: not replicated", key_name, source_id, unknown
+                )
+                continue
+            name = _unique_constraint_name(table_name, dest_identifier(key_name, letter_casing))
+            keys.setdefault(name, destination_columns)
+    return tuple(keys.items())
+
+
+def _destination_column_renames(
+    statements: list[_Statement], table: TableDef, letter_casing: str
+) -> tuple[tuple[str, str], ...]:
+    """Keep the renames the new definition confirms: the new name is a column, the old one is not."""
+    names = {column.name for column in table.columns}
+    renames = []
+    for statement in statements:
+        for old, new in statement.column_renames:
+            old, new = dest_identifier(old, letter_casing), dest_identifier(new, letter_casing)
+            if old != new and new in names and old not in names:
+                renames.append((old, new))
+    return tuple(renames)
+
+
+def _renamed_from(
+    table_change: dict[str, Any],
+    statements: list[_Statement],
+    parts: tuple[str, ...],
+    table: TableDef,
+    letter_casing: str,
+    destination_schema: str | None,
+    connector: str,
+    position: Any,
+) -> tuple[str, str] | None:
+    """The destination (schema, name) the table had before this statement renamed it, or None."""
+    old: _QualifiedName | None = None
+    if table_change.get("previousId"):
+        previous = _table_id_parts({"id": table_change["previousId"]}, connector=connector, position=position)
+        old = (previous[-2] if len(previous) >= 2 else None, previous[-1])
+    else:
+        old = next(
+            (
+                (old_db, old_table)
+                for statement in statements
+                for old_db, old_table, new_db, new_table in statement.table_renames
+                if _names_table((new_db, new_table), parts)
+            ),
+            None,
+        )
+    if old is None:
+        return None
+    old_db, old_table = old
+    if destination_schema:
+        schema = destination_schema
+    elif old_db is not None:
+        schema = dest_identifier(old_db, letter_casing)
+    else:
+        schema = table.schema
+    renamed_from = (schema, dest_identifier(old_table, letter_casing))
+    return None if renamed_from == (table.schema, table.name) else renamed_from
 
 
 def _read_quoted(text: str, start: int) -> tuple[str, int]:
@@ -347,3 +784,351 @@ def _source_position(payload: dict[str, Any]) -> dict[str, Any] | None:
     source = payload.get("source") or {}
     position = {key: source[key] for key in _POSITION_KEYS if source.get(key) is not None}
     return position or None
+
+
+# MySQL/MariaDB DDL text: just enough of a parser to find renames and unique keys.
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+)
+    | (?P<comment>(?:--(?=\s|$)|\#)[^\n]*|/\*(?!M?!).*?(?:\*/|\Z))
+    | (?P<executable>/\*M?!\d*|\*/)
+    | (?P<name>`(?:[^`]|``)*(?:`|\Z))
+    | (?P<string>'(?:[^'\\]|\\.|'')*(?:'|\Z)|"(?:[^"\\]|\\.|"")*(?:"|\Z))
+    | (?P<word>[\w$]+)
+    | (?P<symbol>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_NOT_A_COLUMN = {"CONSTRAINT", "PRIMARY", "UNIQUE", "INDEX", "KEY", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK"}
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str
+    text: str
+
+    def keyword(self) -> str | None:
+        return self.text.upper() if self.kind == "word" else None
+
+
+@dataclass
+class _Statement:
+    """What one DDL statement does to which table (`table`, and `renamed_to` when it renames it)."""
+
+    table: _QualifiedName | None = None
+    renamed_to: _QualifiedName | None = None
+    column_renames: list[tuple[str, str]] = field(default_factory=list)
+    table_renames: list[tuple[str | None, str, str | None, str]] = field(default_factory=list)
+    unique_added: list[tuple[str | None, tuple[str, ...]]] = field(default_factory=list)
+    unique_dropped: list[str] = field(default_factory=list)
+
+
+class _Cursor:
+    """Reads a token list left to right; `accept` consumes a keyword when it is next."""
+
+    def __init__(self, tokens: list[_Token]) -> None:
+        self.tokens = tokens
+        self.index = 0
+
+    def keyword(self, offset: int = 0) -> str | None:
+        index = self.index + offset
+        return self.tokens[index].keyword() if index < len(self.tokens) else None
+
+    def at_symbol(self, symbol: str) -> bool:
+        return self.index < len(self.tokens) and self.tokens[self.index] == _Token("symbol", symbol)
+
+    def accept(self, *keywords: str) -> bool:
+        if self.keyword() in keywords:
+            self.index += 1
+            return True
+        return False
+
+    def accept_all(self, *keywords: str) -> bool:
+        if all(self.keyword(offset) == keyword for offset, keyword in enumerate(keywords)):
+            self.index += len(keywords)
+            return True
+        return False
+
+    def name(self) -> str | None:
+        if self.index < len(self.tokens) and self.tokens[self.index].kind in ("word", "name"):
+            self.index += 1
+            return self.tokens[self.index - 1].text
+        return None
+
+    def qualified_name(self) -> _QualifiedName | None:
+        first = self.name()
+        if first is None:
+            return None
+        if self.at_symbol(".") and self.index + 1 < len(self.tokens):
+            self.index += 1
+            second = self.name()
+            if second is not None:
+                return first, second
+        return None, first
+
+    def parenthesised(self) -> list[list[_Token]] | None:
+        """Consume `( ... )` and return its comma-separated items."""
+        if not self.at_symbol("("):
+            return None
+        depth = 0
+        for index in range(self.index, len(self.tokens)):
+            token = self.tokens[index]
+            if token.kind == "symbol" and token.text in "()":
+                depth += 1 if token.text == "(" else -1
+                if depth == 0:
+                    inner = self.tokens[self.index + 1 : index]
+                    self.index = index + 1
+                    return _split(inner, ",")
+        return None
+
+    def rest(self) -> list[_Token]:
+        rest = self.tokens[self.index :]
+        self.index = len(self.tokens)
+        return rest
+
+    def skip_wait(self) -> None:
+        if self.accept("WAIT"):
+            self.index += 1
+        else:
+            self.accept("NOWAIT")
+
+
+def _tokens(ddl_text: str) -> list[_Token]:
+    tokens = []
+    for match in _TOKEN.finditer(ddl_text):
+        kind = match.lastgroup or "symbol"
+        text = match.group()
+        if kind in ("space", "comment", "executable"):
+            continue
+        if kind == "name":
+            text = text[1:-1] if len(text) > 1 and text.endswith("`") else text[1:]
+            text = text.replace("``", "`")
+        tokens.append(_Token(kind, text))
+    return tokens
+
+
+def _split(tokens: list[_Token], separator: str) -> list[list[_Token]]:
+    """Split at `separator` symbols outside parentheses, dropping empty pieces."""
+    pieces: list[list[_Token]] = [[]]
+    depth = 0
+    for token in tokens:
+        if token.kind == "symbol" and token.text in "()":
+            depth += 1 if token.text == "(" else -1
+        if depth == 0 and token == _Token("symbol", separator):
+            pieces.append([])
+        else:
+            pieces[-1].append(token)
+    return [piece for piece in pieces if piece]
+
+
+def _parse_statements(ddl_text: str) -> list[_Statement]:
+    statements = []
+    for tokens in _split(_tokens(ddl_text), ";"):
+        statement = _parse_statement(_Cursor(tokens))
+        if statement is not None:
+            statements.append(statement)
+    return statements
+
+
+def _parse_statement(cursor: _Cursor) -> _Statement | None:
+    if cursor.accept("CREATE"):
+        cursor.accept_all("OR", "REPLACE")
+        cursor.accept("TEMPORARY")
+        if cursor.accept("TABLE"):
+            return _parse_create_table(cursor)
+        cursor.accept("ONLINE", "OFFLINE")
+        if cursor.accept("UNIQUE") and cursor.accept("INDEX", "KEY"):
+            return _parse_create_unique_index(cursor)
+    elif cursor.accept("ALTER"):
+        cursor.accept("ONLINE")
+        cursor.accept("IGNORE")
+        if cursor.accept("TABLE"):
+            return _parse_alter_table(cursor)
+    elif cursor.accept("RENAME"):
+        if cursor.accept("TABLE", "TABLES"):
+            return _parse_rename_table(cursor)
+    elif cursor.accept("DROP"):
+        cursor.accept("ONLINE", "OFFLINE")
+        if cursor.accept("INDEX"):
+            return _parse_drop_index(cursor)
+    return None
+
+
+def _parse_create_table(cursor: _Cursor) -> _Statement | None:
+    cursor.accept_all("IF", "NOT", "EXISTS")
+    table = cursor.qualified_name()
+    if table is None:
+        return None
+    statement = _Statement(table=table)
+    for item in cursor.parenthesised() or ():
+        definition = _Cursor(item)
+        if definition.accept("CONSTRAINT"):
+            symbol = None if definition.keyword() in _NOT_A_COLUMN else definition.name()
+            if definition.accept("UNIQUE"):
+                _add_unique_key(statement, definition, symbol)
+        elif definition.accept("UNIQUE"):
+            _add_unique_key(statement, definition, None)
+        elif definition.keyword() not in _NOT_A_COLUMN and definition.keyword(1) != "FOR":
+            _add_column_unique_key(statement, definition)
+    return statement
+
+
+def _parse_create_unique_index(cursor: _Cursor) -> _Statement | None:
+    cursor.accept_all("IF", "NOT", "EXISTS")
+    index = cursor.name()
+    if cursor.accept("USING"):
+        cursor.name()
+    if index is None or not cursor.accept("ON"):
+        return None
+    table = cursor.qualified_name()
+    if table is None:
+        return None
+    statement = _Statement(table=table)
+    columns = _key_columns(cursor)
+    if columns:
+        statement.unique_added.append((index, columns))
+    return statement
+
+
+def _parse_drop_index(cursor: _Cursor) -> _Statement | None:
+    cursor.accept_all("IF", "EXISTS")
+    index = cursor.name()
+    if index is None or not cursor.accept("ON"):
+        return None
+    table = cursor.qualified_name()
+    if table is None:
+        return None
+    return _Statement(table=table, unique_dropped=[] if index.upper() == "PRIMARY" else [index])
+
+
+def _parse_rename_table(cursor: _Cursor) -> _Statement:
+    cursor.accept_all("IF", "EXISTS")
+    statement = _Statement()
+    for item in _split(cursor.rest(), ","):
+        pair = _Cursor(item)
+        old = pair.qualified_name()
+        pair.skip_wait()
+        new = pair.qualified_name() if pair.accept("TO") else None
+        if old is not None and new is not None:
+            statement.table_renames.append((old[0], old[1], new[0], new[1]))
+    return statement
+
+
+def _parse_alter_table(cursor: _Cursor) -> _Statement | None:
+    cursor.accept_all("IF", "EXISTS")
+    table = cursor.qualified_name()
+    if table is None:
+        return None
+    cursor.skip_wait()
+    statement = _Statement(table=table)
+    for item in _split(cursor.rest(), ","):
+        _parse_alter_specification(_Cursor(item), statement, table)
+    return statement
+
+
+def _parse_alter_specification(spec: _Cursor, statement: _Statement, table: _QualifiedName) -> None:
+    if spec.accept("RENAME"):
+        if spec.accept("COLUMN"):
+            spec.accept_all("IF", "EXISTS")
+            old = spec.name()
+            new = spec.name() if spec.accept("TO") else None
+            if old is not None and new is not None:
+                statement.column_renames.append((old, new))
+        elif not spec.accept("INDEX", "KEY"):
+            spec.accept("TO", "AS")
+            new_table = spec.qualified_name()
+            if new_table is not None:
+                statement.table_renames.append((table[0], table[1], new_table[0], new_table[1]))
+                statement.renamed_to = new_table
+    elif spec.accept("CHANGE"):
+        spec.accept("COLUMN")
+        spec.accept_all("IF", "EXISTS")
+        old = spec.name()
+        if old is not None and spec.index < len(spec.tokens) and spec.tokens[spec.index].kind in ("word", "name"):
+            new = spec.tokens[spec.index].text
+            if old != new:
+                statement.column_renames.append((old, new))
+            _add_column_unique_key(statement, spec)
+    elif spec.accept("MODIFY"):
+        spec.accept("COLUMN")
+        spec.accept_all("IF", "EXISTS")
+        _add_column_unique_key(statement, spec)
+    elif spec.accept("ADD"):
+        _parse_alter_add(spec, statement)
+    elif spec.accept("DROP"):
+        if spec.accept("INDEX", "KEY", "CONSTRAINT"):
+            spec.accept_all("IF", "EXISTS")
+            index = spec.name()
+            if index is not None and index.upper() != "PRIMARY":
+                statement.unique_dropped.append(index)
+
+
+def _parse_alter_add(spec: _Cursor, statement: _Statement) -> None:
+    if spec.accept("CONSTRAINT"):
+        spec.accept_all("IF", "NOT", "EXISTS")
+        symbol = None if spec.keyword() in _NOT_A_COLUMN else spec.name()
+        if spec.accept("UNIQUE"):
+            _add_unique_key(statement, spec, symbol)
+    elif spec.accept("UNIQUE"):
+        _add_unique_key(statement, spec, None)
+    elif spec.keyword() in _NOT_A_COLUMN | {"PARTITION", "SYSTEM"} or spec.keyword(1) == "FOR":
+        return
+    else:
+        spec.accept("COLUMN")
+        spec.accept_all("IF", "NOT", "EXISTS")
+        items = spec.parenthesised() if spec.at_symbol("(") else [spec.rest()]
+        for item in items or ():
+            _add_column_unique_key(statement, _Cursor(item))
+
+
+def _add_unique_key(statement: _Statement, cursor: _Cursor, symbol: str | None) -> None:
+    """Read `[INDEX|KEY] [IF NOT EXISTS] [name] [USING type] (columns)`; the index name wins over the constraint's."""
+    cursor.accept("INDEX", "KEY")
+    cursor.accept_all("IF", "NOT", "EXISTS")
+    name = None if cursor.at_symbol("(") or cursor.keyword() == "USING" else cursor.name()
+    if cursor.accept("USING"):
+        cursor.name()
+    columns = _key_columns(cursor)
+    if columns:
+        statement.unique_added.append((name or symbol, columns))
+
+
+def _key_columns(cursor: _Cursor) -> tuple[str, ...] | None:
+    """The column of each key part, without prefix length or order; None for an expression key."""
+    columns = []
+    for part in cursor.parenthesised() or ():
+        if part[0].kind not in ("word", "name"):
+            return None
+        columns.append(part[0].text)
+    return tuple(columns) or None
+
+
+def _add_column_unique_key(statement: _Statement, definition: _Cursor) -> None:
+    """A column definition (name first) declaring UNIQUE [KEY] outside parentheses adds a key on that column."""
+    column = definition.name()
+    if column is None:
+        return
+    depth = 0
+    for token in definition.rest():
+        if token.kind == "symbol" and token.text in "()":
+            depth += 1 if token.text == "(" else -1
+        elif depth == 0 and token.keyword() == "UNIQUE":
+            statement.unique_added.append((None, (column,)))
+            return
+
+
+def _statements_about(statements: list[_Statement], parts: tuple[str, ...]) -> list[_Statement]:
+    return [
+        statement
+        for statement in statements
+        if any(name is not None and _names_table(name, parts) for name in (statement.table, statement.renamed_to))
+    ]
+
+
+def _names_table(name: _QualifiedName, parts: tuple[str, ...]) -> bool:
+    """Whether a name from the DDL text is the table of a Debezium id; MariaDB may ignore the letter case."""
+    database, table = name
+    if table.casefold() != parts[-1].casefold():
+        return False
+    return database is None or len(parts) < 2 or database.casefold() == parts[-2].casefold()

@@ -10,11 +10,17 @@ import pytest
 from psycopg import sql
 
 from cdc_pipeline.ddl import (
+    DdlRenames,
+    TableDef,
+    UniqueKeyChanges,
     alter_table_sql,
     changes_from_schema_event,
     create_table_sql,
     drop_table_sql,
+    parse_renames,
     parse_table_id,
+    parse_unique_keys,
+    rename_table_sql,
     table_def_from_change,
 )
 from cdc_pipeline.errors import ConversionError
@@ -335,3 +341,539 @@ def test_unknown_change_type_is_a_conversion_error_with_position() -> None:
     assert raised.value.connector == "mdb"
     assert raised.value.table == "inventory.customers"
     assert raised.value.position["pos"] == 4098
+
+
+def schema_event(ddl: str, *table_changes: dict[str, Any], snapshot: str = "false") -> dict[str, Any]:
+    source = {"file": "bin.000001", "pos": 4, "snapshot": snapshot}
+    return {"ddl": ddl, "source": source, "tableChanges": list(table_changes)}
+
+
+def alter_change(table_id: str, columns: list[dict[str, Any]], primary_key: list[str], kind: str = "ALTER"):
+    return {**table_change(table_id, columns, primary_key), "type": kind, "previousId": None}
+
+
+def id_column(position: int = 1) -> dict[str, Any]:
+    return source_column("id", "INT", position, optional=False)
+
+
+def table_of(*columns: dict[str, Any], primary_key: tuple[str, ...] = ("id",), unique_keys=()) -> TableDef:
+    change = table_change('"inv"."c"', list(columns), list(primary_key))
+    table = table_def_from_change(
+        change, connector="mdb", connector_type="mariadb", letter_casing="lowercase", destination_schema=None
+    )
+    return TableDef(table.schema, table.name, table.columns, table.primary_key, table.source_id, unique_keys)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "columns"),
+    [
+        ("ALTER TABLE a RENAME COLUMN x TO y", [("x", "y")]),
+        ("alter table a rename column x to y", [("x", "y")]),
+        ("ALTER TABLE `a` RENAME COLUMN `first name` TO `given name`", [("first name", "given name")]),
+        ("ALTER TABLE a RENAME COLUMN `odd``one` TO `plain`", [("odd`one", "plain")]),
+        (
+            "ALTER TABLE a\n  RENAME COLUMN p TO q,\n  RENAME COLUMN IF EXISTS `r s` TO t,\n  ADD COLUMN u INT",
+            [("p", "q"), ("r s", "t")],
+        ),
+        ("ALTER TABLE a CHANGE y z BIGINT NOT NULL DEFAULT 5", [("y", "z")]),
+        ("ALTER TABLE a CHANGE COLUMN `old name` `New Name` VARCHAR(10)", [("old name", "New Name")]),
+        ("ALTER TABLE a CHANGE z z INT NULL", []),
+        ("ALTER TABLE a MODIFY z INT NULL, CHANGE COLUMN m n TEXT, RENAME COLUMN o TO p", [("m", "n"), ("o", "p")]),
+        ("ALTER TABLE a COMMENT 'RENAME COLUMN x TO y', ALTER b SET DEFAULT 'CHANGE c d'", []),
+        ("/* RENAME COLUMN x TO y */ ALTER TABLE a ADD COLUMN v INT -- CHANGE c d INT\n", []),
+        ("ALTER TABLE a ADD COLUMN v INT # RENAME COLUMN x TO y", []),
+    ],
+)
+def test_parse_renames_finds_column_renames(ddl: str, columns: list[tuple[str, str]]) -> None:
+    assert parse_renames(ddl) == DdlRenames(columns=columns, tables=[])
+
+
+@pytest.mark.parametrize(
+    ("ddl", "tables"),
+    [
+        ("RENAME TABLE a TO b", [(None, "a", None, "b")]),
+        ("rename table a to b, `c d` TO `e`, inv.f TO `other db`.`g`", [
+            (None, "a", None, "b"), (None, "c d", None, "e"), ("inv", "f", "other db", "g")
+        ]),
+        ("RENAME TABLE `inv`.`a` WAIT 5 TO `inv`.`b`", [("inv", "a", "inv", "b")]),
+        ("ALTER TABLE b RENAME TO c", [(None, "b", None, "c")]),
+        ("ALTER TABLE `inv`.`b` RENAME AS `inv`.`c`", [("inv", "b", "inv", "c")]),
+        ("ALTER TABLE b RENAME c", [(None, "b", None, "c")]),
+        ("ALTER TABLE b RENAME INDEX i TO j", []),
+        ("ALTER TABLE b COMMENT 'RENAME TO c'", []),
+    ],
+)
+def test_parse_renames_finds_table_renames(ddl: str, tables: list[tuple[str | None, str, str | None, str]]) -> None:
+    assert parse_renames(ddl).tables == tables
+
+
+def test_parse_renames_of_a_statement_renaming_columns_and_the_table() -> None:
+    renames = parse_renames("ALTER TABLE a RENAME COLUMN x TO y, RENAME TO b")
+    assert renames == DdlRenames(columns=[("x", "y")], tables=[(None, "a", None, "b")])
+
+
+def test_parse_unique_keys_of_create_table() -> None:
+    ddl = """CREATE TABLE u (
+        id INT,
+        email VARCHAR(20) UNIQUE,
+        login VARCHAR(20) UNIQUE KEY COMMENT 'not UNIQUE (id)',
+        a INT, b INT, c INT CHECK (c <> 'UNIQUE'),
+        PRIMARY KEY (id),
+        UNIQUE KEY uk (a),
+        UNIQUE INDEX `b idx` USING BTREE (`b`(10), a DESC),
+        unique (c),
+        CONSTRAINT sym UNIQUE (a, c),
+        CONSTRAINT sym2 UNIQUE KEY idx2 (b),
+        CONSTRAINT UNIQUE (email, a),
+        KEY k (c),
+        CONSTRAINT fk FOREIGN KEY (a) REFERENCES t (id)
+    ) ENGINE=InnoDB"""
+    assert parse_unique_keys(ddl) == UniqueKeyChanges(
+        added=[
+            (None, ("email",)),
+            (None, ("login",)),
+            ("uk", ("a",)),
+            ("b idx", ("b", "a")),
+            (None, ("c",)),
+            ("sym", ("a", "c")),
+            ("idx2", ("b",)),
+            (None, ("email", "a")),
+        ],
+        dropped=[],
+    )
+
+
+def test_parse_unique_keys_of_a_snapshot_create() -> None:
+    ddl = (
+        "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `email` varchar(120) NOT NULL,\n  PRIMARY KEY (`id`),\n"
+        "  UNIQUE KEY `email` (`email`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"
+    )
+    assert parse_unique_keys(ddl) == UniqueKeyChanges(added=[("email", ("email",))], dropped=[])
+
+
+@pytest.mark.parametrize(
+    ("ddl", "added", "dropped"),
+    [
+        ("ALTER TABLE c ADD UNIQUE (z)", [(None, ("z",))], []),
+        ("ALTER TABLE c ADD UNIQUE KEY IF NOT EXISTS uz (z, `y y`(5))", [("uz", ("z", "y y"))], []),
+        ("ALTER TABLE c ADD CONSTRAINT cz UNIQUE (z)", [("cz", ("z",))], []),
+        ("ALTER TABLE c ADD CONSTRAINT cz UNIQUE INDEX iz (z)", [("iz", ("z",))], []),
+        ("ALTER TABLE c ADD COLUMN w INT UNIQUE, ADD v INT", [(None, ("w",))], []),
+        ("ALTER TABLE c ADD COLUMN (w INT, v INT UNIQUE)", [(None, ("v",))], []),
+        ("ALTER TABLE c MODIFY z INT UNIQUE", [(None, ("z",))], []),
+        ("ALTER TABLE c CHANGE z w INT UNIQUE", [(None, ("w",))], []),
+        ("ALTER TABLE c ADD INDEX i (z), ADD PRIMARY KEY (id)", [], []),
+        ("ALTER TABLE c DROP INDEX uz", [], ["uz"]),
+        ("ALTER TABLE c DROP KEY IF EXISTS `u z`, DROP CONSTRAINT cz, DROP PRIMARY KEY", [], ["u z", "cz"]),
+        ("ALTER TABLE c DROP INDEX `PRIMARY`, DROP FOREIGN KEY fk, DROP COLUMN q", [], []),
+        ("ALTER TABLE c DROP INDEX uz, ADD UNIQUE uz (z, y)", [("uz", ("z", "y"))], ["uz"]),
+        ("CREATE UNIQUE INDEX uz ON c (z)", [("uz", ("z",))], []),
+        ("DROP INDEX uz ON c", [], ["uz"]),
+        ("ALTER TABLE c COMMENT 'ADD UNIQUE (z)'", [], []),
+    ],
+)
+def test_parse_unique_keys_of_alter_table(ddl: str, added: list, dropped: list[str]) -> None:
+    assert parse_unique_keys(ddl) == UniqueKeyChanges(added=added, dropped=dropped)
+
+
+def test_rename_column_event_carries_the_rename() -> None:
+    payload = schema_event(
+        "ALTER TABLE a RENAME COLUMN x TO y",
+        alter_change('"inv"."a"', [id_column(), source_column("y", "INT", 2)], ["id"]),
+    )
+    [change] = changes(payload)
+    assert (change.kind, change.column_renames, change.renamed_from) == ("alter", (("x", "y"),), None)
+
+
+def test_change_column_event_carries_the_rename_in_destination_casing() -> None:
+    payload = schema_event(
+        "ALTER TABLE a CHANGE `Y` `Z` BIGINT NOT NULL DEFAULT 5, CHANGE `Q` `q` INT",
+        alter_change(
+            '"inv"."a"',
+            [id_column(), source_column("Z", "BIGINT", 2, optional=False, defaultValueExpression="5"),
+             source_column("q", "INT", 3)],
+            ["id"],
+        ),
+    )
+    [change] = changes(payload)
+    assert change.column_renames == (("y", "z"),)
+    [asis] = changes(payload, letter_casing="asis")
+    assert asis.column_renames == (("Y", "Z"), ("Q", "q"))
+
+
+def test_column_renames_need_the_new_definition_to_confirm_them() -> None:
+    payload = schema_event(
+        "ALTER TABLE a RENAME COLUMN x TO y",
+        alter_change('"inv"."a"', [id_column(), source_column("x", "INT", 2)], ["id"]),
+    )
+    [change] = changes(payload)
+    assert change.column_renames == ()
+
+
+def test_renames_in_a_statement_about_another_table_are_not_applied() -> None:
+    payload = schema_event(
+        "ALTER TABLE other RENAME COLUMN x TO y",
+        alter_change('"inv"."a"', [id_column(), source_column("y", "INT", 2)], ["id"]),
+    )
+    [change] = changes(payload)
+    assert change.column_renames == ()
+
+
+def test_rename_table_event_carries_the_old_name() -> None:
+    payload = schema_event("RENAME TABLE a TO b", alter_change('"inv"."b"', [id_column()], ["id"]))
+    [change] = changes(payload)
+    assert (change.schema, change.name, change.renamed_from) == ("inv", "b", ("inv", "a"))
+    [kept] = changes(payload, destination_schema="replica")
+    assert kept.renamed_from == ("replica", "a")
+
+
+def test_rename_of_several_tables_gives_each_change_its_own_pair() -> None:
+    payload = schema_event(
+        "RENAME TABLE a TO b, `Inv`.`C` TO `other`.`D`",
+        alter_change('"inv"."b"', [id_column()], ["id"]),
+        alter_change('"other"."D"', [id_column()], ["id"]),
+    )
+    assert [(change.schema, change.name, change.renamed_from) for change in changes(payload)] == [
+        ("inv", "b", ("inv", "a")),
+        ("other", "d", ("inv", "c")),
+    ]
+
+
+def test_alter_table_rename_to_carries_the_old_name_and_column_renames() -> None:
+    payload = schema_event(
+        "ALTER TABLE b RENAME COLUMN x TO y, RENAME TO c",
+        alter_change('"inv"."c"', [id_column(), source_column("y", "INT", 2)], ["id"]),
+    )
+    [change] = changes(payload)
+    assert (change.name, change.renamed_from, change.column_renames) == ("c", ("inv", "b"), (("x", "y"),))
+
+
+def test_previous_id_names_the_old_table_when_debezium_gives_it() -> None:
+    change_entry = {**alter_change('"inv"."b"', [id_column()], ["id"]), "previousId": '"inv"."a"'}
+    [change] = changes(schema_event("ALTER TABLE a RENAME TO b", change_entry))
+    assert change.renamed_from == ("inv", "a")
+
+
+def test_create_event_fills_unique_keys_and_create_table_emits_them() -> None:
+    payload = schema_event(
+        "CREATE TABLE u (id INT, email VARCHAR(20), nick VARCHAR(9) UNIQUE, a INT, b INT, "
+        "UNIQUE KEY uk (email), UNIQUE (a, b), UNIQUE (a))",
+        alter_change(
+            '"inv"."u"',
+            [
+                id_column(),
+                source_column("email", "VARCHAR", 2, length=20),
+                source_column("nick", "VARCHAR", 3, length=9),
+                source_column("a", "INT", 4),
+                source_column("b", "INT", 5),
+            ],
+            [],
+            kind="CREATE",
+        ),
+    )
+    [change] = changes(payload)
+    assert change.table is not None
+    assert change.table.unique_keys == (
+        ("u_nick_key", ("nick",)),
+        ("u_uk_key", ("email",)),
+        ("u_a_key", ("a", "b")),
+        ("u_a_2_key", ("a",)),
+    )
+    assert change.unique_added == () and change.unique_dropped == ()
+    assert render(create_table_sql(change.table))[1] == (
+        'CREATE TABLE IF NOT EXISTS "inv"."u" ("id" integer NOT NULL, "email" character varying(20), '
+        '"nick" character varying(9), "a" integer, "b" integer, '
+        'CONSTRAINT "u_nick_key" UNIQUE ("nick") DEFERRABLE INITIALLY DEFERRED, '
+        'CONSTRAINT "u_uk_key" UNIQUE ("email") DEFERRABLE INITIALLY DEFERRED, '
+        'CONSTRAINT "u_a_key" UNIQUE ("a", "b") DEFERRABLE INITIALLY DEFERRED, '
+        'CONSTRAINT "u_a_2_key" UNIQUE ("a") DEFERRABLE INITIALLY DEFERRED)'
+    )
+
+
+def test_snapshot_create_event_fills_unique_keys_in_destination_casing() -> None:
+    payload = schema_event(
+        "CREATE TABLE `T` (\n  `id` int(11) NOT NULL,\n  `EMail` varchar(120) NOT NULL,\n  PRIMARY KEY (`id`),\n"
+        "  UNIQUE KEY `EMail` (`EMail`)\n) ENGINE=InnoDB",
+        alter_change('"inv"."T"', [id_column(), source_column("EMail", "VARCHAR", 2, length=120)], ["id"], "CREATE"),
+        snapshot="true",
+    )
+    [change] = changes(payload)
+    assert change.table is not None and change.table.unique_keys == (("t_email_key", ("email",)),)
+    [asis] = changes(payload, letter_casing="asis")
+    assert asis.table is not None and asis.table.unique_keys == (("T_EMail_key", ("EMail",)),)
+
+
+def test_long_unique_constraint_names_fit_postgresql_and_stay_apart() -> None:
+    long_table = "t" * 60
+    two_int_columns = [source_column("a", "INT", 1), source_column("b", "INT", 2)]
+    payload = schema_event(
+        f"CREATE TABLE {long_table} (a INT, b INT, UNIQUE KEY first_key (a), UNIQUE KEY second_key (b))",
+        alter_change(f'"inv"."{long_table}"', two_int_columns, [], "CREATE"),
+    )
+    [change] = changes(payload)
+    assert change.table is not None
+    names = [name for name, _ in change.table.unique_keys]
+    assert len(set(names)) == 2 and all(len(name.encode()) <= 63 for name in names)
+    assert changes(payload)[0].table == change.table
+
+
+def test_alter_event_carries_added_and_dropped_unique_keys() -> None:
+    payload = schema_event(
+        "ALTER TABLE c ADD UNIQUE (z), DROP INDEX `Old`, ADD CONSTRAINT cz UNIQUE KEY (id, z)",
+        alter_change('"inv"."c"', [id_column(), source_column("z", "INT", 2)], ["id"]),
+    )
+    [change] = changes(payload)
+    assert change.unique_added == (("c_z_key", ("z",)), ("c_cz_key", ("id", "z")))
+    assert change.table is not None and change.table.unique_keys == change.unique_added
+    assert change.unique_dropped == ("c_old_key",)
+
+
+def test_unique_key_on_unknown_columns_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    payload = schema_event(
+        "ALTER TABLE c ADD UNIQUE (nowhere)", alter_change('"inv"."c"', [id_column()], ["id"])
+    )
+    [change] = changes(payload)
+    assert change.unique_added == ()
+    assert "unknown columns" in caplog.text
+
+
+def test_alter_renames_a_column_before_diffing_and_keeps_its_data() -> None:
+    table = table_of(id_column(), source_column("y", "INT", 2))
+    statements = render(alter_table_sql(table, {"id": "integer", "x": "integer"}, column_renames=[("x", "y")]))
+    assert statements == [
+        'ALTER TABLE "inv"."c" RENAME COLUMN "x" TO "y"',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "y" DROP NOT NULL',
+    ]
+    assert not any("DROP COLUMN" in statement or "ADD COLUMN" in statement for statement in statements)
+
+
+def test_alter_renames_then_retypes_then_sets_not_null_and_default() -> None:
+    table = table_of(id_column(), source_column("z", "BIGINT", 2, optional=False, defaultValueExpression="5"))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "y": "integer"},
+        column_renames=[("y", "z")],
+        existing_not_null={"id"},
+        existing_defaults={"id": None, "y": None},
+    )
+    assert render(statements) == [
+        'ALTER TABLE "inv"."c" RENAME COLUMN "y" TO "z"',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "z" DROP IDENTITY IF EXISTS',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "z" DROP DEFAULT',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "z" TYPE bigint USING "z"::bigint',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "z" SET DEFAULT 5',
+        'UPDATE "inv"."c" SET "z" = 0 WHERE "z" IS NULL',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "z" SET NOT NULL',
+    ]
+
+
+def test_rename_delivered_again_does_nothing() -> None:
+    table = table_of(id_column(), source_column("y", "INT", 2))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "y": "integer"},
+        column_renames=[("x", "y")],
+        existing_not_null={"id"},
+        existing_defaults={"id": None, "y": None},
+        existing_primary_key=("c_pkey", ("id",)),
+        existing_unique={},
+    )
+    assert statements == []
+
+
+def test_rename_is_skipped_when_both_columns_exist() -> None:
+    table = table_of(id_column(), source_column("y", "INT", 2))
+    statements = render(alter_table_sql(table, {"id": "integer", "x": "integer", "y": "integer"},
+                                        column_renames=[("x", "y")], existing_not_null={"id"}))
+    assert statements == ['ALTER TABLE "inv"."c" DROP COLUMN IF EXISTS "x"']
+
+
+def test_nullability_follows_the_new_definition_both_ways() -> None:
+    table = table_of(
+        id_column(),
+        source_column("label", "VARCHAR", 2, length=40, optional=False),
+        source_column("note", "TEXT", 3),
+        source_column("since", "DATE", 4, optional=False),
+        source_column("kept", "INT", 5, optional=False),
+    )
+    existing = {"id": "integer", "label": "character varying(40)", "note": "text", "since": "date", "kept": "integer"}
+    statements = render(alter_table_sql(table, existing, existing_not_null={"id", "note", "kept"}))
+    assert statements == [
+        'ALTER TABLE "inv"."c" ALTER COLUMN "note" DROP NOT NULL',
+        """UPDATE "inv"."c" SET "label" = '' WHERE "label" IS NULL""",
+        'ALTER TABLE "inv"."c" ALTER COLUMN "label" SET NOT NULL',
+    ]
+
+
+def test_without_known_nullability_nullable_columns_lose_not_null_and_none_gain_it() -> None:
+    table = table_of(id_column(), source_column("a", "INT", 2, optional=False), source_column("b", "INT", 3))
+    statements = render(alter_table_sql(table, {"id": "integer", "a": "integer", "b": "integer"}))
+    assert statements == ['ALTER TABLE "inv"."c" ALTER COLUMN "b" DROP NOT NULL']
+
+
+def test_changed_defaults_are_set_or_dropped() -> None:
+    table = table_of(
+        id_column(),
+        source_column("added", "INT", 2, defaultValueExpression="9"),
+        source_column("status", "VARCHAR", 3, length=10, defaultValueExpression="draft"),
+        source_column("gone", "INT", 4),
+        source_column("same", "INT", 5, defaultValueExpression="-5"),
+        source_column("price", "DECIMAL", 6, length=6, scale=2, defaultValueExpression="1.50"),
+        source_column("at", "TIMESTAMP", 7, defaultValueExpression="CURRENT_TIMESTAMP"),
+    )
+    existing = {
+        "id": "integer",
+        "added": "integer",
+        "status": "character varying(10)",
+        "gone": "integer",
+        "same": "integer",
+        "price": "numeric(6,2)",
+        "at": "timestamp(0) with time zone",
+    }
+    defaults = {
+        "id": None,
+        "added": "5",
+        "status": "'draft'::character varying",
+        "gone": "0",
+        "same": "'-5'::integer",
+        "price": "1.5",
+        "at": "CURRENT_TIMESTAMP",
+    }
+    statements = render(alter_table_sql(table, existing, existing_defaults=defaults, existing_not_null={"id"}))
+    assert statements == [
+        'ALTER TABLE "inv"."c" ALTER COLUMN "added" SET DEFAULT 9',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "gone" DROP DEFAULT',
+    ]
+
+
+def test_a_text_default_that_changed_only_in_form_is_set_again() -> None:
+    table = table_of(id_column(), source_column("s", "VARCHAR", 2, length=5, defaultValueExpression="'1.0'"))
+    statements = render(alter_table_sql(table, {"id": "integer", "s": "character varying(5)"},
+                                        existing_defaults={"s": "'1'::character varying"}, existing_not_null={"id"}))
+    assert statements == ["""ALTER TABLE "inv"."c" ALTER COLUMN "s" SET DEFAULT '1.0'"""]
+
+
+@pytest.mark.parametrize(
+    ("existing_key", "new_key", "expected"),
+    [
+        (None, ("id",), ['ALTER TABLE "inv"."c" ADD PRIMARY KEY ("id")']),
+        (("c_pkey", ("id",)), (), ['ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_pkey"']),
+        (
+            ("c_pkey", ("id",)),
+            ("id", "z"),
+            [
+                'ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_pkey"',
+                'ALTER TABLE "inv"."c" ADD PRIMARY KEY ("id", "z")',
+            ],
+        ),
+        (
+            ("c_pkey", ("z", "id")),
+            ("id", "z"),
+            [
+                'ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_pkey"',
+                'ALTER TABLE "inv"."c" ADD PRIMARY KEY ("id", "z")',
+            ],
+        ),
+        (("c_pkey", ("id", "z")), ("id", "z"), []),
+        (None, (), []),
+    ],
+)
+def test_primary_key_is_added_dropped_or_changed(existing_key, new_key, expected) -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2, optional=False), primary_key=new_key)
+    statements = alter_table_sql(
+        table, {"id": "integer", "z": "integer"}, existing_primary_key=existing_key, existing_not_null={"id", "z"}
+    )
+    assert render(statements) == expected
+
+
+def test_primary_key_left_alone_when_the_caller_did_not_look() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2, optional=False), primary_key=("id", "z"))
+    assert alter_table_sql(table, {"id": "integer", "z": "integer"}, existing_not_null={"id", "z"}) == []
+
+
+def test_primary_key_follows_a_renamed_column() -> None:
+    table = table_of(id_column(), source_column("k", "INT", 2, optional=False), primary_key=("k",))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "j": "integer"},
+        column_renames=[("j", "k")],
+        existing_primary_key=("c_pkey", ("j",)),
+        existing_not_null={"id", "j"},
+    )
+    assert render(statements) == ['ALTER TABLE "inv"."c" RENAME COLUMN "j" TO "k"']
+
+
+def test_dropping_the_primary_key_makes_its_column_nullable_after_the_constraint_goes() -> None:
+    table = table_of(source_column("id", "INT", 1), primary_key=())
+    statements = alter_table_sql(
+        table, {"id": "integer"}, existing_primary_key=("c_pkey", ("id",)), existing_not_null={"id"}
+    )
+    assert render(statements) == [
+        'ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_pkey"',
+        'ALTER TABLE "inv"."c" ALTER COLUMN "id" DROP NOT NULL',
+    ]
+
+
+def test_unique_keys_missing_from_the_destination_are_added_and_dropped_ones_dropped() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2), unique_keys=(("c_z_key", ("z",)), ("c_k_key", ("id",))))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "z": "integer"},
+        existing_not_null={"id"},
+        existing_unique={"c_k_key": ("id",), "c_old_key": ("z",)},
+        unique_dropped=["c_old_key", "c_never_key"],
+    )
+    assert render(statements) == [
+        'ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_old_key"',
+        'ALTER TABLE "inv"."c" ADD CONSTRAINT "c_z_key" UNIQUE ("z") DEFERRABLE INITIALLY DEFERRED',
+    ]
+
+
+def test_unique_key_dropped_and_added_again_under_the_same_name_is_replaced() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2), unique_keys=(("c_uz_key", ("id", "z")),))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "z": "integer"},
+        existing_not_null={"id"},
+        existing_unique={"c_uz_key": ("z",)},
+        unique_dropped=["c_uz_key"],
+    )
+    assert render(statements) == [
+        'ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_uz_key"',
+        'ALTER TABLE "inv"."c" ADD CONSTRAINT "c_uz_key" UNIQUE ("id", "z") DEFERRABLE INITIALLY DEFERRED',
+    ]
+
+
+def test_unique_key_made_before_a_table_rename_is_dropped_under_its_old_name() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2))
+    statements = alter_table_sql(
+        table,
+        {"id": "integer", "z": "integer"},
+        existing_not_null={"id"},
+        existing_unique={"a_uz_key": ("z",), "c_x_uz_key": ("id",)},
+        unique_dropped=["c_uz_key"],
+    )
+    assert render(statements) == ['ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "a_uz_key"']
+
+
+def test_unique_changes_without_the_catalog_only_drop_if_exists() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2), unique_keys=(("c_z_key", ("z",)),))
+    statements = alter_table_sql(
+        table, {"id": "integer", "z": "integer"}, existing_not_null={"id"}, unique_dropped=["c_old_key"]
+    )
+    assert render(statements) == ['ALTER TABLE "inv"."c" DROP CONSTRAINT IF EXISTS "c_old_key"']
+
+
+def test_alter_of_a_missing_table_creates_it_with_its_unique_keys() -> None:
+    table = table_of(id_column(), source_column("z", "INT", 2), unique_keys=(("c_z_key", ("z",)),))
+    assert alter_table_sql(table, {}, existing_unique={}) == create_table_sql(table)
+    assert "UNIQUE" in render(create_table_sql(table))[1]
+
+
+def test_rename_table_sql() -> None:
+    assert render(rename_table_sql("inv", "a", "b")) == ['ALTER TABLE IF EXISTS "inv"."a" RENAME TO "b"']
+    assert render(rename_table_sql("inv", "Old Name", 'new "x"', new_schema="other")) == [
+        'ALTER TABLE IF EXISTS "inv"."Old Name" RENAME TO "new ""x"""',
+        'CREATE SCHEMA IF NOT EXISTS "other"',
+        'ALTER TABLE IF EXISTS "inv"."new ""x""" SET SCHEMA "other"',
+    ]

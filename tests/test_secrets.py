@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CAPTURE_PASSWORD
+from conftest import CAPTURE_PASSWORD
 
 pytestmark = pytest.mark.integration
 
