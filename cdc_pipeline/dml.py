@@ -100,6 +100,7 @@ CONVERTERS: dict[tuple[str | None, str | None], Converter] = {
     (None, "io.debezium.time.NanoTime"): _time_of_day("nanos"),
     (None, "io.debezium.time.Year"): _identity,
     (None, "org.apache.kafka.connect.data.Decimal"): _identity,
+    (None, "io.debezium.data.VariableScaleDecimal"): _identity,
     (None, "io.debezium.data.Json"): _identity,
     (None, "io.debezium.data.Enum"): _identity,
     (None, "io.debezium.data.EnumSet"): _identity,

@@ -123,6 +123,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         "poll.interval.ms": "100",
         "include.schema.changes": "true",
         "tombstones.on.delete": "false",
+        "skipped.operations": "none",
         "decimal.handling.mode": "precise",
         "binary.handling.mode": "bytes",
         "time.precision.mode": "adaptive_time_microseconds",
@@ -155,6 +156,12 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         props["slot.name"] = f"cdc_{connector.name}"
         props["publication.name"] = f"cdc_{connector.name}"
         props["publication.autocreate.mode"] = "filtered"
+        # PostgreSQL emits no DDL events: destination tables are derived from the value schemas, which need
+        # each column's source type, length and scale to reproduce it.
+        props["column.propagate.source.type"] = ".*"
+        if connector.tables:
+            schemas = dict.fromkeys(table.rpartition(".")[0] for table in connector.tables)
+            props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
     elif connector.type == "sqlserver":
         props["database.names"] = connector.database
         props["database.encrypt"] = "false"

@@ -1,6 +1,8 @@
 package io.cdcpipeline.runner;
 
 import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -17,20 +19,29 @@ import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.source.SourceRecord;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import io.debezium.data.VariableScaleDecimal;
 
 /**
  * Turns a Debezium record into one JSON line: {seq, topic, schema, key, value, partition, offset}.
  * Payloads are written without their schema; each distinct value schema gets a short id, and a batch
  * carries the schemas its lines use once, so the lines stay small and Spark parses them with one fixed schema.
- * Decimals are written as JSON strings in plain notation: as JSON numbers Spark's parser would read them
- * through a double and lose digits.
+ * Decimals (Connect Decimal and Debezium's VariableScaleDecimal) are written as JSON strings in plain notation:
+ * as JSON numbers Spark's parser would read them through a double and lose digits.
+ * A value schema does not say which columns form the key, so the shipped copy of it marks each key column of
+ * its row images with the parameter {@value #KEY_POSITION_PARAMETER} (the column's position in the record key);
+ * the schema id covers the value schema and the key schema together.
  */
 final class EventSerializer {
+    static final String KEY_POSITION_PARAMETER = "__cdc.key.position";
+
     private final JsonConverter payloadConverter = new JsonConverter();
     private final JsonConverter schemaConverter = new JsonConverter();
     private final ObjectMapper mapper = new ObjectMapper();
-    private final Map<Schema, String> idBySchema = new IdentityHashMap<>();
+    private final Map<Schema, Map<Schema, String>> idBySchemas = new IdentityHashMap<>();
     private final Map<String, String> idByJson = new HashMap<>();
     private final Map<String, String> jsonById = new HashMap<>();
     private final Map<Schema, Schema> plainSchemas = new IdentityHashMap<>();
@@ -49,7 +60,7 @@ final class EventSerializer {
         StringBuilder out = new StringBuilder(512);
         out.append("{\"seq\":").append(seq)
                 .append(",\"topic\":").append(json(record.topic()))
-                .append(",\"schema\":").append(json(schemaId(record.valueSchema())))
+                .append(",\"schema\":").append(json(schemaId(record.valueSchema(), record.keySchema())))
                 .append(",\"key\":").append(payload(record.topic(), record.keySchema(), record.key()))
                 .append(",\"value\":").append(payload(record.topic(), record.valueSchema(), record.value()))
                 .append(",\"partition\":").append(json(record.sourcePartition()))
@@ -90,7 +101,7 @@ final class EventSerializer {
             return cached;
         }
         Schema plain = schema;
-        if (Decimal.LOGICAL_NAME.equals(schema.name())) {
+        if (Decimal.LOGICAL_NAME.equals(schema.name()) || VariableScaleDecimal.LOGICAL_NAME.equals(schema.name())) {
             plain = schema.isOptional() ? Schema.OPTIONAL_STRING_SCHEMA : Schema.STRING_SCHEMA;
         }
         else if (schema.type() == Schema.Type.STRUCT) {
@@ -124,6 +135,9 @@ final class EventSerializer {
         if (value instanceof BigDecimal) {
             return ((BigDecimal) value).toPlainString();
         }
+        if (VariableScaleDecimal.LOGICAL_NAME.equals(schema.name())) {
+            return variableScaleDecimalText((Struct) value);
+        }
         if (value instanceof Struct) {
             Struct source = (Struct) value;
             Struct out = new Struct(plain);
@@ -142,17 +156,61 @@ final class EventSerializer {
         return value;
     }
 
-    private String schemaId(Schema schema) {
-        if (schema == null) {
+    private static String variableScaleDecimalText(Struct value) {
+        Object unscaled = value.get(VariableScaleDecimal.VALUE_FIELD);
+        byte[] bytes;
+        if (unscaled instanceof ByteBuffer) {
+            ByteBuffer buffer = ((ByteBuffer) unscaled).duplicate();
+            bytes = new byte[buffer.remaining()];
+            buffer.get(bytes);
+        }
+        else {
+            bytes = (byte[]) unscaled;
+        }
+        int scale = value.getInt32(VariableScaleDecimal.SCALE_FIELD);
+        return new BigDecimal(new BigInteger(bytes), scale).toPlainString();
+    }
+
+    private String schemaId(Schema valueSchema, Schema keySchema) {
+        if (valueSchema == null) {
             return null;
         }
-        String id = idBySchema.get(schema);
+        Map<Schema, String> idByKeySchema = idBySchemas.computeIfAbsent(valueSchema, unused -> new IdentityHashMap<>());
+        String id = idByKeySchema.get(keySchema);
         if (id == null) {
-            String schemaJson = schemaConverter.asJsonSchema(schema).toString();
+            ObjectNode schemaNode = schemaConverter.asJsonSchema(valueSchema).deepCopy();
+            markKeyColumns(schemaNode, keySchema);
+            String schemaJson = schemaNode.toString();
             id = idByJson.computeIfAbsent(schemaJson, unused -> "s" + (idByJson.size() + 1));
             jsonById.putIfAbsent(id, schemaJson);
-            idBySchema.put(schema, id);
+            idByKeySchema.put(keySchema, id);
         }
         return id;
+    }
+
+    /** Marks the key columns of the schema's `before` and `after` structs with their position in the key. */
+    private static void markKeyColumns(ObjectNode schemaNode, Schema keySchema) {
+        if (keySchema == null || keySchema.type() != Schema.Type.STRUCT) {
+            return;
+        }
+        Map<String, Integer> positions = new HashMap<>();
+        for (Field field : keySchema.fields()) {
+            positions.put(field.name(), field.index());
+        }
+        for (JsonNode image : schemaNode.path("fields")) {
+            String imageName = image.path("field").asText();
+            if (!"before".equals(imageName) && !"after".equals(imageName)) {
+                continue;
+            }
+            for (JsonNode column : image.path("fields")) {
+                Integer position = positions.get(column.path("field").asText());
+                if (position != null && column instanceof ObjectNode) {
+                    JsonNode parameters = column.get("parameters");
+                    ObjectNode target = parameters instanceof ObjectNode
+                            ? (ObjectNode) parameters : ((ObjectNode) column).putObject("parameters");
+                    target.put(KEY_POSITION_PARAMETER, Integer.toString(position));
+                }
+            }
+        }
     }
 }
