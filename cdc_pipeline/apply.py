@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_pipeline import control
+from cdc_pipeline.catalog import destination_columns, destination_table, primary_key
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import (
     DdlChange,
@@ -30,6 +31,7 @@ from cdc_pipeline.ddl import (
 from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
+from cdc_pipeline.schema_infer import ensure_table_matches
 from cdc_pipeline.typemap import dest_identifier
 
 log = logging.getLogger(__name__)
@@ -187,66 +189,6 @@ def attach_dml_frames(plan: BatchPlan) -> None:
             )
 
 
-def destination_columns(cur: psycopg.Cursor, schema: str, table: str) -> dict[str, str]:
-    """The table's columns and their types as format_type() spells them; empty when the table does not exist."""
-    cur.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-           ORDER BY a.attnum""", (schema, table))
-    return {name: type_name for name, type_name in cur.fetchall()}
-
-
-@dataclass
-class DestinationTable:
-    """What the destination catalog says of a table, for diffing a new definition against it."""
-
-    columns: dict[str, str]
-    not_null: set[str]
-    defaults: dict[str, str | None]
-    primary_key: tuple[str, tuple[str, ...]] | None
-    unique: dict[str, tuple[str, ...]]
-
-
-def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> DestinationTable | None:
-    """The table's columns, NOT NULLs, defaults, primary key and unique constraints; None when it does not exist."""
-    cur.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
-           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-           ORDER BY a.attnum""", (schema, table))
-    rows = cur.fetchall()
-    if not rows:
-        return None
-    cur.execute(
-        """SELECT con.conname, con.contype, array_agg(a.attname ORDER BY k.ord)
-           FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, ord) ON true
-           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-           WHERE n.nspname = %s AND c.relname = %s AND con.contype IN ('p', 'u')
-           GROUP BY con.conname, con.contype""", (schema, table))
-    constraints = cur.fetchall()
-    primary = next(((name, tuple(cols)) for name, kind, cols in constraints if kind == "p"), None)
-    return DestinationTable(
-        columns={name: type_name for name, type_name, _, _ in rows},
-        not_null={name for name, _, not_null, _ in rows if not_null},
-        defaults={name: default for name, _, _, default in rows},
-        primary_key=primary,
-        unique={name: tuple(cols) for name, kind, cols in constraints if kind == "u"},
-    )
-
-
-def primary_key(cur: psycopg.Cursor, schema: str, table: str) -> list[str]:
-    cur.execute(
-        """SELECT a.attname FROM pg_index i
-           JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
-           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-           WHERE n.nspname = %s AND c.relname = %s AND i.indisprimary ORDER BY k.ord""", (schema, table))
-    return [row[0] for row in cur.fetchall()]
-
-
 class BatchApplier:
     """Applies batch plans of one connector to the destination, each in one transaction."""
 
@@ -325,8 +267,6 @@ class BatchApplier:
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> None:
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
-        from cdc_pipeline.schema_infer import ensure_table_matches  # it imports this module's catalog helpers
-
         dest_columns = ensure_table_matches(cur, self.connector, schema, table, step.fields,
                                             source_table=step.source_table, position=position)
         columns = plan_columns(step.fields, dest_columns,

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import psycopg
 
-from cdc_pipeline.apply import DestinationTable, destination_columns, destination_table
+from cdc_pipeline.catalog import DestinationTable, destination_columns, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
