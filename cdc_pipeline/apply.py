@@ -171,8 +171,7 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
 
 def _source_millis(ref: EventRef) -> int | None:
     """When the change happened in the source (source.ts_ms), not when Debezium processed it."""
-    value = ref.source.get("ts_ms")
-    return int(value) if value not in (None, "", "null") else None
+    return ref.source_ts_ms
 
 
 def attach_dml_frames(plan: BatchPlan) -> None:

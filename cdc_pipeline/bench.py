@@ -45,22 +45,24 @@ def load_source(source: MariaDbServer, rows: int) -> None:
     source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
     source.execute([
         f"CREATE DATABASE {DATABASE}",
-        f"""CREATE TABLE {DATABASE}.items (id INT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), qty INT,
-            created DATETIME(3), note TEXT)""",
-        f"""INSERT INTO {DATABASE}.items SELECT seq, CONCAT('item-', seq), seq / 100, seq % 1000,
-            TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, REPEAT('x', seq % 50) FROM seq_1_to_{rows}""",
     ])
+    source.execute([
+        """CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), qty INT,
+            created DATETIME(3), note TEXT)""",
+        f"""INSERT INTO items SELECT seq, CONCAT('item-', seq), seq / 100, seq % 1000,
+            TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, REPEAT('x', seq % 50) FROM seq_1_to_{rows}""",
+    ], database=DATABASE)
 
 
 def change_source(source: MariaDbServer, rows: int) -> int:
     """A stream of inserts, updates and deletes; returns the number of row changes."""
     inserts, updates, deletes = rows // 2, rows // 4, rows // 4
     source.execute([
-        f"""INSERT INTO {DATABASE}.items SELECT {rows} + seq, CONCAT('new-', seq), seq / 10, seq % 7, NULL, 'n'
+        f"""INSERT INTO items SELECT {rows} + seq, CONCAT('new-', seq), seq / 10, seq % 7, NULL, 'n'
             FROM seq_1_to_{inserts}""",
-        f"UPDATE {DATABASE}.items SET qty = qty + 1, note = 'updated' WHERE id <= {updates}",
-        f"DELETE FROM {DATABASE}.items WHERE id > {updates} AND id <= {updates + deletes}",
-    ])
+        f"UPDATE items SET qty = qty + 1, note = 'updated' WHERE id <= {updates}",
+        f"DELETE FROM items WHERE id > {updates} AND id <= {updates + deletes}",
+    ], database=DATABASE)
     return inserts + updates + deletes
 
 

@@ -44,6 +44,9 @@ DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_BATCH_SIZE = 2048
 MAX_BATCH_SIZE = 100_000
 DEFAULT_MAX_EVENTS_PER_RUN = 100_000
+# Consecutive Debezium batches are joined up to this many events into one Spark job and one transaction.
+DEFAULT_APPLY_BATCH_EVENTS = 20_000
+MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
 POSTGRES_IDENTIFIER_MAX_LENGTH = 63
@@ -61,6 +64,7 @@ _CONNECTOR_FIELDS = (
     "tables",
     "snapshot_mode",
     "batch_size",
+    "apply_batch_events",
     "error_strategy",
     "schedule",
     "max_events_per_run",
@@ -156,6 +160,7 @@ class ConnectorConfig:
     tables: tuple[str, ...]
     snapshot_mode: str
     batch_size: int
+    apply_batch_events: int
     error_strategy: str
     schedule: str
     max_events_per_run: int
@@ -302,6 +307,8 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         tables=section.string_list("tables"),
         snapshot_mode=section.choice("snapshot_mode", SNAPSHOT_MODES, default="initial"),
         batch_size=section.integer("batch_size", default=DEFAULT_BATCH_SIZE, minimum=1, maximum=MAX_BATCH_SIZE),
+        apply_batch_events=section.integer("apply_batch_events", default=DEFAULT_APPLY_BATCH_EVENTS, minimum=1,
+                                           maximum=MAX_APPLY_BATCH_EVENTS),
         error_strategy=section.choice("error_strategy", ERROR_STRATEGIES, default="exit"),
         schedule=section.cron("schedule", default=DEFAULT_SCHEDULE),
         max_events_per_run=section.integer("max_events_per_run", default=DEFAULT_MAX_EVENTS_PER_RUN, minimum=1),

@@ -196,10 +196,10 @@ def _fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[Fetched
 
 
 def parse_batches(session: ConnectorSession, batches: list[FetchedBatch]) -> list[ParsedBatch]:
-    """Parses the fetched batches, consecutive small ones joined up to batch_size events (one Spark job each)."""
+    """Parses the fetched batches, consecutive ones joined up to apply_batch_events (one Spark job each)."""
     parsed = []
     with session.cycle_stats.timed("parse"):
-        for group in group_batches(batches, session.connector.batch_size):
+        for group in group_batches(batches, session.connector.apply_batch_events):
             batch = merge_batches(group, session.spark._jvm)
             parsed.append(parse_events(batch_dataframe(session.spark, batch), batch, session.connector.type))
     return parsed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -61,17 +62,29 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class EventRef:
-    """What the planner needs of one event: order, kind, table, schema and op; the payload for DDL only."""
+    """What the planner needs of one event: order, kind, table, schema and op; the payload for DDL only.
+
+    The source block and the offset stay JSON text until asked for: most events never need them.
+    """
 
     seq: int
     kind: str
     source_table: str | None
     schema_id: str | None
     op: str | None
-    source: dict[str, str]
-    ts_ms: int | None
+    source_json: str | None
+    source_ts_ms: int | None
     schema_change: dict[str, Any] | None = None
-    offset: dict[str, Any] | None = None
+    offset_json: str | None = None
+
+    @cached_property
+    def source(self) -> dict[str, str]:
+        raw = json.loads(self.source_json) if self.source_json else {}
+        return {key: None if value is None else str(value) for key, value in raw.items()}
+
+    @cached_property
+    def offset(self) -> dict[str, Any] | None:
+        return json.loads(self.offset_json) if self.offset_json else None
 
     @property
     def position(self) -> dict[str, Any]:
@@ -137,7 +150,8 @@ def parse_events(lines: DataFrame, batch: FetchedBatch, connector_type: str) -> 
         ))).alias("schema_change"),
         "offset",
     ).cache()
-    rows = events.select("seq", "kind", "source_table", "schema_id", "op", "source", "ts_ms", "schema_change",
+    rows = events.select("seq", "kind", "source_table", "schema_id", "op", F.to_json("source").alias("source_json"),
+                         F.col("source")["ts_ms"].cast("long").alias("source_ts_ms"), "schema_change",
                          "offset").collect()
     refs = []
     for row in sorted(rows, key=lambda r: r.seq):
@@ -148,12 +162,11 @@ def parse_events(lines: DataFrame, batch: FetchedBatch, connector_type: str) -> 
                 "databaseName": raw.get("databaseName"),
                 "ddl": raw.get("ddl"),
                 "tableChanges": json.loads(raw["tableChanges"]) if raw.get("tableChanges") else [],
-                "source": dict(row.source or {}),
+                "source": json.loads(row.source_json) if row.source_json else {},
             }
         refs.append(EventRef(
             seq=row.seq, kind=row.kind, source_table=row.source_table, schema_id=row.schema_id, op=row.op,
-            source=dict(row.source or {}), ts_ms=row.ts_ms, schema_change=change,
-            offset=json.loads(row.offset) if row.offset else None,
+            source_json=row.source_json, source_ts_ms=row.source_ts_ms, schema_change=change, offset_json=row.offset,
         ))
     return ParsedBatch(batch=batch, events=events, refs=refs)
 
