@@ -93,7 +93,7 @@ def test_changes_to_rows_inserted_in_the_same_backlog_keep_source_order(pipeline
         if i % 7 == 0:
             statements.append(f"UPDATE items SET id = {i + 1000} WHERE id = {i}")
     pipeline.source(statements)
-    pipeline.write_config(batch_size=64)
+    pipeline.write_config(batch_size=64, apply_batch_events=64)
 
     summary = pipeline.sync()
 

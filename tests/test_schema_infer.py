@@ -22,7 +22,7 @@ from cdc_pipeline.schema_infer import (
 def connector(**overrides) -> ConnectorConfig:
     fields = dict(
         name="pg", type="postgres", hostname="localhost", port=5432, user="u", password=Secret("p"),
-        database="shop", tables=(), snapshot_mode="initial", batch_size=100, error_strategy="exit",
+        database="shop", tables=(), snapshot_mode="initial", batch_size=100, apply_batch_events=20_000, error_strategy="exit",
         schedule="* * * * *", max_events_per_run=1000, max_seconds_per_run=60.0, idle_timeout_seconds=5.0,
         letter_casing="lowercase", destination_schema=None, debezium=MappingProxyType({}),
     )
