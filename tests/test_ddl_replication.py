@@ -204,3 +204,19 @@ def test_events_delivered_again_after_a_lost_offset_flush_are_skipped(pipeline):
     assert again["events"] == 0 and again["redelivered"] == first["events"]
     assert list(columns(pipeline, "e")) == ["id", "v2", "w"]
     pipeline.assert_same("e")
+
+
+def test_a_type_change_postgresql_cannot_cast_fails_with_a_clear_error(pipeline):
+    from cdc_pipeline.cli import main
+
+    pipeline.source(["CREATE TABLE c (id INT PRIMARY KEY, at DATETIME)", "INSERT INTO c VALUES (1, '2024-01-02 03:04:05')"])
+    pipeline.sync()
+    pipeline.source("ALTER TABLE c MODIFY at TIME")
+
+    assert main(["sync", pipeline.name]) == 1
+
+    error = pipeline.dest_query("SELECT last_error FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))[0][0]
+    assert "ALTER TABLE c MODIFY at TIME" in error and f"connector '{pipeline.name}'" in error
+    assert f"table '{pipeline.source_db}.c'" in error and "'file': 'mariadb-bin." in error
+    assert columns(pipeline, "c")["at"][0] == "timestamp(0) without time zone", "the failed batch was rolled back"
+    assert main(["sync", pipeline.name]) == 1, "the next run retries the same batch"
