@@ -44,8 +44,9 @@ POSTGRES_INSTALL_ROOT = Path("/usr/lib/postgresql")
 MARIADB_PACKAGES = ["mariadb-server", "mariadb-client"]
 POSTGRES_PACKAGES = ["postgresql"]
 CAPTURE_USER_HOSTS = ("%", "127.0.0.1", "localhost")
-CAPTURE_USER_PRIVILEGES = (
-    "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, LOCK TABLES"
+GRANT_CAPTURE_PRIVILEGES = (
+    "GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, LOCK TABLES "
+    "ON *.* TO %s@%s"
 )
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_UNIX_SOCKET_PATH = 107
@@ -252,7 +253,7 @@ class MariaDbServer:
         with self._connect(None) as connection, connection.cursor() as cursor:
             for host in CAPTURE_USER_HOSTS:
                 cursor.execute("CREATE OR REPLACE USER %s@%s IDENTIFIED BY %s", (user, host, password))
-                cursor.execute(f"GRANT {CAPTURE_USER_PRIVILEGES} ON *.* TO %s@%s", (user, host))
+                cursor.execute(GRANT_CAPTURE_PRIVILEGES, (user, host))
 
     def __enter__(self) -> MariaDbServer:
         return self.start()
