@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_pipeline import control
-from cdc_pipeline.catalog import destination_columns, destination_table, primary_key
+from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import (
     DdlChange,
@@ -100,9 +100,10 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
                 counts.redelivered += 1
                 continue
         counts.events += 1
-        source_ms = _source_millis(ref)
+        source_ms = ref.source_ts_ms
         if source_ms is not None:
-            counts.first_source_ms = source_ms if counts.first_source_ms is None else counts.first_source_ms
+            if counts.first_source_ms is None:
+                counts.first_source_ms = source_ms
             counts.last_source_ms = source_ms
         if ref.kind == SCHEMA_CHANGE:
             payload = ref.schema_change or {}
@@ -169,11 +170,6 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     return not connector.tables or source_table in connector.tables
 
 
-def _source_millis(ref: EventRef) -> int | None:
-    """When the change happened in the source (source.ts_ms), not when Debezium processed it."""
-    return ref.source_ts_ms
-
-
 def attach_dml_frames(plan: BatchPlan) -> None:
     """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema."""
     events = plan.parsed.events
@@ -227,7 +223,7 @@ class BatchApplier:
 
     def _apply_truncate(self, cur: psycopg.Cursor, step: TruncateStep) -> None:
         schema, table = self._dest_names(step.source_table)
-        if not destination_columns(cur, schema, table):
+        if destination_table(cur, schema, table) is None:
             log.warning("TRUNCATE of %s: destination table %s.%s does not exist", step.source_table, schema, table)
             return
         cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
@@ -266,12 +262,12 @@ class BatchApplier:
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> None:
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
-        dest_columns = ensure_table_matches(cur, self.connector, schema, table, step.fields,
-                                            source_table=step.source_table, position=position)
-        columns = plan_columns(step.fields, dest_columns,
+        destination = ensure_table_matches(cur, self.connector, schema, table, step.fields,
+                                           source_table=step.source_table, position=position)
+        columns = plan_columns(step.fields, destination.columns,
                                lambda name: dest_identifier(name, self.connector.letter_casing),
                                connector=self.connector.name, table=step.source_table)
-        key = primary_key(cur, schema, table)
+        key = list(destination.primary_key[1]) if destination.primary_key else []
         try:
             if key:
                 self._merge_keyed(cur, schema, table, step, columns, key)

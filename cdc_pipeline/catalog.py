@@ -7,16 +7,6 @@ from dataclasses import dataclass
 import psycopg
 
 
-def destination_columns(cur: psycopg.Cursor, schema: str, table: str) -> dict[str, str]:
-    """The table's columns and their types as format_type() spells them; empty when the table does not exist."""
-    cur.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-           ORDER BY a.attnum""", (schema, table))
-    return {name: type_name for name, type_name in cur.fetchall()}
-
-
 @dataclass
 class DestinationTable:
     """What the destination catalog says of a table, for diffing a new definition against it."""
@@ -55,13 +45,3 @@ def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> Destinati
         primary_key=primary,
         unique={name: tuple(cols) for name, kind, cols in constraints if kind == "u"},
     )
-
-
-def primary_key(cur: psycopg.Cursor, schema: str, table: str) -> list[str]:
-    cur.execute(
-        """SELECT a.attname FROM pg_index i
-           JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
-           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-           WHERE n.nspname = %s AND c.relname = %s AND i.indisprimary ORDER BY k.ord""", (schema, table))
-    return [row[0] for row in cur.fetchall()]

@@ -134,9 +134,11 @@ class BatchCounts:
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
+    COUNTERS = ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
+                "truncates")
+
     def add(self, other: "BatchCounts") -> None:
-        for name in ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events",
-                     "redelivered", "truncates"):
+        for name in self.COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.first_source_ms is not None:
             self.first_source_ms = min(filter(None, (self.first_source_ms, other.first_source_ms)))
@@ -144,9 +146,7 @@ class BatchCounts:
             self.last_source_ms = max(filter(None, (self.last_source_ms, other.last_source_ms)))
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in
-                ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
-                 "truncates")}
+        return {name: getattr(self, name) for name in self.COUNTERS}
 
 
 def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts,

@@ -73,7 +73,7 @@ class EventRef:
     schema_id: str | None
     op: str | None
     source_json: str | None
-    source_ts_ms: int | None
+    source_ts_ms: int | None  # when the change happened in the source, not when Debezium processed it
     schema_change: dict[str, Any] | None = None
     offset_json: str | None = None
 

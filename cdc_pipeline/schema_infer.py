@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import psycopg
 
-from cdc_pipeline.catalog import DestinationTable, destination_columns, destination_table
+from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
@@ -164,8 +164,8 @@ def table_def_from_event_schema(fields: Sequence[FieldSpec], key_fields: Sequenc
 
 def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema: str, table: str,
                          fields: Sequence[FieldSpec], key_fields: Sequence[str] | None = None, *,
-                         source_table: str, position: object = None) -> dict[str, str]:
-    """Makes the destination table match the events' value schema, then returns its columns and types.
+                         source_table: str, position: object = None) -> DestinationTable:
+    """Makes the destination table match the events' value schema, then returns what the catalog says of it.
 
     For sources without DDL events (PostgreSQL) a missing table is created, with the record key (by
     default the columns the runner marked) as primary key, and a table whose columns differ is altered
@@ -178,7 +178,7 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
             raise ConversionError(
                 f"destination table {schema}.{table} does not exist and no schema change created it",
                 connector=connector.name, table=source_table, position=position)
-        return existing.columns
+        return existing
     if existing is None:
         keys = key_fields_of(fields) if key_fields is None else list(key_fields)
         wanted = table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table)
@@ -192,7 +192,7 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
         keys = [spec.name for spec in fields if dest_identifier(spec.name, connector.letter_casing) in destination_key]
         wanted = table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table)
         if not _differs(wanted, existing):
-            return existing.columns
+            return existing
         statements = alter_table_sql(replace(wanted, schema=schema, name=table), existing.columns)
         action = "altered"
     try:
@@ -203,7 +203,9 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
                               connector=connector.name, table=source_table, position=position) from exc
     log.info("%s: %s %s.%s from the value schema of %s (%d statements) at %s", connector.name, action, schema,
              table, source_table, len(statements), position)
-    return destination_columns(cur, schema, table)
+    altered = destination_table(cur, schema, table)
+    assert altered is not None
+    return altered
 
 
 def _differs(wanted: TableDef, existing: DestinationTable) -> bool:
