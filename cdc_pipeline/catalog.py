@@ -1,10 +1,27 @@
-"""Reading the destination catalog: a table's columns, keys, defaults and constraints."""
+"""Reading the destination catalog: a table's columns, their types, keys, defaults and constraints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A destination column's type: its name, the base type behind any domains, and that base type's category.
+
+    `category` is `pg_type.typcategory` of the base type ('N' numeric, 'S' string, 'E' enum, 'U' user,
+    'D' datetime, 'B' boolean, 'A' array, 'T' timespan, ...). `builtin` says whether the base type is one of
+    PostgreSQL's own (schema pg_catalog); `user_defined` whether the column's own type is not (a domain, an
+    enum, a composite or an extension type such as citext): a type someone chose, never one the pipeline created.
+    """
+
+    name: str
+    base: str
+    category: str
+    builtin: bool
+    user_defined: bool
 
 
 @dataclass
@@ -16,14 +33,32 @@ class DestinationTable:
     defaults: dict[str, str | None]
     primary_key: tuple[str, tuple[str, ...]] | None
     unique: dict[str, tuple[str, ...]]
+    types: dict[str, ColumnType] = field(default_factory=dict)
+
+    @property
+    def user_typed(self) -> set[str]:
+        """The columns whose type is not one of PostgreSQL's own: domains, enums, composites, extension types."""
+        return {name for name, column_type in self.types.items() if column_type.user_defined}
 
 
 def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> DestinationTable | None:
-    """The table's columns, NOT NULLs, defaults, primary key and unique constraints; None when it does not exist."""
+    """The table's columns and their types, NOT NULLs, defaults, primary key and unique constraints; None when
+    it does not exist. Domains are resolved to their base type, through domains over domains."""
     cur.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
+                  t.typnamespace <> 'pg_catalog'::regnamespace,
+                  format_type(base.oid, base.typmod), bt.typcategory, bt.typnamespace = 'pg_catalog'::regnamespace
            FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_type t ON t.oid = a.atttypid
            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           CROSS JOIN LATERAL (
+               WITH RECURSIVE chain(oid, typmod, depth) AS (
+                   SELECT a.atttypid, a.atttypmod, 0
+                   UNION ALL
+                   SELECT dt.typbasetype, dt.typtypmod, chain.depth + 1
+                   FROM chain JOIN pg_type dt ON dt.oid = chain.oid WHERE dt.typtype = 'd')
+               SELECT oid, typmod FROM chain ORDER BY depth DESC LIMIT 1) AS base
+           JOIN pg_type bt ON bt.oid = base.oid
            WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
            ORDER BY a.attnum""", (schema, table))
     rows = cur.fetchall()
@@ -39,9 +74,11 @@ def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> Destinati
     constraints = cur.fetchall()
     primary = next(((name, tuple(cols)) for name, kind, cols in constraints if kind == "p"), None)
     return DestinationTable(
-        columns={name: type_name for name, type_name, _, _ in rows},
-        not_null={name for name, _, not_null, _ in rows if not_null},
-        defaults={name: default for name, _, _, default in rows},
+        columns={row[0]: row[1] for row in rows},
+        not_null={row[0] for row in rows if row[2]},
+        defaults={row[0]: row[3] for row in rows},
         primary_key=primary,
         unique={name: tuple(cols) for name, kind, cols in constraints if kind == "u"},
+        types={name: ColumnType(name=type_name, base=base, category=category, builtin=builtin, user_defined=user)
+               for name, type_name, _, _, user, base, category, builtin in rows},
     )
