@@ -27,6 +27,7 @@ from cdc_pipeline.typemap import (
     canonical_pg_type,
     column_def_from_source,
     dest_identifier,
+    postgres_array_element,
 )
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,12 @@ LOGICAL_PG_TYPES: dict[str, str] = {
     "io.debezium.data.Xml": "xml",
     "io.debezium.data.Enum": "text",
     "io.debezium.data.EnumSet": "text",
+    "io.debezium.time.MicroDuration": "interval",
+    "io.debezium.time.NanoDuration": "interval",
+    "io.debezium.time.Interval": "interval",
+    "io.debezium.data.geometry.Geometry": "bytea",
+    "io.debezium.data.geometry.Geography": "bytea",
+    "io.debezium.data.geometry.Point": "bytea",
 }
 
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -123,6 +130,8 @@ def pg_type_from_connect(spec: FieldSpec) -> str:
         return LOGICAL_PG_TYPES[spec.logical]
     if spec.type in CONNECT_PG_TYPES:
         return CONNECT_PG_TYPES[spec.type]
+    if spec.type == "array":
+        return "text[]"
     log.warning("Unknown Connect type %s (%s) of column %r: mapped to text", spec.type, spec.logical, spec.name)
     return "text"
 
@@ -221,6 +230,8 @@ def _differs(wanted: TableDef, existing: DestinationTable) -> bool:
 
 
 def _known_postgres_type(source_type: str) -> bool:
+    if postgres_array_element(source_type) is not None:
+        return True
     base = " ".join(source_type.strip().strip('"').lower().split())
     return base in POSTGRES_TYPE_MAP or POSTGRES_TYPE_ALIASES.get(base) in POSTGRES_TYPE_MAP
 

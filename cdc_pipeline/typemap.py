@@ -136,6 +136,21 @@ POSTGRES_TYPE_MAP: dict[str, str] = {
     "jsonb": "jsonb",
     "uuid": "uuid",
     "interval": "interval",
+    "xml": "xml",
+    "bit": "bit(n)",
+    "varbit": "bit varying(n)",
+    "inet": "inet",
+    "cidr": "cidr",
+    "macaddr": "macaddr",
+    "macaddr8": "macaddr8",
+    "money": "numeric(19,2)",
+    "point": "point",
+    "int4range": "int4range",
+    "int8range": "int8range",
+    "numrange": "numrange",
+    "daterange": "daterange",
+    "tsrange": "tsrange",
+    "tstzrange": "tstzrange",
 }
 
 POSTGRES_TYPE_ALIASES: dict[str, str] = {
@@ -178,6 +193,9 @@ _SPECIAL_ROWS: dict[str, list[tuple[str, str]]] = {
     "postgres": [
         ("numeric without precision", "numeric"),
         ("time types without precision", "PostgreSQL's default (6 digits)"),
+        ("arrays of the types above (`_int4` ...)", "the element's type, as an array (`integer[]` ...)"),
+        ("arrays of other types", "text[]"),
+        ("enum types", "text"),
         ("anything else", "text (logged as a warning)"),
     ],
 }
@@ -290,7 +308,7 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
         name=dest_identifier(source_name, letter_casing),
         source_name=source_name,
         pg_type=pg_type,
-        nullable=bool(column.get("optional", True)),
+        nullable=bool(column.get("optional", True)) or _holds_zero_dates(source_type, connector_type),
         default_sql=_default_sql(column.get("defaultValueExpression"), pg_type, source_name),
         identity=bool(column.get("autoIncremented", False)),
         source_type=source_type,
@@ -298,6 +316,11 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
             _implicit_default_sql(pg_type, source_type, column) if connector_type in ("mariadb", "mysql") else None
         ),
     )
+
+
+def _holds_zero_dates(source_type: str, connector_type: str) -> bool:
+    """A MariaDB/MySQL TIMESTAMP may hold the zero date, which replicates as NULL: its column stays nullable."""
+    return connector_type in ("mariadb", "mysql") and source_type.split("(", 1)[0].strip().upper() == "TIMESTAMP"
 
 
 def _mysql_pg_type(source_type: str, column: dict[str, Any], type_map: dict[str, str]) -> str:
@@ -322,7 +345,21 @@ def _mysql_pg_type(source_type: str, column: dict[str, Any], type_map: dict[str,
     return _fill_template(template, column, fsp=_mysql_fractional_digits(length), fsp_default=0)
 
 
+def postgres_array_element(source_type: str) -> str | None:
+    """The element type of a PostgreSQL array type as Debezium names it (`_int4` -> `int4`), or None."""
+    base = " ".join(source_type.strip().strip('"').lower().split())
+    if base.startswith("_"):
+        return base[1:]
+    if base.endswith("[]"):
+        return base[:-2].rstrip()
+    return None
+
+
 def _postgres_pg_type(source_type: str, column: dict[str, Any]) -> str:
+    element = postgres_array_element(source_type)
+    if element is not None:
+        known = POSTGRES_TYPE_MAP.get(element) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(element, ""))
+        return (_postgres_pg_type(element, column) if known else "text") + "[]"
     base = " ".join(source_type.strip().strip('"').lower().split())
     template = POSTGRES_TYPE_MAP.get(base) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(base, ""))
     if template is None:
