@@ -150,6 +150,15 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         props["database.include.list"] = connector.database
         props["database.ssl.mode"] = "disable"
         props["connect.timeout.ms"] = "10000"
+        # BIGINT UNSIGNED up to 18446744073709551615 as an exact decimal, not a wrapped-around long.
+        props["bigint.unsigned.handling.mode"] = "precise"
+        # The MariaDB JDBC driver reads YEAR as a date by default and fails the snapshot on YEAR 0000.
+        props["driver.yearIsDateType"] = "false"
+        # The server has already made two-digit years four-digit; Debezium's adjuster would turn a DATE or
+        # DATETIME in year 69 into 2069.
+        props["enable.time.adjuster"] = "false"
+        # The source type tells MariaDB/MySQL's TIMESTAMP, whose epoch value can only be a zero date, from others.
+        props["column.propagate.source.type"] = ".*"
     elif connector.type == "postgres":
         props["database.dbname"] = connector.database
         props["plugin.name"] = "pgoutput"
@@ -159,6 +168,8 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         # PostgreSQL emits no DDL events: destination tables are derived from the value schemas, which need
         # each column's source type, length and scale to reproduce it.
         props["column.propagate.source.type"] = ".*"
+        # Intervals as ISO-8601 text keep months and days apart (the numeric form folds them into microseconds).
+        props["interval.handling.mode"] = "string"
         if connector.tables:
             schemas = dict.fromkeys(table.rpartition(".")[0] for table in connector.tables)
             props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
