@@ -28,7 +28,7 @@ from cdc_pipeline.ddl import (
     drop_table_sql,
     rename_table_sql,
 )
-from cdc_pipeline.dml import ColumnPlan, compact_by_key, copy_line, parse_copy_line, plan_columns
+from cdc_pipeline.dml import ColumnPlan, apply_error, compact_by_key, copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
 from cdc_pipeline.schema_infer import ensure_table_matches
@@ -249,7 +249,7 @@ class BatchApplier:
                     change.table, existing.columns, existing_primary_key=existing.primary_key,
                     column_renames=change.column_renames, existing_defaults=existing.defaults,
                     existing_not_null=existing.not_null, existing_unique=existing.unique,
-                    unique_dropped=change.unique_dropped)
+                    unique_dropped=change.unique_dropped, user_typed=existing.user_typed)
             for statement in statements:
                 cur.execute(statement)
             log.info("Applied %s of %s as %s.%s (%d statements) for %r at %s", change.kind, change.source_table,
@@ -266,7 +266,8 @@ class BatchApplier:
                                            source_table=step.source_table, position=position)
         columns = plan_columns(step.fields, destination.columns,
                                lambda name: dest_identifier(name, self.connector.letter_casing),
-                               connector=self.connector.name, table=step.source_table)
+                               connector=self.connector.name, table=step.source_table,
+                               dest_types=destination.types)
         key = list(destination.primary_key[1]) if destination.primary_key else []
         try:
             if key:
@@ -274,8 +275,9 @@ class BatchApplier:
             else:
                 self._apply_keyless(cur, schema, table, step, columns)
         except psycopg.Error as exc:
-            raise ConversionError(f"cannot apply changes to {schema}.{table}: {exc}", connector=self.connector.name,
-                                  table=step.source_table, position=position) from exc
+            raise apply_error(exc, step.frame, columns, connector=self.connector.name, table=step.source_table,
+                              target=f"{schema}.{table}", seqs=(step.first_seq, step.last_seq),
+                              position=position) from exc
 
     def _staging(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[str]) -> sql.Identifier:
         self._staging_seq += 1

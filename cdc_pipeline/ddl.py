@@ -337,6 +337,7 @@ def alter_table_sql(
     existing_not_null: set[str] | None = None,
     existing_unique: dict[str, tuple[str, ...]] | None = None,
     unique_dropped: Iterable[str] = (),
+    user_typed: Iterable[str] = (),
 ) -> list[sql.Composed]:
     """Return the statements that bring an existing destination table to the new definition.
 
@@ -350,6 +351,8 @@ def alter_table_sql(
     missing columns are added, changed types altered with a USING cast; nullability and defaults
     follow the new definition; columns no longer in it are dropped (except those in `preserve`, such
     as columns the pipeline itself adds); then the new primary key and missing unique keys are added.
+    Columns in `user_typed` have a type the destination's owner chose (a domain, an enum, citext, ...; see
+    `catalog.ColumnType`): their type and default are never changed, values reach them by the type's category.
     A NOT NULL column added without a default is first filled with the value MySQL/MariaDB give
     existing rows, and so are NULLs of a column that becomes NOT NULL. Without `existing_not_null`,
     nullable columns lose NOT NULL and a column that became NOT NULL is left as it is.
@@ -373,6 +376,8 @@ def alter_table_sql(
     def current(name: str) -> str:
         return renamed.get(name, name)
 
+    chosen_types = {current(name) for name in user_typed}
+
     primary_key_changes = False
     if existing_primary_key is not UNKNOWN_PRIMARY_KEY:
         old_key = tuple(current(name) for name in existing_primary_key[1]) if existing_primary_key else ()
@@ -392,6 +397,8 @@ def alter_table_sql(
     for column in table.columns:
         if column.name not in existing:
             statements.extend(_add_column_sql(target, column, table))
+        elif column.name in chosen_types:
+            continue
         elif canonical_pg_type(column.pg_type) != existing[column.name]:
             statements.extend(_retype_column_sql(target, column, existing[column.name]))
         else:

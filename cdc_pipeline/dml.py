@@ -8,14 +8,18 @@ input form, and the row becomes one line of COPY text format. No Python runs per
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
+import psycopg
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline.catalog import ColumnType
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import FieldSpec
+from cdc_pipeline.events import DATA_CHANGE, EventRef, FieldSpec
+from cdc_pipeline.schema_infer import SOURCE_TYPE_PARAMETER
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +77,125 @@ def _time_of_day(unit: str) -> Converter:
         if pg_type.startswith("interval"):
             return F.concat(micros.cast("string"), F.lit(" microseconds"))
         magnitude = F.abs(micros)
-        return F.format_string(
+        return F.when(micros.isNotNull(), F.format_string(
             "%s%02d:%02d:%02d.%06d",
             F.when(micros < 0, F.lit("-")).otherwise(F.lit("")),
             (magnitude / 3_600_000_000).cast("long"),
             ((magnitude / 60_000_000) % 60).cast("long"),
             ((magnitude / 1_000_000) % 60).cast("long"),
             magnitude % 1_000_000,
-        )
+        ))
     return convert
+
+
+_NUMBER_TYPES = frozenset({"smallint", "integer", "bigint", "numeric", "real", "double precision"})
+
+
+def _boolean(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """Connect booleans: `true`/`false`, or 1/0 for a numeric column (a numeric domain, say)."""
+    if pg_type.split("(")[0].strip() in _NUMBER_TYPES:
+        return F.when(value == "true", F.lit("1")).when(value == "false", F.lit("0")).otherwise(value)
+    return value
+
+
+def _zoned_text(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """ISO-8601 text with an offset (ZonedTimestamp, ZonedTime) as PostgreSQL reads it; fractions finer than
+    microseconds (SQL Server's 100 ns) are truncated, as the Nano* converters truncate, never rounded into the
+    next second or day."""
+    return F.regexp_replace(value, r"(\.\d{6})\d+", "$1")
+
+
+def _micro_duration(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    return F.concat(value, F.lit(" microseconds"))
+
+
+def _nano_duration(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    return F.concat(F.floor(value.cast("decimal(38,0)") / 1000).cast("long").cast("string"), F.lit(" microseconds"))
+
+
+def _variable_scale_decimal(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """Oracle NUMBER, PostgreSQL numeric without precision: the runner writes these as plain decimal text.
+
+    Debezium's own struct form, `{"scale": s, "value": base64 of the big-endian two's complement unscaled
+    value}`, is decoded as well, up to 38 unscaled digits: a longer one fails the Spark job rather than lose digits.
+    """
+    return F.when(value.startswith("{"), _decimal_from_struct(value)).otherwise(value)
+
+
+def _decimal_from_struct(value: Column) -> Column:
+    scale = F.get_json_object(value, "$.scale").cast("int")
+    hex_digits = F.hex(F.unbase64(F.get_json_object(value, "$.value")))
+    negative = F.coalesce(F.substring(hex_digits, 1, 1).isin(*"89ABCDEF"), F.lit(False))
+    octets = F.transform(F.regexp_extract_all(hex_digits, F.lit("(..)"), 1),
+                         lambda pair: F.conv(pair, 16, 10).cast("int"))
+    # A negative two's complement number is -(~x + 1): accumulate the inverted bytes, so no sum exceeds 38 digits.
+    magnitude_octets = F.when(negative, F.transform(octets, lambda octet: 255 - octet)).otherwise(octets)
+    unsigned = F.aggregate(magnitude_octets, F.lit(0).cast("decimal(38,0)"),
+                           lambda total, octet: (total * 256 + octet).cast("decimal(38,0)"))
+    digits = F.when(negative, unsigned + 1).otherwise(unsigned).cast("decimal(38,0)").cast("string")
+    padded = F.lpad(digits, F.greatest(F.length(digits), scale + 1), "0")
+    point = F.length(padded) - scale
+    scaled = (
+        F.when(scale > 0, F.concat(F.substring(padded, F.lit(1), point), F.lit("."),
+                                   F.substring(padded, point + 1, scale)))
+        .when(scale < 0, F.concat(digits, F.repeat(F.lit("0"), -scale)))
+        .otherwise(digits)
+    )
+    return F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), scaled)
+
+
+def _enum_set(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """A SET's members as Debezium sends them (`a,b`), or an array literal for an array column (of an enum, say)."""
+    if not pg_type.endswith("[]"):
+        return value
+    members = F.transform(F.split(value, ","),
+                          lambda member: F.concat(F.lit('"'), F.regexp_replace(member, r'(["\\])', r"\\$1"),
+                                                  F.lit('"')))
+    return F.when(value == "", F.lit("{}")).otherwise(F.concat(F.lit("{"), F.array_join(members, ","), F.lit("}")))
+
+
+_EWKB_SRID_FLAG = 0x20000000
+
+
+def _reverse_octets(hex_digits: Column) -> Column:
+    return F.array_join(F.reverse(F.regexp_extract_all(hex_digits, F.lit("(..)"), 1)), "")
+
+
+def _ewkb_hex(wkb_hex: Column, srid: Column) -> Column:
+    """WKB (hex) with its SRID put in as EWKB does: the SRID flag in the type word, the SRID after it, both in
+    the WKB's own byte order (its first octet: 01 little-endian, 00 big-endian)."""
+    little_endian = F.substring(wkb_hex, 1, 2) == "01"
+    type_word = F.substring(wkb_hex, 3, 8)
+    type_big_endian = F.when(little_endian, _reverse_octets(type_word)).otherwise(type_word)
+    flagged = F.lpad(F.lower(F.conv(
+        F.conv(type_big_endian, 16, 10).cast("long").bitwiseOR(F.lit(_EWKB_SRID_FLAG)).cast("string"), 10, 16)), 8, "0")
+    srid_big_endian = F.lpad(F.lower(F.conv(srid.cast("string"), 10, 16)), 8, "0")
+
+    def in_order(word: Column) -> Column:
+        return F.when(little_endian, _reverse_octets(word)).otherwise(word)
+
+    ewkb = F.concat(F.substring(wkb_hex, 1, 2), in_order(flagged), in_order(srid_big_endian),
+                    F.substring(wkb_hex, 11, 1 << 30))
+    return F.when(srid.isNull() | (srid == 0), wkb_hex).otherwise(ewkb)
+
+
+def _geometry(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """Debezium geometry structs (`{"wkb": base64, "srid": n}`; a Point also has `x`, `y`).
+
+    Into bytea: EWKB, PostGIS's extended WKB, which is the WKB with the source SRID inside it (`ST_GeomFromEWKB`
+    reads it; without a source SRID it is the plain WKB). Into PostgreSQL's `point`: `(x,y)` of a Point. Into
+    anything else (text, PostGIS geometry, a user type): `SRID=n;` and the WKB in hex, the form PostGIS's geometry
+    input reads; without a source SRID just the hex WKB.
+    """
+    wkb = F.unbase64(F.get_json_object(value, "$.wkb"))
+    if pg_type == "bytea":
+        return F.concat(F.lit("\\x"), _ewkb_hex(F.lower(F.hex(wkb)), F.get_json_object(value, "$.srid").cast("long")))
+    if pg_type == "point":
+        return F.when(value.isNotNull(), F.format_string("(%s,%s)", F.get_json_object(value, "$.x"),
+                                                         F.get_json_object(value, "$.y")))
+    srid = F.get_json_object(value, "$.srid")
+    return F.concat(F.when(srid.isNotNull(), F.concat(F.lit("SRID="), srid, F.lit(";"))).otherwise(F.lit("")),
+                    F.hex(wkb))
 
 
 # (Connect type or None for any, logical name or None) -> converter. Looked up most specific first.
@@ -92,23 +206,29 @@ CONVERTERS: dict[tuple[str | None, str | None], Converter] = {
     (None, "org.apache.kafka.connect.data.Timestamp"): _millis_timestamp,
     (None, "io.debezium.time.MicroTimestamp"): _micros_timestamp,
     (None, "io.debezium.time.NanoTimestamp"): _nanos_timestamp,
-    (None, "io.debezium.time.ZonedTimestamp"): _identity,
-    (None, "io.debezium.time.ZonedTime"): _identity,
+    (None, "io.debezium.time.ZonedTimestamp"): _zoned_text,
+    (None, "io.debezium.time.ZonedTime"): _zoned_text,
     (None, "io.debezium.time.Time"): _time_of_day("millis"),
     (None, "org.apache.kafka.connect.data.Time"): _time_of_day("millis"),
     (None, "io.debezium.time.MicroTime"): _time_of_day("micros"),
     (None, "io.debezium.time.NanoTime"): _time_of_day("nanos"),
     (None, "io.debezium.time.Year"): _identity,
+    (None, "io.debezium.time.MicroDuration"): _micro_duration,
+    (None, "io.debezium.time.NanoDuration"): _nano_duration,
+    (None, "io.debezium.time.Interval"): _identity,
     (None, "org.apache.kafka.connect.data.Decimal"): _identity,
-    (None, "io.debezium.data.VariableScaleDecimal"): _identity,
+    (None, "io.debezium.data.VariableScaleDecimal"): _variable_scale_decimal,
     (None, "io.debezium.data.Json"): _identity,
     (None, "io.debezium.data.Enum"): _identity,
-    (None, "io.debezium.data.EnumSet"): _identity,
+    (None, "io.debezium.data.EnumSet"): _enum_set,
     (None, "io.debezium.data.Uuid"): _identity,
     (None, "io.debezium.data.Bits"): _bits_text,
     (None, "io.debezium.data.Xml"): _identity,
+    (None, "io.debezium.data.geometry.Geometry"): _geometry,
+    (None, "io.debezium.data.geometry.Geography"): _geometry,
+    (None, "io.debezium.data.geometry.Point"): _geometry,
     ("bytes", None): _bytes_hex,
-    ("boolean", None): _identity,
+    ("boolean", None): _boolean,
     ("string", None): _identity,
     ("int8", None): _identity,
     ("int16", None): _identity,
@@ -138,18 +258,80 @@ def copy_escape(text: Column) -> Column:
 
 @dataclass(frozen=True)
 class ColumnPlan:
-    """How one destination column is filled from a row image."""
+    """How one destination column is filled from a row image.
+
+    `dest_type` is what the catalog says of the column's type, when known. A column whose type the pipeline did
+    not create (a domain, an enum, citext, hstore, ...) receives the text input form of its `input_type`: the
+    base type of a domain over a built-in type, else a stand-in for the type's category (`CATEGORY_INPUT_TYPES`).
+    """
 
     source_name: str
     dest_name: str
     pg_type: str
     spec: FieldSpec
     convert: Converter
+    dest_type: ColumnType | None = None
+
+    @property
+    def input_type(self) -> str:
+        """The built-in type whose text input form the converter writes for this column."""
+        dest_type = self.dest_type
+        if dest_type is None or not dest_type.user_defined:
+            return self.pg_type
+        if dest_type.builtin:
+            return dest_type.base
+        return CATEGORY_INPUT_TYPES.get(dest_type.category, dest_type.base)
+
+    @property
+    def source_type(self) -> str:
+        """The source column as the events describe it: its source type if propagated, its Debezium representation."""
+        representation = " ".join(part for part in (self.spec.type, self.spec.logical) if part)
+        source = self.spec.parameters.get(SOURCE_TYPE_PARAMETER)
+        return f"{source} ({representation})" if source else representation
+
+    @property
+    def destination_type(self) -> str:
+        """The destination column's type, with what it is when the pipeline did not create it."""
+        dest_type = self.dest_type
+        if dest_type is None or not dest_type.user_defined:
+            return self.pg_type
+        if dest_type.base != dest_type.name:
+            return f"{self.pg_type} (a domain over {dest_type.base})"
+        return f"{self.pg_type} ({CATEGORY_NAMES.get(dest_type.category, 'user-defined type')})"
+
+
+# The text form a type the pipeline did not create receives, by pg_type.typcategory (domains resolved first):
+# a string, enum, composite or user type (citext, hstore, PostGIS geometry, ...) takes the value's text, a
+# numeric type numeric text, a boolean type true/false. Datetime and geometric types take their own name's form.
+CATEGORY_INPUT_TYPES: dict[str, str] = {
+    "A": "text[]",
+    "B": "boolean",
+    "C": "text",
+    "E": "text",
+    "I": "inet",
+    "N": "numeric",
+    "R": "text",
+    "S": "text",
+    "T": "interval",
+    "U": "text",
+    "V": "bit varying",
+    "X": "text",
+}
+
+CATEGORY_NAMES: dict[str, str] = {
+    "A": "an array", "B": "a boolean type", "C": "a composite type", "D": "a datetime type", "E": "an enum",
+    "G": "a geometric type", "I": "a network address type", "N": "a numeric type", "R": "a range type",
+    "S": "a string type", "T": "a timespan type", "U": "a user-defined type", "V": "a bit-string type",
+}
 
 
 def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of: Callable[[str], str], *,
-                 connector: str, table: str) -> list[ColumnPlan]:
-    """Matches each event column with its destination column and picks its converter."""
+                 connector: str, table: str, dest_types: Mapping[str, ColumnType] | None = None) -> list[ColumnPlan]:
+    """Matches each event column with its destination column and picks its converter.
+
+    `dest_types` (from `catalog.destination_table`) lets columns of types the pipeline did not create
+    receive the form their type's category reads (see `ColumnPlan`).
+    """
     plans = []
     for spec in fields:
         dest_name = name_of(spec.name)
@@ -162,7 +344,8 @@ def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of:
             log.warning("No converter for %s.%s (%s, %s): passing its text through", table, spec.name, spec.type,
                         spec.logical)
             convert = _identity
-        plans.append(ColumnPlan(spec.name, dest_name, dest_columns[dest_name], spec, convert))
+        plans.append(ColumnPlan(spec.name, dest_name, dest_columns[dest_name], spec, convert,
+                                (dest_types or {}).get(dest_name)))
     return plans
 
 
@@ -171,7 +354,7 @@ def copy_line(image: str, columns: list[ColumnPlan]) -> Column:
     values = []
     for column in columns:
         raw = F.col(image)[column.source_name]
-        values.append(F.coalesce(copy_escape(column.convert(raw, column.spec, column.pg_type)), F.lit(NULL_TEXT)))
+        values.append(F.coalesce(copy_escape(column.convert(raw, column.spec, column.input_type)), F.lit(NULL_TEXT)))
     return F.concat_ws("\t", *values)
 
 
@@ -209,3 +392,91 @@ def parse_copy_line(line: str) -> list[str | None]:
                 i += 1
         values.append("".join(out))
     return values
+
+
+_COPY_CONTEXT = re.compile(r"COPY [^,]+, line (?P<line>\d+), column (?P<rest>.*)", re.S)
+_NOT_NULL_VIOLATION = "23502"
+
+
+@dataclass(frozen=True)
+class RejectedValue:
+    """A value PostgreSQL refused, as its error tells it: the column, the value (None for NULL) and the COPY line.
+
+    PostgreSQL shows at most about 100 bytes of a value, ending a cut one with `...`: `truncated` says so.
+    """
+
+    column: ColumnPlan
+    value: str | None
+    truncated: bool = False
+    line: int | None = None
+
+
+def rejected_value(error: psycopg.Error, columns: Sequence[ColumnPlan]) -> RejectedValue | None:
+    """The column and value an error of COPY (`COPY t, line 3, column x: "..."`) or of a NOT NULL constraint
+    names; None when it names no column of `columns`."""
+    by_name = {column.dest_name: column for column in columns}
+    for context in (error.diag.context or "").splitlines():
+        match = _COPY_CONTEXT.fullmatch(context.strip())
+        if match is None:
+            continue
+        rest = match["rest"]
+        name = next((name for name in sorted(by_name, key=len, reverse=True)
+                     if rest == name or rest.startswith(f"{name}: ")), None)
+        if name is None:
+            continue
+        detail = rest[len(name) + 2:]
+        if not detail.startswith('"'):
+            return RejectedValue(by_name[name], None, line=int(match["line"]))
+        value = detail[1:-1] if detail.endswith('"') else detail[1:]
+        truncated = value.endswith("...")
+        return RejectedValue(by_name[name], value[:-3] if truncated else value, truncated, int(match["line"]))
+    if error.diag.sqlstate == _NOT_NULL_VIOLATION and error.diag.column_name in by_name:
+        return RejectedValue(by_name[error.diag.column_name], None)
+    return None
+
+
+def events_with_value(frame: DataFrame, rejected: RejectedValue, limit: int = 3) -> list[EventRef]:
+    """The first events (in source order) whose COPY text of the rejected column is the rejected value.
+
+    A delete is looked at in its `before` image (its key is loaded from there), any other change in `after`.
+    """
+    column = rejected.column
+    wanted = F.lit(NULL_TEXT) if rejected.value is None else copy_escape(F.lit(rejected.value))
+
+    def matches(image: str) -> Column:
+        text = copy_line(image, [column])
+        return text.startswith(wanted) if rejected.truncated else text == wanted
+
+    rows = (frame.where(F.when(F.col("op") == "d", matches("before")).otherwise(matches("after")))
+            .orderBy("seq").select("seq", "op", "source_table", F.to_json("source").alias("source_json"))
+            .limit(limit).collect())
+    return [EventRef(seq=row.seq, kind=DATA_CHANGE, source_table=row.source_table, schema_id=None, op=row.op,
+                     source_json=row.source_json, source_ts_ms=None) for row in rows]
+
+
+def apply_error(error: psycopg.Error, frame: DataFrame, columns: Sequence[ColumnPlan], *, connector: str, table: str,
+                target: str, seqs: tuple[int, int], position: object) -> ConversionError:
+    """The error of a DML segment PostgreSQL refused, naming what it can: the column with its source and
+    destination types, the value, and the first event carrying it with its source position.
+
+    Without a column in PostgreSQL's error, the segment's events (`seqs`, first and last) and `position`
+    (its last event's) say where; finding the event runs one Spark job, only on this failure path.
+    """
+    events_text = f"events {seqs[0]}..{seqs[1]} of the batch"
+    rejected = rejected_value(error, columns)
+    if rejected is None:
+        return ConversionError(f"cannot apply changes to {target} ({events_text}): {error}", connector=connector,
+                               table=table, position=position)
+    column = rejected.column
+    value = "NULL" if rejected.value is None else repr(rejected.value) + (" (cut short)" if rejected.truncated else "")
+    events = events_with_value(frame, rejected)
+    if events:
+        first = events[0]
+        where = f"event {first.seq} of the batch (op {first.op})" + (" and later ones" if len(events) > 1 else "")
+        position = first.position
+    else:
+        where = events_text
+    return ConversionError(
+        f"cannot apply changes to {target}: column {column.dest_name!r} (source type {column.source_type}, "
+        f"destination type {column.destination_type}) refused the value {value} of {where}: "
+        f"{error.diag.message_primary or error}", connector=connector, table=table, position=position)
