@@ -7,6 +7,8 @@ input form, and the row becomes one line of COPY text format. No Python runs per
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -17,9 +19,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_pipeline.catalog import ColumnType
+from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, EventRef, FieldSpec
-from cdc_pipeline.schema_infer import SOURCE_TYPE_PARAMETER
+from cdc_pipeline.schema_infer import SOURCE_SCALE_PARAMETER, SOURCE_TYPE_PARAMETER
 
 log = logging.getLogger(__name__)
 
@@ -40,29 +43,50 @@ def _bits_text(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     """Debezium sends BIT(n) as little-endian bytes; PostgreSQL's bit(n) reads the digits, most significant first."""
     little_endian = F.regexp_extract_all(F.hex(F.unbase64(value)), F.lit("(..)"), 1)
     big_endian_hex = F.array_join(F.reverse(little_endian), "")
-    digits = F.conv(big_endian_hex, 16, 2)
+    # PostgreSQL's connector sends all-zero bits as no bytes at all.
+    digits = F.when(big_endian_hex == "", F.lit("0")).otherwise(F.conv(big_endian_hex, 16, 2))
     length = int(spec.parameters.get("length") or 0)
     return F.lpad(digits, length, "0") if length else digits
 
 
+_YEAR_ONE_DAYS = -719_162  # 0001-01-01, in days since 1970-01-01
+_YEAR_ONE_MICROS = _YEAR_ONE_DAYS * 86_400_000_000
+# PostgreSQL's timestamp 'infinity' and '-infinity' reach the events as pgjdbc's sentinel numbers, in any unit.
+_POSITIVE_INFINITY = 9_223_372_036_825_200_000
+_NEGATIVE_INFINITY = -9_223_372_036_832_400_000
+
+
+def _format_with_era(moment: Column, pattern: str, before_year_one: Column) -> Column:
+    """PostgreSQL reads years before 1 as the year of the era with a BC suffix (year 0 is 0001 BC)."""
+    return F.when(before_year_one, F.date_format(moment, pattern + " G")).otherwise(F.date_format(moment, pattern))
+
+
 def _days_to_date(value: Column, spec: FieldSpec, pg_type: str) -> Column:
-    return F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), value.cast("int")), "yyyy-MM-dd")
+    days = value.cast("int")
+    return _format_with_era(F.date_add(F.lit("1970-01-01").cast("date"), days), "yyyy-MM-dd", days < _YEAR_ONE_DAYS)
 
 
 def _instant_text(micros: Column) -> Column:
-    return F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS")
+    return _format_with_era(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS", micros < _YEAR_ONE_MICROS)
+
+
+def _finite_or_infinity(value: Column, finite: Column) -> Column:
+    number = value.cast("long")
+    return (F.when(number == _POSITIVE_INFINITY, F.lit("infinity"))
+            .when(number == _NEGATIVE_INFINITY, F.lit("-infinity"))
+            .otherwise(finite))
 
 
 def _millis_timestamp(value: Column, spec: FieldSpec, pg_type: str) -> Column:
-    return _instant_text(value.cast("long") * 1000)
+    return _finite_or_infinity(value, _instant_text(value.cast("long") * 1000))
 
 
 def _micros_timestamp(value: Column, spec: FieldSpec, pg_type: str) -> Column:
-    return _instant_text(value.cast("long"))
+    return _finite_or_infinity(value, _instant_text(value.cast("long")))
 
 
 def _nanos_timestamp(value: Column, spec: FieldSpec, pg_type: str) -> Column:
-    return _instant_text(F.floor(value.cast("decimal(38,0)") / 1000).cast("long"))
+    return _finite_or_infinity(value, _instant_text(F.floor(value.cast("decimal(38,0)") / 1000).cast("long")))
 
 
 def _time_of_day(unit: str) -> Converter:
@@ -148,10 +172,8 @@ def _enum_set(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     """A SET's members as Debezium sends them (`a,b`), or an array literal for an array column (of an enum, say)."""
     if not pg_type.endswith("[]"):
         return value
-    members = F.transform(F.split(value, ","),
-                          lambda member: F.concat(F.lit('"'), F.regexp_replace(member, r'(["\\])', r"\\$1"),
-                                                  F.lit('"')))
-    return F.when(value == "", F.lit("{}")).otherwise(F.concat(F.lit("{"), F.array_join(members, ","), F.lit("}")))
+    members = _array_literal(F.to_json(F.split(value, ",")), spec, pg_type)
+    return F.when(value == "", F.lit("{}")).otherwise(members)
 
 
 _EWKB_SRID_FLAG = 0x20000000
@@ -198,6 +220,52 @@ def _geometry(value: Column, spec: FieldSpec, pg_type: str) -> Column:
                     F.hex(wkb))
 
 
+# How Debezium represents the elements of PostgreSQL arrays under the runner's settings (adaptive_time_microseconds,
+# bytes as base64), by element type; others are text as they are (numbers, booleans, strings, uuid, inet, ...).
+_ARRAY_ELEMENTS: dict[str, tuple[str, str | None]] = {
+    "DATE": ("int32", "io.debezium.time.Date"),
+    "TIME": ("int64", "io.debezium.time.MicroTime"),
+    "TIMETZ": ("string", "io.debezium.time.ZonedTime"),
+    "TIMESTAMPTZ": ("string", "io.debezium.time.ZonedTimestamp"),
+    "INTERVAL": ("string", "io.debezium.time.Interval"),
+    "BYTEA": ("bytes", None),
+}
+
+
+def _array_element_spec(spec: FieldSpec) -> FieldSpec:
+    """The representation of an array column's elements.
+
+    The row-image fields carry no `items` schema, so it follows from the propagated source type (PostgreSQL
+    names an array type `_element`): a timestamp(0..3) element is milliseconds, a finer one microseconds.
+    """
+    element = spec.parameters.get(SOURCE_TYPE_PARAMETER, "").strip('"').upper().removeprefix("_")
+    if element == "TIMESTAMP":
+        scale = int(spec.parameters.get(SOURCE_SCALE_PARAMETER) or 6)
+        connect_type, logical = "int64", "io.debezium.time.Timestamp" if scale <= 3 else "io.debezium.time.MicroTimestamp"
+    else:
+        connect_type, logical = _ARRAY_ELEMENTS.get(element, ("string", None))
+    return FieldSpec(name=spec.name, type=connect_type, logical=logical, parameters={}, optional=True)
+
+
+def _array_literal(value: Column, spec: FieldSpec, pg_type: str) -> Column:
+    """A JSON array as PostgreSQL's array literal (`{"a","b",NULL}`), each element converted as its type is.
+
+    Into json or jsonb the JSON text itself. Multidimensional arrays are not representable in Debezium's events.
+    """
+    if pg_type in ("json", "jsonb"):
+        return value
+    element_spec = _array_element_spec(spec)
+    convert = converter_for(element_spec) or _identity
+    element_type = pg_type.removesuffix("[]") if pg_type.endswith("[]") else "text"
+
+    def quoted(element: Column) -> Column:
+        text = convert(element, element_spec, element_type)
+        return F.coalesce(F.concat(F.lit('"'), F.regexp_replace(text, r'(["\\])', r"\\$1"), F.lit('"')), F.lit("NULL"))
+
+    elements = F.transform(F.from_json(value, "array<string>"), quoted)
+    return F.concat(F.lit("{"), F.array_join(elements, ","), F.lit("}"))
+
+
 # (Connect type or None for any, logical name or None) -> converter. Looked up most specific first.
 CONVERTERS: dict[tuple[str | None, str | None], Converter] = {
     (None, "io.debezium.time.Date"): _days_to_date,
@@ -228,6 +296,7 @@ CONVERTERS: dict[tuple[str | None, str | None], Converter] = {
     (None, "io.debezium.data.geometry.Geography"): _geometry,
     (None, "io.debezium.data.geometry.Point"): _geometry,
     ("bytes", None): _bytes_hex,
+    ("array", None): _array_literal,
     ("boolean", None): _boolean,
     ("string", None): _identity,
     ("int8", None): _identity,
@@ -349,27 +418,120 @@ def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of:
     return plans
 
 
-def copy_line(image: str, columns: list[ColumnPlan]) -> Column:
-    """One COPY text line from the `before` or `after` map, in the order of `columns`."""
+_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+_ZERO_TIMESTAMP = r"^1970-01-01T00:00:00(\.0+)?Z$"
+
+
+def zero_date(raw: Column, spec: FieldSpec) -> Column | None:
+    """Where a value is a MariaDB/MySQL zero date that Debezium turned into a real date; None if it never is.
+
+    A zero TIMESTAMP ('0000-00-00 00:00:00') reaches the events as the epoch, which a TIMESTAMP cannot hold
+    otherwise (its range starts at 1970-01-01 00:00:01 UTC). Zero DATE and DATETIME values Debezium already
+    sends as NULL (or, in a NOT NULL column, as 1970-01-01, which cannot be told from that real date).
+    """
+    source_type = spec.parameters.get(SOURCE_TYPE_PARAMETER, "").split("(")[0].strip().upper()
+    if spec.logical == _ZONED_TIMESTAMP and source_type == "TIMESTAMP":
+        return raw.rlike(_ZERO_TIMESTAMP)
+    return None
+
+
+def zero_dates(image: str, columns: list[ColumnPlan]) -> Column:
+    """How many values of the row image are zero dates (written as NULL by `copy_line`)."""
+    flags = [F.when(zero, 1).otherwise(0) for column in columns
+             if (zero := zero_date(F.col(image)[column.source_name], column.spec)) is not None]
+    return sum(flags[1:], flags[0]) if flags else F.lit(0)
+
+
+DEFAULT_UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
+UNAVAILABLE_PLACEHOLDER_PROPERTY = "unavailable.value.placeholder"
+# Sources whose events may leave a large value out (PostgreSQL's unchanged TOASTed values, Oracle's LOBs).
+_PLACEHOLDER_SOURCES = frozenset({"postgres", "oracle"})
+
+
+def unavailable_placeholder(connector: ConnectorConfig) -> str | None:
+    """The placeholder the connector's events put for a value they leave out, or None for sources without one."""
+    if connector.type not in _PLACEHOLDER_SOURCES:
+        return None
+    return connector.debezium.get(UNAVAILABLE_PLACEHOLDER_PROPERTY, DEFAULT_UNAVAILABLE_PLACEHOLDER)
+
+
+def placeholder_forms(placeholder: str, connect_type: str) -> tuple[str, ...]:
+    """The JSON text of Debezium's placeholder for an unchanged TOASTed value, in a column of `connect_type`.
+
+    Strings carry it as is, bytes as its base64, string arrays as a one-element array, integer arrays as
+    the array of its octets. Debezium's `hex:` prefix gives the placeholder as hex octets.
+    """
+    octets = bytes.fromhex(placeholder[4:]) if placeholder.startswith("hex:") else placeholder.encode()
+    if connect_type == "string":
+        return (octets.decode("utf-8", "replace"),)
+    if connect_type == "bytes":
+        return (base64.b64encode(octets).decode(),)
+    if connect_type == "array":
+        return (json.dumps([octets.decode("utf-8", "replace")], separators=(",", ":")),
+                "[" + ",".join(str(octet) for octet in octets) + "]")
+    return ()
+
+
+def _is_placeholder(raw: Column, spec: FieldSpec, placeholder: str | None) -> Column | None:
+    forms = placeholder_forms(placeholder, spec.type) if placeholder else ()
+    return raw.isin(*forms) if forms else None
+
+
+def unchanged_columns(image: str, columns: list[ColumnPlan], placeholder: str | None) -> Column:
+    """The destination names of the columns whose value is the placeholder of an unchanged TOASTed value."""
+    flags = [F.when(flag, F.lit(column.dest_name)) for column in columns
+             if (flag := _is_placeholder(F.col(image)[column.source_name], column.spec, placeholder)) is not None]
+    return F.array_compact(F.array(*flags)) if flags else F.array().cast("array<string>")
+
+
+def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = None) -> Column:
+    """One COPY text line from the `before` or `after` map, in the order of `columns`.
+
+    Zero dates become NULL, and so do placeholders of unchanged TOASTed values when `placeholder` is given:
+    those columns are left out of the write (see `unchanged_columns`).
+    """
     values = []
     for column in columns:
         raw = F.col(image)[column.source_name]
-        values.append(F.coalesce(copy_escape(column.convert(raw, column.spec, column.input_type)), F.lit(NULL_TEXT)))
+        value = column.convert(raw, column.spec, column.input_type)
+        for nulled in (zero_date(raw, column.spec), _is_placeholder(raw, column.spec, placeholder)):
+            if nulled is not None:
+                value = F.when(nulled, F.lit(None)).otherwise(value)
+        values.append(F.coalesce(copy_escape(value), F.lit(NULL_TEXT)))
     return F.concat_ws("\t", *values)
 
 
-def compact_by_key(changes: DataFrame, key_columns: list[str]) -> DataFrame:
+def compact_by_key(changes: DataFrame, key_columns: list[str], columns: Sequence[ColumnPlan] = (),
+                   placeholder: str | None = None) -> DataFrame:
     """Keeps each key's last change in source order: its net effect (an upsert of the last image, or a delete).
 
     A key is read from `after`, or from `before` for deletes; a primary-key change arrives from Debezium as a
     delete of the old key and a create of the new one, so each key's last event is still its final state.
+    With `placeholder`, a column of `columns` the last change left unchanged (TOASTed) takes the last value an
+    earlier change of the key in the batch wrote; with none, it stays the placeholder (the stored value stands).
     """
     key_exprs = [
         F.when(F.col("op") == "d", F.col("before")[name]).otherwise(F.col("after")[name]).alias(f"_key_{i}")
         for i, name in enumerate(key_columns)
     ]
     keyed = changes.select("*", *key_exprs)
-    order = Window.partitionBy(*[f"_key_{i}" for i in range(len(key_columns))]).orderBy(F.col("seq").desc())
+    partition = Window.partitionBy(*[f"_key_{i}" for i in range(len(key_columns))])
+    toastable = [(column.source_name, flag) for column in columns
+                 if (flag := _is_placeholder(F.col("after")[column.source_name], column.spec, placeholder)) is not None]
+    if toastable:
+        so_far = partition.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        for i, (name, flag) in enumerate(toastable):
+            written = F.when(~flag & (F.col("op") != "d"), F.col("after")[name])
+            keyed = keyed.withColumn(f"_written_{i}", F.last(written, ignorenulls=True).over(so_far))
+
+        def resolved(name_in_map: Column, value: Column) -> Column:
+            result = value
+            for i, (name, flag) in enumerate(toastable):
+                result = F.when((name_in_map == name) & flag, F.coalesce(F.col(f"_written_{i}"), value)).otherwise(result)
+            return result
+
+        keyed = keyed.withColumn("after", F.transform_values("after", resolved))
+    order = partition.orderBy(F.col("seq").desc())
     return keyed.withColumn("_rank", F.row_number().over(order)).where(F.col("_rank") == 1)
 
 

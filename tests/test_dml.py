@@ -9,11 +9,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from spark_helpers import fixture_records, get_spark, parse_records
 
-from cdc_pipeline.dml import ColumnPlan, compact_by_key, converter_for, copy_line, parse_copy_line, plan_columns
+from cdc_pipeline.dml import (
+    ColumnPlan,
+    compact_by_key,
+    converter_for,
+    copy_line,
+    parse_copy_line,
+    plan_columns,
+    unchanged_columns,
+    zero_dates,
+)
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import FieldSpec
+from cdc_pipeline.schema_infer import SOURCE_SCALE_PARAMETER as SOURCE_SCALE
+from cdc_pipeline.schema_infer import SOURCE_TYPE_PARAMETER as SOURCE_TYPE
 
 _STRING_MAP = T.MapType(T.StringType(), T.StringType())
+PLACEHOLDER = "__debezium_unavailable_value"
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +96,47 @@ CASES: list[tuple[str, FieldSpec, str, str | None, str]] = [
      "numeric(65,30)", "12345.123456789012345678901234567890", "12345.123456789012345678901234567890"),
     ("decimal_negative_tiny", spec("bytes", "org.apache.kafka.connect.data.Decimal", scale="30"),
      "numeric(65,30)", "-0.000000000000000000000000000001", "-0.000000000000000000000000000001"),
+    ("bits_all_zero_sent_as_no_bytes", spec("bytes", "io.debezium.data.Bits", length="5"), "bit(5)", "", "00000"),
+    ("date_year_one", spec("int32", "io.debezium.time.Date"), "date", "-719162", "0001-01-01"),
+    ("date_1_bc", spec("int32", "io.debezium.time.Date"), "date", "-719163", "0001-12-31 BC"),
+    ("date_julian_day_zero", spec("int32", "io.debezium.time.Date"), "date", "-2440588", "4714-11-24 BC"),
+    ("timestamp_micros_1_bc", spec("int64", "io.debezium.time.MicroTimestamp"), "timestamp(6) without time zone",
+     "-62135596800000001", "0001-12-31 23:59:59.999999 BC"),
+    ("timestamp_micros_infinity", spec("int64", "io.debezium.time.MicroTimestamp"), "timestamp(6) without time zone",
+     "9223372036825200000", "infinity"),
+    ("timestamp_millis_minus_infinity", spec("int64", "io.debezium.time.Timestamp"), "timestamp(3) without time zone",
+     "-9223372036832400000", "-infinity"),
+    ("int_array", spec("array", **{SOURCE_TYPE: "_INT4"}), "integer[]", "[1,null,-3]", '{"1",NULL,"-3"}'),
+    ("text_array_quotes_backslashes_nulls", spec("array", **{SOURCE_TYPE: "_TEXT"}), "text[]",
+     '["a b","c\\"d",null,"NULL","","\\\\",",{}"]', '{"a b","c\\\\"d",NULL,"NULL","","\\\\\\\\",",{}"}'),
+    ("timestamp3_array_in_millis", spec("array", **{SOURCE_TYPE: "_TIMESTAMP", SOURCE_SCALE: "3"}),
+     "timestamp(3) without time zone[]", "[1577840523456,null]", '{"2020-01-01 01:02:03.456000",NULL}'),
+    ("timestamp_array_in_micros", spec("array", **{SOURCE_TYPE: "_TIMESTAMP", SOURCE_SCALE: "6"}),
+     "timestamp(6) without time zone[]", "[1577840523456789]", '{"2020-01-01 01:02:03.456789"}'),
+    ("date_array", spec("array", **{SOURCE_TYPE: "_DATE"}), "date[]", "[18262,null]", '{"2020-01-01",NULL}'),
+    ("bytea_array", spec("array", **{SOURCE_TYPE: "_BYTEA"}), "bytea[]", '["AP8=",null]',
+     '{"\\\\\\\\x00ff",NULL}'),
+    ("empty_array", spec("array", **{SOURCE_TYPE: "_INT4"}), "integer[]", "[]", "{}"),
+    ("array_into_jsonb", spec("array", **{SOURCE_TYPE: "_INT4"}), "jsonb", "[1,2]", "[1,2]"),
+    ("geometry_ewkb_little_endian", spec("struct", "io.debezium.data.geometry.Geometry"), "bytea",
+     '{"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":4326}',
+     "\\\\x0101000020e6100000000000000000f03f0000000000000040"),
+    ("geometry_ewkb_big_endian", spec("struct", "io.debezium.data.geometry.Geometry"), "bytea",
+     '{"wkb":"AAAAAAE/8AAAAAAAAEAAAAAAAAAA","srid":2154}',
+     "\\\\x00200000010000086a3ff00000000000004000000000000000"),
+    ("geometry_without_srid_is_plain_wkb", spec("struct", "io.debezium.data.geometry.Point"), "bytea",
+     '{"x":1.0,"y":2.0,"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":null}',
+     "\\\\x0101000000000000000000f03f0000000000000040"),
+    ("mariadb_zero_timestamp_is_null", spec("string", "io.debezium.time.ZonedTimestamp", **{SOURCE_TYPE: "TIMESTAMP"}),
+     "timestamp(0) with time zone", "1970-01-01T00:00:00Z", "\\N"),
+    ("mariadb_zero_timestamp6_is_null", spec("string", "io.debezium.time.ZonedTimestamp", **{SOURCE_TYPE: "TIMESTAMP"}),
+     "timestamp(6) with time zone", "1970-01-01T00:00:00.000000Z", "\\N"),
+    ("mariadb_first_timestamp_second", spec("string", "io.debezium.time.ZonedTimestamp", **{SOURCE_TYPE: "TIMESTAMP"}),
+     "timestamp(0) with time zone", "1970-01-01T00:00:01Z", "1970-01-01T00:00:01Z"),
+    ("postgres_epoch_timestamptz_kept", spec("string", "io.debezium.time.ZonedTimestamp", **{SOURCE_TYPE: "TIMESTAMPTZ"}),
+     "timestamp(6) with time zone", "1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),
+    ("interval_iso", spec("string", "io.debezium.time.Interval"), "interval", "P-178000000Y0M-3DT0H0M-0.000001S",
+     "P-178000000Y0M-3DT0H0M-0.000001S"),
 ]
 
 
@@ -228,3 +281,64 @@ def test_compact_by_key_follows_a_primary_key_change(spark: SparkSession) -> Non
         (3, "c", None, {"id": "5", "v": "a"}),
     ])
     assert net_changes(frame, ["id"]) == {("1",): (2, "d", None), ("5",): (3, "c", {"id": "5", "v": "a"})}
+
+
+def test_zero_dates_counts_mariadb_zero_timestamps_of_an_image(spark: SparkSession) -> None:
+    zoned = "io.debezium.time.ZonedTimestamp"
+    columns = [column_plan(spec("string", zoned, name="a", **{SOURCE_TYPE: "TIMESTAMP"}), "timestamp(0) with time zone"),
+               column_plan(spec("string", zoned, name="b", **{SOURCE_TYPE: "TIMESTAMP"}), "timestamp(6) with time zone"),
+               column_plan(spec("string", zoned, name="c", **{SOURCE_TYPE: "TIMESTAMPTZ"}), "timestamp with time zone")]
+    frame = spark.createDataFrame(
+        [({"a": "1970-01-01T00:00:00Z", "b": "1970-01-01T00:00:00.000000Z", "c": "1970-01-01T00:00:00Z"},),
+         ({"a": "2024-01-01T00:00:00Z", "b": None, "c": None},), (None,)],
+        T.StructType([T.StructField("after", _STRING_MAP)]))
+    counts = [row.n for row in frame.select(zero_dates("after", columns).alias("n")).collect()]
+    assert counts == [2, 0, 0]
+    assert frame.select(zero_dates("after", columns[2:]).alias("n")).first().n == 0
+
+
+TOASTABLE = [
+    column_plan(spec("int32", name="id"), "integer"),
+    column_plan(spec("string", name="big"), "text"),
+    column_plan(spec("bytes", name="blob"), "bytea"),
+    column_plan(spec("array", name="tags", **{SOURCE_TYPE: "_TEXT"}), "text[]"),
+    column_plan(spec("array", name="numbers", **{SOURCE_TYPE: "_INT4"}), "integer[]"),
+    column_plan(spec("string", "io.debezium.data.Json", name="doc"), "jsonb"),
+]
+OCTETS = "[" + ",".join(str(octet) for octet in PLACEHOLDER.encode()) + "]"
+UNCHANGED_IMAGE = {"id": "1", "big": PLACEHOLDER, "blob": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+                   "tags": f'["{PLACEHOLDER}"]', "numbers": OCTETS, "doc": PLACEHOLDER}
+
+
+def test_unchanged_toasted_values_are_named_and_written_as_null(spark: SparkSession) -> None:
+    changed = {"id": "2", "big": "x", "blob": "AA==", "tags": '["a"]', "numbers": "[1]", "doc": "{}"}
+    frame = spark.createDataFrame([(UNCHANGED_IMAGE,), (changed,)], T.StructType([T.StructField("after", _STRING_MAP)]))
+    rows = frame.select(unchanged_columns("after", TOASTABLE, PLACEHOLDER).alias("unchanged"),
+                        copy_line("after", TOASTABLE, PLACEHOLDER).alias("line"),
+                        unchanged_columns("after", TOASTABLE, None).alias("without")).collect()
+    assert rows[0].unchanged == ["big", "blob", "tags", "numbers", "doc"]
+    assert parse_copy_line(rows[0].line) == ["1", None, None, None, None, None]
+    assert rows[1].unchanged == []
+    assert parse_copy_line(rows[1].line) == ["2", "x", "\\x00", '{"a"}', '{"1"}', "{}"]
+    assert rows[0].without == []
+
+
+def test_compaction_resolves_an_unchanged_toasted_value_from_an_earlier_change_of_the_key(spark: SparkSession) -> None:
+    frame = changes_frame(spark, [
+        (1, "u", None, {"id": "1", "big": "first", "doc": PLACEHOLDER, "numbers": OCTETS}),
+        (2, "u", None, {"id": "1", "big": PLACEHOLDER, "doc": PLACEHOLDER, "numbers": "[5]"}),
+        (3, "u", None, {"id": "1", "big": PLACEHOLDER, "doc": PLACEHOLDER, "numbers": OCTETS}),
+        (4, "u", None, {"id": "2", "big": PLACEHOLDER, "doc": PLACEHOLDER, "numbers": OCTETS}),
+        (5, "c", None, {"id": "3", "big": "inserted", "doc": "{}", "numbers": "[]"}),
+        (6, "d", {"id": "3"}, None),
+        (7, "c", None, {"id": "3", "big": "again", "doc": None, "numbers": "[]"}),
+        (8, "u", None, {"id": "3", "big": PLACEHOLDER, "doc": None, "numbers": "[]"}),
+    ])
+    columns = [TOASTABLE[0], TOASTABLE[1], TOASTABLE[4], TOASTABLE[5]]
+    compacted = compact_by_key(frame, ["id"], columns, PLACEHOLDER)
+    after = {row.after["id"]: row.after for row in compacted.collect()}
+    assert after["1"] == {"id": "1", "big": "first", "doc": PLACEHOLDER, "numbers": "[5]"}
+    assert after["2"] == {"id": "2", "big": PLACEHOLDER, "doc": PLACEHOLDER, "numbers": OCTETS}
+    assert after["3"] == {"id": "3", "big": "again", "doc": None, "numbers": "[]"}
+    untouched = {row.after["id"]: row.after for row in compact_by_key(frame, ["id"]).collect()}
+    assert untouched["1"]["big"] == PLACEHOLDER

@@ -70,6 +70,17 @@ def pg_type(spec: FieldSpec) -> str:
     (propagated("doc", "string", "JSONB", 2147483647, 0, logical="io.debezium.data.Json"), "jsonb"),
     (propagated("payload", "bytes", "BYTEA", 2147483647, 0), "bytea"),
     (propagated("guid", "string", "UUID", 2147483647, 0, logical="io.debezium.data.Uuid"), "uuid"),
+    (propagated("ids", "array", "_INT4", 10, 0), "integer[]"),
+    (propagated("names", "array", "_VARCHAR", 20, 0), "character varying(20)[]"),
+    (propagated("moods", "array", "_MOOD", 2147483647, 0), "text[]"),
+    (propagated("span", "string", "INTERVAL", 49, 6, logical="io.debezium.time.Interval"), "interval"),
+    (propagated("cost", "bytes", "MONEY", 2147483647, 0, logical="org.apache.kafka.connect.data.Decimal",
+                parameters={"scale": "2"}), "numeric(19,2)"),
+    (propagated("mood", "string", "MOOD", 2147483647, 0, logical="io.debezium.data.Enum",
+                parameters={"allowed": "sad,ok"}), "text"),
+    (propagated("addr", "string", "INET", 2147483647, 0), "inet"),
+    (propagated("net", "string", "CIDR", 2147483647, 0), "cidr"),
+    (propagated("at", "string", "TIMETZ", 21, 6, logical="io.debezium.time.ZonedTime"), "time(6) with time zone"),
 ])
 def test_propagated_source_type_maps_through_the_postgres_type_map(spec, expected):
     assert pg_type(spec) == expected
@@ -97,6 +108,10 @@ def test_propagated_source_type_maps_through_the_postgres_type_map(spec, expecte
     (plain("string", "io.debezium.data.Json"), "jsonb"),
     (plain("string", "io.debezium.data.Uuid"), "uuid"),
     (plain("bytes", "io.debezium.data.Bits", length="5"), "bit(5)"),
+    (plain("array"), "text[]"),
+    (plain("string", "io.debezium.time.Interval"), "interval"),
+    (plain("int64", "io.debezium.time.MicroDuration"), "interval"),
+    (plain("struct", "io.debezium.data.geometry.Geometry"), "bytea"),
 ])
 def test_without_a_propagated_type_the_connect_type_decides(spec, expected):
     assert pg_type(spec) == expected

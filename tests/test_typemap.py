@@ -161,6 +161,22 @@ def test_unknown_connector_type_is_a_conversion_error() -> None:
         ("uuid", {}, "uuid"),
         ("interval", {}, "interval"),
         ("text", {}, "text"),
+        ("inet", {}, "inet"),
+        ("cidr", {}, "cidr"),
+        ("macaddr", {}, "macaddr"),
+        ("money", {"length": 2147483647}, "numeric(19,2)"),
+        ("bit", {"length": 5}, "bit(5)"),
+        ("varbit", {"length": 8}, "bit varying(8)"),
+        ("xml", {}, "xml"),
+        ("point", {}, "point"),
+        ("numrange", {}, "numrange"),
+        ("tstzrange", {}, "tstzrange"),
+        ("_INT4", {"length": 10}, "integer[]"),
+        ("_TEXT", {}, "text[]"),
+        ("_VARCHAR", {"length": 20}, "character varying(20)[]"),
+        ("_TIMESTAMP", {"scale": 3}, "timestamp(3) without time zone[]"),
+        ("_NUMERIC", {"length": 0}, "numeric[]"),
+        ("_MOOD", {}, "text[]"),
     ],
 )
 def test_postgres_passthrough(type_name: str, fields: dict[str, Any], expected: str) -> None:
@@ -208,6 +224,18 @@ def test_canonical_pg_type(spelling: str, expected: str) -> None:
 
 def mariadb_column(type_name: str, **fields: Any):
     return column_def_from_source(column(type_name, **fields), connector_type="mariadb", letter_casing="lowercase")
+
+
+@pytest.mark.parametrize("connector_type", ["mariadb", "mysql"])
+def test_a_not_null_mariadb_timestamp_stays_nullable_for_its_zero_dates(connector_type: str) -> None:
+    timestamp = column_def_from_source(column("TIMESTAMP", length=6, optional=False), connector_type=connector_type,
+                                       letter_casing="lowercase")
+    datetime = column_def_from_source(column("DATETIME", optional=False), connector_type=connector_type,
+                                      letter_casing="lowercase")
+    postgres = column_def_from_source(column("timestamptz", optional=False), connector_type="postgres",
+                                      letter_casing="lowercase")
+    assert (timestamp.pg_type, timestamp.nullable) == ("timestamp(6) with time zone", True)
+    assert (datetime.nullable, postgres.nullable) == (False, False)
 
 
 def test_column_def_carries_name_type_nullability_and_identity() -> None:
