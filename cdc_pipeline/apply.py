@@ -28,7 +28,17 @@ from cdc_pipeline.ddl import (
     drop_table_sql,
     rename_table_sql,
 )
-from cdc_pipeline.dml import ColumnPlan, apply_error, compact_by_key, copy_line, parse_copy_line, plan_columns
+from cdc_pipeline.dml import (
+    ColumnPlan,
+    apply_error,
+    compact_by_key,
+    copy_line,
+    parse_copy_line,
+    plan_columns,
+    unavailable_placeholder,
+    unchanged_columns,
+    zero_dates,
+)
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
 from cdc_pipeline.schema_infer import ensure_table_matches
@@ -203,7 +213,7 @@ class BatchApplier:
                 elif isinstance(step, TruncateStep):
                     self._apply_truncate(cur, step)
                 else:
-                    self._apply_dml(cur, step)
+                    plan.counts.zero_dates += self._apply_dml(cur, step)
             last = plan.last_ref
             control.record_batch_applied(
                 cur, self.control_schema, self.connector.name, plan.counts,
@@ -259,7 +269,7 @@ class BatchApplier:
                                   connector=self.connector.name, table=change.source_table,
                                   position=ref.position) from exc
 
-    def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> None:
+    def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
         destination = ensure_table_matches(cur, self.connector, schema, table, step.fields,
@@ -271,9 +281,8 @@ class BatchApplier:
         key = list(destination.primary_key[1]) if destination.primary_key else []
         try:
             if key:
-                self._merge_keyed(cur, schema, table, step, columns, key)
-            else:
-                self._apply_keyless(cur, schema, table, step, columns)
+                return self._merge_keyed(cur, schema, table, step, columns, key)
+            return self._apply_keyless(cur, schema, table, step, columns)
         except psycopg.Error as exc:
             raise apply_error(exc, step.frame, columns, connector=self.connector.name, table=step.source_table,
                               target=f"{schema}.{table}", seqs=(step.first_seq, step.last_seq),
@@ -301,24 +310,35 @@ class BatchApplier:
                 copy.write("\n".join(buffer) + "\n")
 
     def _merge_keyed(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan],
-                     key: list[str]) -> None:
+                     key: list[str]) -> int:
+        """Deletes and upserts the net changes per key; returns how many zero dates were written as NULL.
+
+        A column an update left out (an unchanged TOASTed value, sent as a placeholder) is not written: the
+        destination keeps its stored value.
+        """
         by_dest = {column.dest_name: column for column in columns}
         missing = [name for name in key if name not in by_dest]
         if missing:
             raise ConversionError(f"primary key column(s) {missing} of {schema}.{table} are not in the change events",
                                   connector=self.connector.name, table=step.source_table)
         key_columns = [by_dest[name] for name in key]
+        placeholder = unavailable_placeholder(self.connector)
         if set(step.ops) <= {"c", "r"}:
             # Inserts and snapshot reads alone never repeat a key: no compaction (and no shuffle) needed.
             compacted = step.frame
         else:
-            compacted = compact_by_key(step.frame, [column.source_name for column in key_columns])
+            compacted = compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder)
         rows = compacted.select(
             "op",
             F.when(F.col("op") == "d", copy_line("before", key_columns))
-            .otherwise(copy_line("after", columns)).alias("line"),
+            .otherwise(copy_line("after", columns, placeholder)).alias("line"),
+            unchanged_columns("after", columns, placeholder).alias("unchanged"),
+            zero_dates("after", columns).alias("zero_dates"),
         ).collect()
-        upserts = [row.line for row in rows if row.op != "d"]
+        upserts: dict[tuple[str, ...], list[str]] = {}
+        for row in rows:
+            if row.op != "d":
+                upserts.setdefault(tuple(row.unchanged), []).append(row.line)
         deletes = [row.line for row in rows if row.op == "d"]
         target = sql.Identifier(schema, table)
         key_names = [column.dest_name for column in key_columns]
@@ -327,22 +347,39 @@ class BatchApplier:
             self._copy(cur, staging, key_names, deletes)
             cur.execute(sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE {match}").format(
                 t=target, s=staging, match=_match_columns(key_names, "t", "s")))
-        if upserts:
-            names = [column.dest_name for column in columns]
+        names = [column.dest_name for column in columns]
+        for unchanged, lines in upserts.items():
             staging = self._staging(cur, target, names)
-            self._copy(cur, staging, names, upserts)
-            updates = [name for name in names if name not in key_names]
+            self._copy(cur, staging, names, lines)
+            written = [name for name in names if name not in unchanged]
+            updates = [name for name in written if name not in key_names]
             on_conflict = sql.SQL("DO NOTHING") if not updates else sql.SQL("DO UPDATE SET {}").format(
                 sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
             cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {cols} FROM {s} ON CONFLICT ({key}) {action}").format(
-                t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, names)),
+                t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
+        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
+
+    def _zero_dates_written(self, step: DmlStep, count: int) -> int:
+        if count:
+            log.warning("%s: %d zero dates of %s written as NULL (up to %s)", self.connector.name, count,
+                        step.source_table, step.last_ref.position if step.last_ref else None)
+        return count
 
     def _apply_keyless(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
-                       columns: list[ColumnPlan]) -> None:
-        """Without a key, changes apply in source order; an update or delete touches one row equal to its before image."""
-        rows = step.frame.select("seq", "op", copy_line("before", columns).alias("before_line"),
-                                 copy_line("after", columns).alias("after_line")).orderBy("seq").collect()
+                       columns: list[ColumnPlan]) -> int:
+        """Without a key, changes apply in source order; an update or delete touches one row equal to its before image.
+
+        Columns left out of an image (unchanged TOASTed values) are neither matched nor written. Returns how many
+        zero dates were written as NULL.
+        """
+        placeholder = unavailable_placeholder(self.connector)
+        rows = step.frame.select(
+            "seq", "op", copy_line("before", columns, placeholder).alias("before_line"),
+            copy_line("after", columns, placeholder).alias("after_line"),
+            unchanged_columns("before", columns, placeholder).alias("unchanged_before"),
+            unchanged_columns("after", columns, placeholder).alias("unchanged_after"),
+            zero_dates("after", columns).alias("zero_dates")).orderBy("seq").collect()
         target = sql.Identifier(schema, table)
         names = [column.dest_name for column in columns]
         types = [column.pg_type for column in columns]
@@ -354,22 +391,25 @@ class BatchApplier:
             if pending_inserts:
                 self._copy(cur, target, names, pending_inserts)
                 pending_inserts = []
-            before = parse_copy_line(row.before_line)
+            matched = [i for i, name in enumerate(names) if name not in row.unchanged_before]
+            before = [parse_copy_line(row.before_line)[i] for i in matched]
             match = sql.SQL(" AND ").join(
-                sql.SQL("{} IS NOT DISTINCT FROM CAST(%s AS {})").format(sql.Identifier(name), sql.SQL(pg_type))
-                for name, pg_type in zip(names, types))
+                sql.SQL("{} IS NOT DISTINCT FROM CAST(%s AS {})").format(sql.Identifier(names[i]), sql.SQL(types[i]))
+                for i in matched)
             one_row = sql.SQL("ctid = (SELECT ctid FROM {t} WHERE {match} LIMIT 1)").format(t=target, match=match)
             if row.op == "d":
                 cur.execute(sql.SQL("DELETE FROM {} WHERE ").format(target) + one_row, before)
             else:
-                after = parse_copy_line(row.after_line)
+                written = [i for i, name in enumerate(names) if name not in row.unchanged_after]
+                after = [parse_copy_line(row.after_line)[i] for i in written]
                 assignments = sql.SQL(", ").join(
-                    sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(name), sql.SQL(pg_type))
-                    for name, pg_type in zip(names, types))
+                    sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(names[i]), sql.SQL(types[i]))
+                    for i in written)
                 cur.execute(sql.SQL("UPDATE {} SET ").format(target) + assignments + sql.SQL(" WHERE ") + one_row,
                             [*after, *before])
         if pending_inserts:
             self._copy(cur, target, names, pending_inserts)
+        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
 
 
 def _match_columns(names: list[str], left: str, right: str) -> sql.Composed:

@@ -56,6 +56,7 @@ _TABLES = (
         other_events bigint NOT NULL DEFAULT 0,
         redelivered bigint NOT NULL DEFAULT 0,
         truncates bigint NOT NULL DEFAULT 0,
+        zero_dates bigint NOT NULL DEFAULT 0,
         first_source_ts timestamptz,
         last_source_ts timestamptz,
         first_applied_at timestamptz,
@@ -66,6 +67,7 @@ _TABLES = (
 _MIGRATIONS = (
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS redelivered bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS truncates bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS zero_dates bigint NOT NULL DEFAULT 0",
 )
 
 STOPPED = "stopped"
@@ -131,11 +133,12 @@ class BatchCounts:
     other_events: int = 0
     redelivered: int = 0
     truncates: int = 0
+    zero_dates: int = 0  # MariaDB/MySQL zero dates written as NULL
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
     COUNTERS = ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
-                "truncates")
+                "truncates", "zero_dates")
 
     def add(self, other: "BatchCounts") -> None:
         for name in self.COUNTERS:
@@ -166,14 +169,15 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
     values = counts.as_dict()
     cur.execute(sql.SQL(
         """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
-             other_events, redelivered, truncates, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
+             other_events, redelivered, truncates, zero_dates, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
            VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
-             %(other_events)s, %(redelivered)s, %(truncates)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
+             %(other_events)s, %(redelivered)s, %(truncates)s, %(zero_dates)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
            ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
              ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
              snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
              deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
              redelivered = s.redelivered + EXCLUDED.redelivered, truncates = s.truncates + EXCLUDED.truncates,
+             zero_dates = s.zero_dates + EXCLUDED.zero_dates,
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
