@@ -28,8 +28,10 @@ _MAX_VARCHAR_LENGTH = 10_485_760
 _MAX_NUMERIC_PRECISION = 1000
 
 MYSQL_TYPE_MAP: dict[str, str] = {
-    "BOOL": "boolean",
-    "BOOLEAN": "boolean",
+    # BOOL is TINYINT(1): it holds -128..127, and a snapshot reads it as tinyint(1) (SHOW CREATE TABLE), so a
+    # table created while streaming gets the type its snapshot would give it.
+    "BOOL": "smallint",
+    "BOOLEAN": "smallint",
     "TINYINT": "smallint",
     "TINYINT UNSIGNED": "smallint",
     "SMALLINT": "smallint",
@@ -485,6 +487,8 @@ def _default_sql(expression: Any, pg_type: str, column_name: str) -> str | None:
 def _literal_for_type(value: str, pg_type: str) -> str | None:
     base = pg_type.split("(", 1)[0]
     if base in INTEGER_PG_TYPES or base in ("numeric", "real", "double precision"):
+        if value.lower() in ("true", "false"):  # a BOOL column's DEFAULT TRUE, as a TINYINT(1) holds it
+            value = "1" if value.lower() == "true" else "0"
         if not _NUMBER.fullmatch(value):
             return None
         number = Decimal(value)
