@@ -79,12 +79,40 @@ class TruncateStep:
     source_table: str
 
 
+# `source.snapshot` of the events of a blocking snapshot; streaming events carry "false", incremental ones
+# "incremental".
+SNAPSHOT_MARKERS = frozenset({"true", "first", "first_in_data_collection", "last_in_data_collection", "last"})
+LAST_SNAPSHOT_MARKER = "last"
+# The runner numbers events from 1 at each engine start, and a snapshot is the first thing an engine does.
+ENGINE_FIRST_SEQ = 1
+SNAPSHOT_RESTART = "restart"
+SNAPSHOT_TABLE = "table"
+SNAPSHOT_END = "end"
+
+
+@dataclass
+class SnapshotStep:
+    """Bookkeeping of a snapshot, so that a snapshot taken again leaves every table exact and counts every event once.
+
+    Debezium cannot resume an interrupted MariaDB/MySQL snapshot: the next engine start takes it again from its
+    first event. `restart`: the batch begins a snapshot, so what was applied of an earlier one is superseded (its
+    counts become re-deliveries). `table`: the batch's snapshot events of one table (`counts`; '' for events naming
+    no table); placed before the table's first snapshot rows, which replace its destination rows. `end`: after the
+    snapshot's last row; tables it read no rows of lose the rows an earlier snapshot left.
+    """
+
+    kind: str
+    ref: EventRef
+    source_table: str = ""
+    counts: control.BatchCounts = field(default_factory=control.BatchCounts)
+
+
 @dataclass
 class BatchPlan:
     """A batch as ordered steps, with its counts and the position of its last event."""
 
     parsed: ParsedBatch
-    steps: list[DdlStep | DmlStep | TruncateStep]
+    steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep]
     counts: control.BatchCounts
     last_ref: EventRef | None
 
@@ -97,24 +125,37 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL).
 
     Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
-    a crash between commit and offset flush: they are counted as such and not applied again.
+    a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
+    have no such order; they are tracked per table instead (`SnapshotStep`).
     """
-    steps: list[DdlStep | DmlStep | TruncateStep] = []
+    steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
     applied_order = offset_order(applied_offset)
+    snapshot_steps: dict[str, SnapshotStep] = {}
+    placed_snapshot_steps: set[str] = set()
+    snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's
+    snapshot_end_seq = _snapshot_end_seq(parsed.refs)
+    if parsed.refs and parsed.refs[0].seq == ENGINE_FIRST_SEQ and snapshot_marker(parsed.refs[0]):
+        steps.append(SnapshotStep(SNAPSHOT_RESTART, parsed.refs[0]))
+
+    def close_segment(source_table: str) -> None:
+        segment = open_segments.pop(source_table, None)
+        if segment is not None:
+            steps.append(segment)
+
     for ref in parsed.refs:
         if applied_order is not None:
             order = offset_order(ref.offset)
             if order is not None and order <= applied_order:
                 counts.redelivered += 1
                 continue
-        counts.events += 1
         source_ms = ref.source_ts_ms
         if source_ms is not None:
             if counts.first_source_ms is None:
                 counts.first_source_ms = source_ms
             counts.last_source_ms = source_ms
+        snapshot_table: str | None = None
         if ref.kind == SCHEMA_CHANGE:
             payload = ref.schema_change or {}
             changes = changes_from_schema_event(
@@ -126,24 +167,33 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
                          ", ".join(change.source_table for change in ignored))
             changes = [change for change in changes if captures(connector, change.source_table)]
             for change in changes:
-                segment = open_segments.pop(change.source_table, None)
-                if segment is not None:
-                    steps.append(segment)
+                close_segment(change.source_table)
             if changes:
-                counts.ddls += 1
+                counter = "ddls"
                 steps.append(DdlStep(ref, changes))
             else:
-                counts.other_events += 1
+                counter = "other_events"
+            if snapshot_marker(ref):
+                snapshot_table = _schema_change_table(ref, connector)
         elif ref.kind == TRUNCATE and ref.source_table and captures(connector, ref.source_table):
-            segment = open_segments.pop(ref.source_table, None)
-            if segment is not None:
-                steps.append(segment)
-            counts.truncates += 1
+            close_segment(ref.source_table)
+            counter = "truncates"
             steps.append(TruncateStep(ref, ref.source_table))
         elif ref.kind == DATA_CHANGE and ref.source_table and captures(connector, ref.source_table):
+            if ref.op == "r":
+                if ref.source_table not in snapshot_reads:
+                    snapshot_reads[ref.source_table] = snapshot_marker(ref) is not None
+                if snapshot_reads[ref.source_table]:
+                    snapshot_table = ref.source_table
+                    if snapshot_table not in placed_snapshot_steps:
+                        # The table's rows are replaced from here on: nothing of it may stay open before this step.
+                        close_segment(snapshot_table)
+                        steps.append(snapshot_steps.setdefault(
+                            snapshot_table, SnapshotStep(SNAPSHOT_TABLE, ref, snapshot_table)))
+                        placed_snapshot_steps.add(snapshot_table)
             segment = open_segments.get(ref.source_table)
             if segment is not None and segment.schema_id != ref.schema_id:
-                steps.append(open_segments.pop(ref.source_table))
+                close_segment(ref.source_table)
                 segment = None
             if segment is None:
                 segment = DmlStep(ref.source_table, ref.schema_id or "", ref.seq, ref.seq)
@@ -151,21 +201,50 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             segment.last_seq = ref.seq
             segment.last_ref = ref
             segment.ops[ref.op] += 1
-            if ref.op == "r":
-                counts.snapshot_rows += 1
-            elif ref.op == "c":
-                counts.inserts += 1
-            elif ref.op == "u":
-                counts.updates += 1
-            elif ref.op == "d":
-                counts.deletes += 1
+            counter = _DML_COUNTERS[ref.op]
         else:
-            counts.other_events += 1
+            counter = "other_events"
+        counts.events += 1
+        setattr(counts, counter, getattr(counts, counter) + 1)
+        if snapshot_table is not None:
+            step = snapshot_steps.setdefault(snapshot_table, SnapshotStep(SNAPSHOT_TABLE, ref, snapshot_table))
+            step.counts.events += 1
+            setattr(step.counts, counter, getattr(step.counts, counter) + 1)
+        if ref.seq == snapshot_end_seq:
+            steps.append(SnapshotStep(SNAPSHOT_END, ref))
     steps.extend(open_segments.values())
+    # Snapshot events without rows in this batch only add to the counts: their place does not matter.
+    steps.extend(step for table, step in snapshot_steps.items() if table not in placed_snapshot_steps)
     if counts.redelivered:
         log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
     last_ref = parsed.refs[-1] if parsed.refs else None
     return BatchPlan(parsed, steps, counts, last_ref)
+
+
+_DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}
+
+
+def snapshot_marker(ref: EventRef) -> str | None:
+    """The event's `source.snapshot` marker when it belongs to a blocking snapshot, else None."""
+    marker = str(ref.source.get("snapshot") or "").lower()
+    return marker if marker in SNAPSHOT_MARKERS else None
+
+
+def _snapshot_end_seq(refs: list[EventRef]) -> int | None:
+    """The seq of the snapshot's last row when this batch holds it (Debezium marks only that row "last")."""
+    for ref in reversed(refs):
+        if ref.kind == DATA_CHANGE and ref.op == "r":
+            return ref.seq if snapshot_marker(ref) == LAST_SNAPSHOT_MARKER else None
+    return None
+
+
+def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
+    """The connector's table a snapshot schema event is about (`db.table`), or '' when it names none of them."""
+    database, table = ref.source.get("db"), ref.source.get("table")
+    if not database or not table or table == "null" or "," in table:
+        return ""
+    source_table = f"{database}.{table}"
+    return source_table if captures(connector, source_table) else ""
 
 
 def captures(connector: ConnectorConfig, source_table: str) -> bool:
@@ -212,6 +291,8 @@ class BatchApplier:
                         self._apply_ddl(cur, change, step.ref)
                 elif isinstance(step, TruncateStep):
                     self._apply_truncate(cur, step)
+                elif isinstance(step, SnapshotStep):
+                    self._apply_snapshot_step(cur, step)
                 else:
                     plan.counts.zero_dates += self._apply_dml(cur, step)
             last = plan.last_ref
@@ -238,6 +319,35 @@ class BatchApplier:
             return
         cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
         log.info("Applied TRUNCATE of %s at %s", step.source_table, step.ref.position)
+
+    def _apply_snapshot_step(self, cur: psycopg.Cursor, step: SnapshotStep) -> None:
+        """Supersedes an earlier snapshot, replaces a table's rows before its snapshot rows, or ends a snapshot."""
+        name, schema = self.connector.name, self.control_schema
+        if step.kind == SNAPSHOT_RESTART:
+            moved = control.supersede_snapshot(cur, schema, name)
+            if moved.events:
+                log.info("%s: the snapshot starts again at %s; the %d events applied of the earlier one (%d rows) are "
+                         "counted as re-delivered and its tables replaced", name, step.ref.position, moved.events,
+                         moved.snapshot_rows)
+        elif step.kind == SNAPSHOT_END:
+            for source_table in control.tables_not_replaced_by_snapshot(cur, schema, name):
+                if captures(self.connector, source_table):
+                    self._empty_for_snapshot(cur, source_table, step.ref, "the snapshot read no rows of it")
+        else:
+            if step.counts.snapshot_rows and control.replace_snapshot_rows(cur, schema, name, step.source_table):
+                self._empty_for_snapshot(cur, step.source_table, step.ref, "its snapshot rows replace its rows")
+            control.record_snapshot_progress(cur, schema, name, step.source_table, step.counts)
+
+    def _empty_for_snapshot(self, cur: psycopg.Cursor, source_table: str, ref: EventRef, reason: str) -> None:
+        schema, table = self._dest_names(source_table)
+        if destination_table(cur, schema, table) is None:
+            return
+        try:
+            cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
+        except psycopg.Error as exc:
+            raise ConversionError(f"cannot empty {schema}.{table} for the snapshot: {exc}",
+                                  connector=self.connector.name, table=source_table, position=ref.position) from exc
+        log.info("%s: emptied %s.%s (%s) at %s", self.connector.name, schema, table, reason, ref.position)
 
     def _dest_names(self, source_table: str) -> tuple[str, str]:
         parts = source_table.split(".")

@@ -1,5 +1,5 @@
 """The control schema in the destination PostgreSQL: connector state, offsets, schema history, applied
-positions and stats, one row set per connector, so connectors never overwrite each other.
+positions, stats and snapshot progress, one row set per connector, so connectors never overwrite each other.
 """
 
 from __future__ import annotations
@@ -61,6 +61,16 @@ _TABLES = (
         last_source_ts timestamptz,
         first_applied_at timestamptz,
         last_applied_at timestamptz)""",
+    """CREATE TABLE IF NOT EXISTS {schema}.snapshot_progress (
+        connector text NOT NULL,
+        source_table text NOT NULL,
+        events bigint NOT NULL DEFAULT 0,
+        ddls bigint NOT NULL DEFAULT 0,
+        snapshot_rows bigint NOT NULL DEFAULT 0,
+        other_events bigint NOT NULL DEFAULT 0,
+        rows_replaced boolean NOT NULL DEFAULT false,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (connector, source_table))""",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -183,6 +193,73 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
              last_applied_at = now()""").format(table=sql.Identifier(schema, "stats")),
         {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms, **values})
+
+
+SNAPSHOT_COUNTERS = ("events", "ddls", "snapshot_rows", "other_events")
+
+
+def supersede_snapshot(cur: psycopg.Cursor, schema: str, connector: str) -> BatchCounts:
+    """A snapshot starts again: what the connector applied of its earlier snapshot is superseded (in the batch's
+    transaction); returns the counts that moved.
+
+    Debezium cannot resume a MariaDB/MySQL snapshot: it takes it again from its first event, so the events applied
+    of the earlier one are re-delivered. Their counts move from their kinds to `redelivered` in the stats, and
+    every table is marked as not yet replaced by the new snapshot.
+    """
+    progress = sql.Identifier(schema, "snapshot_progress")
+    totals = cur.execute(sql.SQL("SELECT {} FROM {} WHERE connector = %s").format(
+        sql.SQL(", ").join(sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(name)) for name in SNAPSHOT_COUNTERS),
+        progress), (connector,)).fetchone()
+    moved = BatchCounts(**{name: int(value) for name, value in zip(SNAPSHOT_COUNTERS, totals or ())})
+    if moved.events:
+        cur.execute(sql.SQL("UPDATE {} SET {}, redelivered = redelivered + %(events)s WHERE connector = %(connector)s").format(
+            sql.Identifier(schema, "stats"),
+            sql.SQL(", ").join(sql.SQL("{0} = {0} - {1}").format(sql.Identifier(name), sql.Placeholder(name))
+                               for name in SNAPSHOT_COUNTERS)),
+            {"connector": connector, **{name: getattr(moved, name) for name in SNAPSHOT_COUNTERS}})
+    cur.execute(sql.SQL("UPDATE {} SET {}, rows_replaced = false, updated_at = now() WHERE connector = %s").format(
+        progress, sql.SQL(", ").join(sql.SQL("{} = 0").format(sql.Identifier(name)) for name in SNAPSHOT_COUNTERS)),
+        (connector,))
+    return moved
+
+
+def record_snapshot_progress(cur: psycopg.Cursor, schema: str, connector: str, source_table: str,
+                             counts: BatchCounts) -> None:
+    """Adds a batch's snapshot events of one table ('' for events naming none) to the running snapshot's counts."""
+    names = sql.SQL(", ").join(map(sql.Identifier, SNAPSHOT_COUNTERS))
+    cur.execute(sql.SQL(
+        """INSERT INTO {table} AS p (connector, source_table, {names}) VALUES (%s, %s, {values})
+           ON CONFLICT (connector, source_table) DO UPDATE SET {added}, updated_at = now()""").format(
+        table=sql.Identifier(schema, "snapshot_progress"), names=names,
+        values=sql.SQL(", ").join(sql.Placeholder() * len(SNAPSHOT_COUNTERS)),
+        added=sql.SQL(", ").join(sql.SQL("{0} = p.{0} + EXCLUDED.{0}").format(sql.Identifier(name))
+                                 for name in SNAPSHOT_COUNTERS)),
+        (connector, source_table, *(getattr(counts, name) for name in SNAPSHOT_COUNTERS)))
+
+
+def replace_snapshot_rows(cur: psycopg.Cursor, schema: str, connector: str, source_table: str) -> bool:
+    """Marks the table's rows as replaced by the running snapshot; True when they were not yet, which is when the
+    caller empties the destination table before the snapshot's first rows of it."""
+    progress = sql.Identifier(schema, "snapshot_progress")
+    row = cur.execute(sql.SQL("SELECT rows_replaced FROM {} WHERE connector = %s AND source_table = %s FOR UPDATE")
+                      .format(progress), (connector, source_table)).fetchone()
+    if row is not None and row[0]:
+        return False
+    cur.execute(sql.SQL(
+        """INSERT INTO {} (connector, source_table, rows_replaced) VALUES (%s, %s, true)
+           ON CONFLICT (connector, source_table) DO UPDATE SET rows_replaced = true, updated_at = now()""").format(
+        progress), (connector, source_table))
+    return True
+
+
+def tables_not_replaced_by_snapshot(cur: psycopg.Cursor, schema: str, connector: str) -> list[str]:
+    """At the end of a snapshot: the tables of earlier snapshots it read no rows of (their rows are gone from the
+    source), marked replaced now."""
+    rows = cur.execute(sql.SQL(
+        """UPDATE {} SET rows_replaced = true, updated_at = now()
+           WHERE connector = %s AND NOT rows_replaced AND source_table <> '' RETURNING source_table""").format(
+        sql.Identifier(schema, "snapshot_progress")), (connector,)).fetchall()
+    return sorted(row[0] for row in rows)
 
 
 def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:

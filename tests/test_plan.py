@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from spark_helpers import all_events_batch, fixture_records, get_spark, parse_records
 
-from cdc_pipeline.apply import BatchPlan, DdlStep, DmlStep, attach_dml_frames, plan_batch
+from cdc_pipeline.apply import BatchPlan, DdlStep, DmlStep, SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig, parse_config
 
 PRODUCTS = "inventory.products"
@@ -38,9 +38,11 @@ def plan(spark: SparkSession, connector: ConnectorConfig) -> BatchPlan:
     return plan_batch(all_events_batch(), connector)
 
 
-def step_summary(step: DdlStep | DmlStep) -> tuple:
+def step_summary(step: DdlStep | DmlStep | SnapshotStep) -> tuple:
     if isinstance(step, DdlStep):
         return ("ddl", step.ref.seq, tuple((change.kind, change.source_table) for change in step.changes))
+    if isinstance(step, SnapshotStep):
+        return ("snapshot", step.kind, step.source_table, step.ref.seq)
     return ("dml", step.source_table, step.first_seq, step.last_seq, dict(step.ops))
 
 

@@ -1,62 +1,233 @@
-"""A fetch cycle killed with SIGKILL in the middle of a large stream: the next runs finish the job exactly."""
+"""Runs killed with SIGKILL in the middle of a large stream and of an initial snapshot: the next runs finish the
+job exactly (table contents, duplicates of keyless tables included, and every count); and the planner's snapshot
+bookkeeping on captured Debezium events.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
+from psycopg import sql
+from spark_helpers import fixture_records, get_spark, runner_lines
 
-pytestmark = pytest.mark.integration
+from cdc_pipeline.apply import (
+    SNAPSHOT_END,
+    SNAPSHOT_RESTART,
+    SNAPSHOT_TABLE,
+    DdlStep,
+    DmlStep,
+    SnapshotStep,
+    plan_batch,
+)
+from cdc_pipeline.config import ConnectorConfig, parse_config
+from cdc_pipeline.events import ParsedBatch, parse_events
+from cdc_pipeline.runner import FetchedBatch
 
-ROWS = 20_000
+KILL_DEADLINE_SECONDS = 240
+READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))"
+ACCOUNTS = "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR(20), balance DECIMAL(12,2))"
+AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), action VARCHAR(10), amount INT)"  # no key, duplicate rows
+STATS = ("events", "ddls", "snapshot_rows", "inserts", "updates", "deletes", "other_events", "redelivered")
 
 
-def _applied_events(pipeline) -> int:
-    rows = pipeline.dest_query("SELECT coalesce(sum(events), 0) FROM cdc.stats WHERE connector = %s",
-                               (pipeline.name,))
-    return int(rows[0][0])
+def _stats(pipeline) -> dict[str, int]:
+    """The connector's row of cdc.stats (zeros before the first run made it)."""
+    if not pipeline.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0]:
+        return dict.fromkeys(STATS, 0)
+    query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
+        sql.SQL(", ").join(map(sql.Identifier, STATS)))
+    rows = pipeline.dest_query(query, (pipeline.name,))
+    return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
 
 
-def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
-    pipeline.source("CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))")
-    pipeline.sync()
-    baseline = _applied_events(pipeline)
-    pipeline.source([
-        f"INSERT INTO readings SELECT seq, CONCAT('sensor-', seq % 17), seq / 7, "
-        f"TIMESTAMP('2024-01-01') + INTERVAL seq SECOND FROM seq_1_to_{ROWS}",
-        "UPDATE readings SET value = value * 2 WHERE id % 3 = 0",
-        "DELETE FROM readings WHERE id % 10 = 0",
-        "INSERT INTO readings VALUES (100000, 'late', 1.5, NULL)",
-    ])
-    pipeline.write_config(batch_size=500, max_events_per_run=12_000)
+def _source_changes(pipeline, statements: list[str]) -> list[int]:
+    """Runs the statements on the source; returns the rows each changed, as MariaDB counts them."""
+    with pipeline.mariadb.connect(pipeline.source_db) as connection, connection.cursor() as cursor:
+        return [cursor.execute(statement) for statement in statements]
 
+
+def _kill_after_first_commit(pipeline, applied) -> dict[str, int]:
+    """Starts `cdc-pipeline sync` and kills its process group with SIGKILL as soon as `applied(stats)` holds."""
     run = pipeline.sync_cli()
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + KILL_DEADLINE_SECONDS
     try:
-        while _applied_events(pipeline) == baseline:
+        while not applied(_stats(pipeline)):
             assert run.poll() is None, f"the run ended before it could be killed: {run.communicate()}"
-            assert time.monotonic() < deadline, "no batch was applied within 240 s"
+            assert time.monotonic() < deadline, f"no batch was applied within {KILL_DEADLINE_SECONDS} s"
             time.sleep(0.05)
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
-    applied_before_kill = _applied_events(pipeline) - baseline
-    assert 0 < applied_before_kill < ROWS, "the run was killed after some, not all, of its batches committed"
+    return _stats(pipeline)
 
-    for _ in range(6):
-        summary = pipeline.sync()
-        # Caught up: a run that got nothing at all (a run that only skipped re-deliveries is not).
-        if summary["events"] == 0 and summary["redelivered"] == 0:
-            break
-    else:
-        pytest.fail("the connector did not catch up in 6 runs")
 
-    pipeline.assert_same("readings")
-    counted = pipeline.dest_query("SELECT inserts, updates, deletes, redelivered > 0 FROM cdc.stats WHERE connector = %s",
-                                  (pipeline.name,))
-    assert counted == [(ROWS + 1, ROWS // 3, ROWS // 10, True)], "every event is counted once, re-deliveries apart"
+def _assert_stopped_cleanly(pipeline) -> None:
     state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
                                 (pipeline.name,))
     assert state == [("stopped", None)]
+
+
+@pytest.mark.integration
+def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = _stats(pipeline)
+    inserts, doubled, deleted, late, logged, log_updates, log_deletes = _source_changes(pipeline, [
+        "INSERT INTO readings SELECT seq, CONCAT('sensor-', seq % 17), seq / 7, "
+        "TIMESTAMP('2024-01-01') + INTERVAL seq SECOND FROM seq_1_to_26000",
+        "UPDATE readings SET value = value * 2 WHERE id % 3 = 0",
+        "DELETE FROM readings WHERE id % 10 = 0",
+        "INSERT INTO readings VALUES (100000, 'late', 1.5, NULL)",
+        # 100 distinct rows, each 100 times; every update and delete below must touch one of the copies only.
+        "INSERT INTO audit_log SELECT CONCAT('actor-', seq % 50), ELT(1 + seq % 2, 'read', 'write'), seq % 4 "
+        "FROM seq_1_to_10000",
+        "UPDATE audit_log SET amount = amount + 10 WHERE amount = 0 LIMIT 1500",
+        "DELETE FROM audit_log WHERE amount = 1 LIMIT 1200",
+    ])
+    stream_events = inserts + doubled + deleted + late + logged + log_updates + log_deletes
+    assert stream_events >= 49_000
+    # The killed run fetches part of the stream and commits it in several transactions; the run after it takes
+    # all of it in few (each one Spark job).
+    pipeline.write_config(batch_size=1000, apply_batch_events=10_000, max_events_per_run=20_000)
+
+    killed = _kill_after_first_commit(pipeline, lambda stats: stats["events"] > baseline["events"])
+    assert 0 < killed["events"] - baseline["events"] < stream_events, "killed after some, not all, batches committed"
+    pipeline.write_config(batch_size=2048, max_events_per_run=60_000)
+
+    for _ in range(3):
+        pipeline.sync()
+        if Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log")):
+            break
+    pipeline.assert_same("readings")
+    assert Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log"))
+    stats = _stats(pipeline)
+    assert (stats["inserts"], stats["updates"], stats["deletes"]) == (
+        inserts + late + logged, doubled + log_updates, deleted + log_deletes), "every change is counted once"
+    assert stats["events"] - baseline["events"] == stream_events
+    assert stats["redelivered"] > 0, "the events applied before the kill came again and were skipped"
+    _assert_stopped_cleanly(pipeline)
+
+
+@pytest.mark.integration
+def test_run_killed_mid_snapshot_is_taken_again_exactly(pipeline):
+    tables = ["accounts", "archive", "audit_log"]
+    pipeline.source([ACCOUNTS, "CREATE TABLE archive (id INT PRIMARY KEY, v INT)", AUDIT_LOG])
+    _source_changes(pipeline, [
+        "INSERT INTO accounts SELECT seq, CONCAT('owner-', seq % 97), seq / 3 FROM seq_1_to_10000",
+        "INSERT INTO archive VALUES (1, 1), (2, 2), (3, 3)",
+        # 120 distinct rows, each 166 or 167 times.
+        "INSERT INTO audit_log SELECT CONCAT('actor-', seq % 40), ELT(1 + seq % 3, 'read', 'write', 'drop'), seq % 4 "
+        "FROM seq_1_to_20000",
+    ])
+    rows_before_kill = {table: len(pipeline.source_rows(table)) for table in tables}
+    # Debezium reads the tables in name order: the killed run's first transaction holds the two keyed tables and
+    # the start of the keyless one.
+    pipeline.write_config(batch_size=1000, apply_batch_events=15_000, max_events_per_run=30_000)
+
+    killed = _kill_after_first_commit(pipeline, lambda stats: stats["snapshot_rows"] > 0)
+    assert 0 < killed["snapshot_rows"] < sum(rows_before_kill.values()), "the kill came in the middle of the snapshot"
+    assert len(pipeline.dest_rows("accounts")) == rows_before_kill["accounts"]
+    assert 0 < len(pipeline.dest_rows("audit_log")) < rows_before_kill["audit_log"], "... and of the keyless table"
+    offsets = pipeline.dest_query("SELECT offset_value FROM cdc.debezium_offsets WHERE connector = %s",
+                                  (pipeline.name,))
+    assert offsets == [], "Debezium had recorded no offset: the next run takes the snapshot again from its start"
+    # Rows go away between the two snapshots: the destination must lose them too, also from a keyed table and from
+    # a table the new snapshot reads no rows of.
+    _source_changes(pipeline, ["DELETE FROM accounts WHERE id % 1000 = 0",
+                               "DELETE FROM archive",
+                               "DELETE FROM audit_log WHERE amount = 3 LIMIT 50"])
+    pipeline.write_config()
+
+    pipeline.sync()
+
+    pipeline.assert_same("accounts", "archive")
+    assert Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log"))
+    rows_after_kill = {table: len(pipeline.source_rows(table)) for table in tables}
+    stats = _stats(pipeline)
+    assert stats["snapshot_rows"] == sum(rows_after_kill.values()), "rows read again are not counted again"
+    assert stats["redelivered"] == killed["events"], "what the killed run applied was delivered again"
+    assert stats["ddls"] == len(tables)
+    assert stats["events"] == stats["ddls"] + stats["snapshot_rows"] + stats["other_events"]
+    progress = pipeline.dest_query(
+        "SELECT source_table, snapshot_rows, rows_replaced FROM cdc.snapshot_progress WHERE connector = %s "
+        "AND source_table <> '' ORDER BY 1", (pipeline.name,))
+    assert progress == [(f"{pipeline.source_db}.{table}", rows, True) for table, rows in rows_after_kill.items()]
+    _assert_stopped_cleanly(pipeline)
+
+
+# The planner's snapshot steps, on the captured snapshot and stream of `mariadb_all_events.jsonl`.
+
+@pytest.fixture(scope="module")
+def connector() -> ConnectorConfig:
+    config = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"mdb": {"type": "mariadb", "hostname": "localhost", "user": "cdc", "password": "secret",
+                               "database": "inventory"}},
+    }, Path("x.yaml"))
+    return config.connector("mdb")
+
+
+def _parsed(records: list[dict], first_seq: int) -> ParsedBatch:
+    """The records parsed as a runner batch whose first event has the given seq (1: the engine's first event)."""
+    lines, schemas = runner_lines(records, first_seq)
+    batch = FetchedBatch(batch_id=1, size=len(lines), java_batch=None, schemas=schemas, last_offset=None,
+                         last_partition=None)
+    frame = get_spark().createDataFrame([(line,) for line in lines], "line string")
+    return parse_events(frame, batch, "mariadb")
+
+
+def _snapshot_marker(record: dict) -> str:
+    return str((((record.get("value") or {}).get("payload") or {}).get("source") or {}).get("snapshot")).lower()
+
+
+def test_a_snapshot_from_the_engine_start_supersedes_the_earlier_one_and_replaces_each_tables_rows(connector):
+    records = fixture_records()
+    parsed = _parsed(records, first_seq=1)
+    try:
+        plan = plan_batch(parsed, connector)
+    finally:
+        parsed.release()
+    steps = plan.steps
+    assert isinstance(steps[0], SnapshotStep) and steps[0].kind == SNAPSHOT_RESTART
+    products = next(step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE
+                    and step.source_table == "inventory.products")
+    index = steps.index(products)
+    create = next(i for i, step in enumerate(steps) if isinstance(step, DdlStep)
+                  and any(change.source_table == "inventory.products" for change in step.changes))
+    reads = next(i for i, step in enumerate(steps) if isinstance(step, DmlStep) and step.ops["r"])
+    assert create < index < reads, "the table's rows are replaced after its CREATE and before its snapshot rows"
+    snapshot = [record for record in records if _snapshot_marker(record) not in ("none", "false")]
+    reads_of_products = [record for record in snapshot if record["value"]["payload"].get("op") == "r"]
+    tables = [step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE]
+    assert sum(step.counts.events for step in tables) == len(snapshot), "every snapshot event is tracked once"
+    assert products.counts.snapshot_rows == len(reads_of_products)
+    end = [i for i, step in enumerate(steps) if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_END]
+    last_seq = 1 + next(i for i, record in enumerate(records) if _snapshot_marker(record) == "last")
+    assert len(end) == 1 and steps[end[0]].ref.seq == last_seq
+
+
+def test_a_later_batch_of_a_snapshot_does_not_start_it_again(connector):
+    records = fixture_records()
+    first_read = next(i for i, record in enumerate(records) if _snapshot_marker(record) == "first")
+    parsed = _parsed(records[first_read:], first_seq=first_read + 1)
+    try:
+        kinds = [step.kind for step in plan_batch(parsed, connector).steps if isinstance(step, SnapshotStep)]
+    finally:
+        parsed.release()
+    assert kinds == [SNAPSHOT_TABLE, SNAPSHOT_END]
+
+
+def test_a_stream_from_the_engine_start_has_no_snapshot_steps(connector):
+    records = fixture_records()
+    streaming = [record for record in records if _snapshot_marker(record) == "false"]
+    parsed = _parsed(streaming, first_seq=1)
+    try:
+        steps = plan_batch(parsed, connector).steps
+    finally:
+        parsed.release()
+    assert steps and not any(isinstance(step, SnapshotStep) for step in steps)
