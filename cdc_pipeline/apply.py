@@ -260,17 +260,19 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
 
 
 def attach_dml_frames(plan: BatchPlan) -> None:
-    """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema."""
+    """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema.
+
+    A value schema belongs to one table, so a segment's rows are those of its schema id within its seq range.
+    """
     events = plan.parsed.events
-    for step in plan.steps:
-        if isinstance(step, DmlStep):
-            step.fields = plan.parsed.fields(step.schema_id)
-            step.frame = events.where(
-                (F.col("source_table") == step.source_table)
-                & (F.col("schema_id") == step.schema_id)
-                & F.col("seq").between(step.first_seq, step.last_seq)
-                & (F.col("kind") == DATA_CHANGE)
-            )
+    segments = [step for step in plan.steps if isinstance(step, DmlStep)]
+    if len(segments) > 1:
+        plan.parsed.cache()
+        events = plan.parsed.events
+    for step in segments:
+        step.fields = plan.parsed.fields(step.schema_id)
+        step.frame = events.where(
+            (F.col("schema_id") == step.schema_id) & F.col("seq").between(step.first_seq, step.last_seq))
 
 
 class BatchApplier:

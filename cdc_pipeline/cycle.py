@@ -201,7 +201,7 @@ def parse_batches(session: ConnectorSession, batches: list[FetchedBatch]) -> lis
     with session.cycle_stats.timed("parse"):
         for group in group_batches(batches, session.connector.apply_batch_events):
             batch = merge_batches(group, session.spark._jvm)
-            parsed.append(parse_events(batch_dataframe(session.spark, batch), batch, session.connector.type))
+            parsed.append(parse_events(batch_dataframe(session.spark, batch), batch))
     return parsed
 
 

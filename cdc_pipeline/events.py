@@ -1,8 +1,11 @@
-"""Parsing a batch of Debezium change events in Spark.
+"""A batch of Debezium change events: its index on the driver, and its row images parsed in Spark.
 
-Every line the runner emits has one envelope (seq, topic, schema id, key, value, partition, offset), so one
-fixed Spark schema reads them all; row images are read as string maps, so one parse serves every table and
-every version of its schema. The per-column types come from the batch's value schemas (see `FieldSpec`).
+The runner writes, next to each JSON line, an index entry with what planning needs (kind, table, op, source
+block, offset, and a schema change's payload), so the driver never collects events from Spark. The lines
+themselves are parsed in Spark only for their row images: every line has one envelope (seq, schema id, op,
+before, after), so one fixed Spark schema reads them all; row images are read as string maps, so one parse
+serves every table and every version of its schema. The per-column types come from the batch's value schemas
+(see `FieldSpec`).
 """
 
 from __future__ import annotations
@@ -10,10 +13,9 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -23,22 +25,14 @@ log = logging.getLogger(__name__)
 
 _STRING_MAP = T.MapType(T.StringType(), T.StringType())
 
-ENVELOPE = T.StructType([
+ROW_IMAGES = T.StructType([
     T.StructField("seq", T.LongType()),
-    T.StructField("topic", T.StringType()),
     T.StructField("schema", T.StringType()),
-    T.StructField("key", T.StringType()),
     T.StructField("value", T.StructType([
         T.StructField("op", T.StringType()),
         T.StructField("before", _STRING_MAP),
         T.StructField("after", _STRING_MAP),
-        T.StructField("source", _STRING_MAP),
-        T.StructField("ts_ms", T.LongType()),
-        T.StructField("databaseName", T.StringType()),
-        T.StructField("ddl", T.StringType()),
-        T.StructField("tableChanges", T.StringType()),
     ])),
-    T.StructField("offset", T.StringType()),
 ])
 
 DML_OPS = ("c", "r", "u", "d")
@@ -47,6 +41,8 @@ SCHEMA_CHANGE = "schema_change"
 DATA_CHANGE = "data_change"
 TRUNCATE = "truncate"
 OTHER = "other"
+
+_POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "scn", "snapshot")
 
 
 @dataclass(frozen=True)
@@ -62,44 +58,49 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class EventRef:
-    """What the planner needs of one event: order, kind, table, schema and op; the payload for DDL only.
-
-    The source block and the offset stay JSON text until asked for: most events never need them.
-    """
+    """What the planner needs of one event: order, kind, table, schema and op, its source block and offset,
+    and the payload of a schema change."""
 
     seq: int
     kind: str
     source_table: str | None
     schema_id: str | None
     op: str | None
-    source_json: str | None
+    source: dict[str, str | None]
     source_ts_ms: int | None  # when the change happened in the source, not when Debezium processed it
     schema_change: dict[str, Any] | None = None
-    offset_json: str | None = None
-
-    @cached_property
-    def source(self) -> dict[str, str]:
-        raw = json.loads(self.source_json) if self.source_json else {}
-        return {key: None if value is None else str(value) for key, value in raw.items()}
-
-    @cached_property
-    def offset(self) -> dict[str, Any] | None:
-        return json.loads(self.offset_json) if self.offset_json else None
+    offset: dict[str, Any] | None = None
 
     @property
     def position(self) -> dict[str, Any]:
         """The event's source position (binlog file/pos/row, LSN, ...), for messages and the applied record."""
-        keys = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "scn", "snapshot")
-        return {key: self.source[key] for key in keys if self.source.get(key) not in (None, "null")}
+        return {key: self.source[key] for key in _POSITION_KEYS if self.source.get(key) not in (None, "null")}
+
+
+def event_ref(entry: dict[str, Any]) -> EventRef:
+    """The EventRef of one index entry of the runner (see `EventSerializer.indexEntry` in the runner)."""
+    raw_source = entry.get("source") or {}
+    source = {key: value if isinstance(value, str) or value is None else json.dumps(value)
+              for key, value in raw_source.items()}
+    change = entry.get("change")
+    if change is not None:
+        change = {**change, "source": source}
+    ts_ms = raw_source.get("ts_ms")
+    return EventRef(
+        seq=int(entry["seq"]), kind=entry["kind"], source_table=entry.get("table"), schema_id=entry.get("schema"),
+        op=entry.get("op"), source=source, source_ts_ms=None if ts_ms is None else int(ts_ms),
+        schema_change=change, offset=entry.get("offset"),
+    )
 
 
 @dataclass
 class ParsedBatch:
-    """A batch parsed in Spark: the events DataFrame (cached) and the small per-event index on the driver."""
+    """A batch ready to plan: the index of its events on the driver, and its row images as a lazy DataFrame."""
 
     batch: FetchedBatch
     events: DataFrame
     refs: list[EventRef] = field(default_factory=list)
+    cached: bool = False
 
     @property
     def batch_id(self) -> int:
@@ -108,66 +109,30 @@ class ParsedBatch:
     def fields(self, schema_id: str, image: str = "after") -> list[FieldSpec]:
         return row_image_fields(self.batch.schemas[schema_id], image)
 
+    def cache(self) -> None:
+        """Keeps the parsed row images once computed, for batches whose several segments each read them."""
+        if not self.cached:
+            self.events = self.events.cache()
+            self.cached = True
+
     def release(self) -> None:
-        self.events.unpersist()
+        if self.cached:
+            self.events.unpersist()
 
 
-def source_table_column(connector_type: str) -> Column:
-    """The source table name of a data change, as `db.table` (PostgreSQL: `schema.table`)."""
-    source = F.col("value.source")
-    if connector_type in ("postgres", "sqlserver", "oracle"):
-        return F.concat_ws(".", source["schema"], source["table"])
-    return F.concat_ws(".", source["db"], source["table"])
-
-
-def parse_events(lines: DataFrame, batch: FetchedBatch, connector_type: str) -> ParsedBatch:
-    """Parses the batch's JSON lines, caches the result and collects the per-event index."""
-    parsed = lines.select(F.from_json("line", ENVELOPE).alias("e")).select("e.*")
-    value = F.col("value")
-    is_schema_change = value["ddl"].isNotNull() | value["tableChanges"].isNotNull()
-    kind = (
-        F.when(is_schema_change, F.lit(SCHEMA_CHANGE))
-        .when(value["op"].isin(*DML_OPS), F.lit(DATA_CHANGE))
-        .when(value["op"] == TRUNCATE_OP, F.lit(TRUNCATE))
-        .otherwise(F.lit(OTHER))
-    )
-    events = parsed.select(
+def parse_events(lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
+    """The batch's index as EventRefs in source order, and its data changes' row images, parsed lazily in Spark."""
+    parsed = lines.select(F.from_json("line", ROW_IMAGES).alias("e"))
+    value = F.col("e.value")
+    events = parsed.where(value["op"].isin(*DML_OPS)).select(
         F.lit(batch.batch_id).alias("batch_id"),
-        "seq",
-        kind.alias("kind"),
-        F.when(~is_schema_change & value["source"]["table"].isNotNull(),
-               source_table_column(connector_type)).alias("source_table"),
-        F.col("schema").alias("schema_id"),
+        F.col("e.seq").alias("seq"),
+        F.col("e.schema").alias("schema_id"),
         value["op"].alias("op"),
         value["before"].alias("before"),
         value["after"].alias("after"),
-        value["source"].alias("source"),
-        value["ts_ms"].alias("ts_ms"),
-        F.when(is_schema_change, F.to_json(F.struct(
-            value["databaseName"].alias("databaseName"),
-            value["ddl"].alias("ddl"),
-            value["tableChanges"].alias("tableChanges"),
-        ))).alias("schema_change"),
-        "offset",
-    ).cache()
-    rows = events.select("seq", "kind", "source_table", "schema_id", "op", F.to_json("source").alias("source_json"),
-                         F.col("source")["ts_ms"].cast("long").alias("source_ts_ms"), "schema_change",
-                         "offset").collect()
-    refs = []
-    for row in sorted(rows, key=lambda r: r.seq):
-        change = None
-        if row.schema_change is not None:
-            raw = json.loads(row.schema_change)
-            change = {
-                "databaseName": raw.get("databaseName"),
-                "ddl": raw.get("ddl"),
-                "tableChanges": json.loads(raw["tableChanges"]) if raw.get("tableChanges") else [],
-                "source": json.loads(row.source_json) if row.source_json else {},
-            }
-        refs.append(EventRef(
-            seq=row.seq, kind=row.kind, source_table=row.source_table, schema_id=row.schema_id, op=row.op,
-            source_json=row.source_json, source_ts_ms=row.source_ts_ms, schema_change=change, offset_json=row.offset,
-        ))
+    )
+    refs = sorted((event_ref(entry) for entry in batch.index), key=lambda ref: ref.seq)
     return ParsedBatch(batch=batch, events=events, refs=refs)
 
 

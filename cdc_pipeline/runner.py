@@ -12,7 +12,7 @@ import logging
 import re
 import subprocess
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,8 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
 
 @dataclass
 class FetchedBatch:
-    """Events popped from the runner: the Java list of their JSON lines, and the value schemas they use.
+    """Events popped from the runner: the Java list of their JSON lines, the value schemas they use, and their
+    index (one small dict an event, made by the runner: kind, table, op, source block, offset; see `EventRef`).
 
     Usually one runner batch; `merge_batches` joins consecutive small ones (their ids in `member_ids`),
     so that one Spark job and one transaction serve them all.
@@ -198,6 +199,7 @@ class FetchedBatch:
     schemas: dict[str, Any]
     last_offset: dict[str, Any] | None
     last_partition: dict[str, Any] | None
+    index: list[dict[str, Any]] = field(default_factory=list)
     java_lines: Any = None
     member_ids: tuple[int, ...] = ()
 
@@ -222,7 +224,8 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         schemas.update(batch.schemas)
     return FetchedBatch(
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
-        last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition, java_lines=lines,
+        last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
+        index=[entry for batch in batches for entry in batch.index], java_lines=lines,
         member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids))
 
 
@@ -304,6 +307,7 @@ class DebeziumRunner:
             schemas=json.loads(batch.schemas()),
             last_offset=json.loads(batch.lastOffset()),
             last_partition=json.loads(batch.lastPartition()),
+            index=json.loads(batch.index()),
         )
 
     def mark_complete(self, batch_id: int) -> int:

@@ -2,7 +2,9 @@
 
 The fixtures were captured from real Debezium in the Kafka Connect shape (`destination`, `key` and `value`,
 each with `schema` and `payload`). `runner_lines` rewrites them in the line format the Java runner emits
-(see `EventSerializer.java` and `ChangeBatch.java`), so the tests parse exactly what the pipeline parses.
+(see `EventSerializer.java` and `ChangeBatch.java`), and `index_entry` computes each line's index entry as the
+runner does (tests/test_runner_index.py checks the two agree on a real run), so the tests plan and parse
+exactly what the pipeline does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.events import ParsedBatch, parse_events
+from cdc_pipeline.events import DATA_CHANGE, DML_OPS, OTHER, SCHEMA_CHANGE, TRUNCATE, ParsedBatch, parse_events
 from cdc_pipeline.runner import FetchedBatch
 from cdc_pipeline.spark import build_spark_session
 
@@ -71,6 +73,36 @@ def runner_lines(records: list[dict[str, Any]], first_seq: int = 1) -> tuple[lis
     return lines, schemas
 
 
+_UNINDEXED_SOURCE_FIELDS = {"version", "connector", "name", "ts_us", "ts_ns"}
+
+
+def index_entry(line: str) -> dict[str, Any]:
+    """The runner's index entry of one of its JSON lines, computed from the line (what `EventSerializer` makes)."""
+    event = json.loads(line)
+    entry: dict[str, Any] = {"seq": event["seq"]}
+    value = event.get("value")
+    kind = OTHER
+    if isinstance(value, dict) and event.get("schema") is not None:
+        entry["schema"] = event["schema"]
+        source = value.get("source")
+        if source is not None:
+            entry["source"] = {k: v for k, v in source.items() if v is not None and k not in _UNINDEXED_SOURCE_FIELDS}
+        if "ddl" in value or "tableChanges" in value:
+            kind = SCHEMA_CHANGE
+            entry["change"] = {"databaseName": value.get("databaseName"), "ddl": value.get("ddl"),
+                               "tableChanges": value.get("tableChanges") or []}
+        else:
+            op = value.get("op")
+            entry["op"] = op
+            kind = DATA_CHANGE if op in DML_OPS else TRUNCATE if op == "t" else OTHER
+            if source is not None and source.get("table") is not None:
+                container = source.get("schema") if "schema" in source else source.get("db")
+                entry["table"] = source["table"] if container is None else f"{container}.{source['table']}"
+    entry["kind"] = kind
+    entry["offset"] = event.get("offset")
+    return entry
+
+
 def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1) -> tuple[FetchedBatch, list[str]]:
     """A FetchedBatch of the records (no Java list behind it) and its lines."""
     lines, schemas = runner_lines(records)
@@ -82,15 +114,16 @@ def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1) -> tuple[Fet
         schemas=schemas,
         last_offset=last["offset"] if last else None,
         last_partition=last["partition"] if last else None,
+        index=[index_entry(line) for line in lines],
     )
     return batch, lines
 
 
-def parse_records(records: list[dict[str, Any]], connector_type: str = "mariadb", batch_id: int = 1) -> ParsedBatch:
+def parse_records(records: list[dict[str, Any]], batch_id: int = 1) -> ParsedBatch:
     """Parses the records in Spark as the pipeline parses a batch popped from the runner."""
     batch, lines = fetched_batch(records, batch_id)
     lines_df = get_spark().createDataFrame([(line,) for line in lines], "line string")
-    return parse_events(lines_df, batch, connector_type)
+    return parse_events(lines_df, batch)
 
 
 @functools.cache

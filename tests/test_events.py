@@ -59,12 +59,15 @@ def test_data_changes_name_their_source_table_and_op(parsed: ParsedBatch) -> Non
     assert [ops[seq] for seq in CUSTOMERS_SEQS] == ["c", "c", "c", "u", "c"]
 
 
-def test_refs_are_sorted_by_seq_whatever_the_row_order(spark: SparkSession) -> None:
+def test_refs_are_sorted_by_seq_and_row_images_parse_whatever_the_order(spark: SparkSession) -> None:
     batch, lines = fetched_batch(fixture_records())
+    batch.index.reverse()
     shuffled = spark.createDataFrame([(line,) for line in reversed(lines)], "line string").repartition(3)
-    reparsed = parse_events(shuffled, batch, "mariadb")
+    reparsed = parse_events(shuffled, batch)
     try:
         assert [ref.seq for ref in reparsed.refs] == list(range(1, len(lines) + 1))
+        assert sorted(row.seq for row in reparsed.events.collect()) == PRODUCTS_SEQS[:6] + CUSTOMERS_SEQS[:4] + [
+            CUSTOMERS_SEQS[4], PRODUCTS_SEQS[6]]
     finally:
         reparsed.release()
 
@@ -109,7 +112,12 @@ def test_row_images_keep_json_values_as_text(parsed: ParsedBatch) -> None:
     assert rows[12].op == "d" and rows[12].after is None and rows[12].before["name"] == "car battery"
     assert rows[18].after == {"id": "3", "email": "c@x.io", "score": "4.50"}
     assert {row.batch_id for row in rows.values()} == {parsed.batch_id}
-    assert json.loads(rows[7].offset)["pos"] == 2834
+    assert parsed.refs[6].offset["pos"] == 2834
+
+
+def test_only_data_changes_have_row_images(parsed: ParsedBatch) -> None:
+    seqs = sorted(row.seq for row in parsed.events.select("seq").collect())
+    assert seqs == sorted(ref.seq for ref in parsed.refs if ref.kind == DATA_CHANGE)
 
 
 def test_row_image_fields_give_columns_with_logical_names(parsed: ParsedBatch) -> None:
@@ -143,7 +151,7 @@ def test_postgres_source_table_is_schema_and_table(spark: SparkSession) -> None:
     record = fixture_records("mariadb_insert_c.json")[0]
     record["value"]["payload"]["source"].update({"schema": "public", "table": "orders"})
     batch, lines = fetched_batch([record])
-    parsed = parse_events(spark.createDataFrame([(line,) for line in lines], "line string"), batch, "postgres")
+    parsed = parse_events(spark.createDataFrame([(line,) for line in lines], "line string"), batch)
     try:
         assert [(ref.kind, ref.source_table) for ref in parsed.refs] == [(DATA_CHANGE, "public.orders")]
     finally:

@@ -19,6 +19,7 @@ public final class ChangeBatch {
     private final List<RecordChangeEvent<SourceRecord>> records;
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
     private final List<String> lines;
+    private final String index;
     private final String schemas;
     private final String lastOffset;
     private final String lastPartition;
@@ -30,11 +31,16 @@ public final class ChangeBatch {
         this.records = new ArrayList<>(records);
         this.committer = committer;
         List<String> out = new ArrayList<>(records.size());
+        StringBuilder indexJson = new StringBuilder(records.size() * 256).append('[');
         Set<String> schemaIds = new LinkedHashSet<>();
         long seq = firstSeq;
         SourceRecord last = null;
         for (RecordChangeEvent<SourceRecord> event : records) {
             SourceRecord record = event.record();
+            if (indexJson.length() > 1) {
+                indexJson.append(',');
+            }
+            indexJson.append(serializer.indexEntry(seq, record));
             out.add(serializer.line(seq++, record));
             last = record;
         }
@@ -54,6 +60,7 @@ public final class ChangeBatch {
         }
         this.schemas = schemaJson.append('}').toString();
         this.lines = Collections.unmodifiableList(out);
+        this.index = indexJson.append(']').toString();
         this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
     }
@@ -73,6 +80,11 @@ public final class ChangeBatch {
     /** The events as JSON lines, in source order. */
     public List<String> lines() {
         return lines;
+    }
+
+    /** The index entries of the lines, as one JSON array in the same order (see EventSerializer#indexEntry). */
+    public String index() {
+        return index;
     }
 
     /** A JSON object from schema id to the value schema, for the ids these lines use. */

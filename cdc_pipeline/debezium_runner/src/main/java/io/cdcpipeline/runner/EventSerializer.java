@@ -9,6 +9,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.IdentityHashMap;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.kafka.connect.data.Decimal;
 import org.apache.kafka.connect.data.Field;
@@ -34,9 +35,16 @@ import io.debezium.data.VariableScaleDecimal;
  * A value schema does not say which columns form the key, so the shipped copy of it marks each key column of
  * its row images with the parameter {@value #KEY_POSITION_PARAMETER} (the column's position in the record key);
  * the schema id covers the value schema and the key schema together.
+ * Next to each line, an index entry tells the planner what it needs (kind, table, op, position) without Spark.
  */
 final class EventSerializer {
     static final String KEY_POSITION_PARAMETER = "__cdc.key.position";
+    static final String KIND_DATA_CHANGE = "data_change";
+    static final String KIND_SCHEMA_CHANGE = "schema_change";
+    static final String KIND_TRUNCATE = "truncate";
+    static final String KIND_OTHER = "other";
+    private static final Set<String> DATA_OPS = Set.of("c", "r", "u", "d");
+    private static final Set<String> UNINDEXED_SOURCE_FIELDS = Set.of("version", "connector", "name", "ts_us", "ts_ns");
 
     private final JsonConverter payloadConverter = new JsonConverter();
     private final JsonConverter schemaConverter = new JsonConverter();
@@ -67,6 +75,87 @@ final class EventSerializer {
                 .append(",\"offset\":").append(json(record.sourceOffset()))
                 .append('}');
         return out.toString();
+    }
+
+    /**
+     * What the planner needs of a record without parsing its line: seq, kind, source table, schema id, op,
+     * the source block (nulls and the connector's name and version left out), the offset, and for a schema
+     * change its payload. The pipeline reads a batch's entries as one JSON array (see {@link ChangeBatch#index}).
+     */
+    String indexEntry(long seq, SourceRecord record) {
+        ObjectNode entry = mapper.createObjectNode();
+        entry.put("seq", seq);
+        String kind = KIND_OTHER;
+        Schema schema = record.valueSchema();
+        if (record.value() instanceof Struct && schema != null && schema.type() == Schema.Type.STRUCT) {
+            Struct value = (Struct) record.value();
+            entry.put("schema", schemaId(schema, record.keySchema()));
+            Struct source = schema.field("source") == null ? null : value.getStruct("source");
+            if (source != null) {
+                entry.set("source", sourceNode(source));
+            }
+            if (schema.field("ddl") != null || schema.field("tableChanges") != null) {
+                kind = KIND_SCHEMA_CHANGE;
+                entry.set("change", schemaChange(record));
+            }
+            else {
+                String op = schema.field("op") == null ? null : value.getString("op");
+                entry.put("op", op);
+                if (op != null && DATA_OPS.contains(op)) {
+                    kind = KIND_DATA_CHANGE;
+                }
+                else if ("t".equals(op)) {
+                    kind = KIND_TRUNCATE;
+                }
+                String table = source == null ? null : tableId(source);
+                if (table != null) {
+                    entry.put("table", table);
+                }
+            }
+        }
+        entry.put("kind", kind);
+        entry.set("offset", mapper.valueToTree(record.sourceOffset()));
+        return entry.toString();
+    }
+
+    private ObjectNode sourceNode(Struct source) {
+        ObjectNode node = mapper.createObjectNode();
+        for (Field field : source.schema().fields()) {
+            Object fieldValue = source.get(field);
+            if (fieldValue != null && !UNINDEXED_SOURCE_FIELDS.contains(field.name())) {
+                node.set(field.name(), mapper.valueToTree(fieldValue));
+            }
+        }
+        return node;
+    }
+
+    /** `db.table`, or `schema.table` for sources with schemas (PostgreSQL, SQL Server, Oracle). */
+    private static String tableId(Struct source) {
+        Field tableField = source.schema().field("table");
+        Object table = tableField == null ? null : source.get(tableField);
+        if (table == null) {
+            return null;
+        }
+        Field schemaField = source.schema().field("schema");
+        Object container = schemaField != null ? source.get(schemaField) : source.schema().field("db") != null
+                ? source.get("db") : null;
+        return container == null ? table.toString() : container + "." + table;
+    }
+
+    private ObjectNode schemaChange(SourceRecord record) {
+        JsonNode payload;
+        try {
+            payload = mapper.readTree(payload(record.topic(), record.valueSchema(), record.value()));
+        }
+        catch (JsonProcessingException e) {
+            throw new IllegalStateException("cannot read back a schema change written as JSON", e);
+        }
+        ObjectNode change = mapper.createObjectNode();
+        change.set("databaseName", payload.path("databaseName").isMissingNode() ? null : payload.get("databaseName"));
+        change.set("ddl", payload.path("ddl").isMissingNode() ? null : payload.get("ddl"));
+        JsonNode tableChanges = payload.get("tableChanges");
+        change.set("tableChanges", tableChanges == null || tableChanges.isNull() ? mapper.createArrayNode() : tableChanges);
+        return change;
     }
 
     String schemaJson(String id) {

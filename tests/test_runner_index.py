@@ -1,0 +1,36 @@
+"""The runner's index entries (made in Java next to each JSON line) agree with the lines they index."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from spark_helpers import index_entry
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import load_config
+from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE
+
+pytestmark = pytest.mark.integration
+
+
+def test_index_entries_describe_their_lines(pipeline, spark):
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), d DECIMAL(30,10))",
+                     "INSERT INTO t VALUES (1, 'a', 1.5), (2, 'b', NULL)"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO t VALUES (3, 'c', 123456789012345678.0123456789)",
+                     "UPDATE t SET v = 'z' WHERE id = 1", "DELETE FROM t WHERE id = 2",
+                     "ALTER TABLE t ADD COLUMN w INT", "TRUNCATE TABLE t"])
+    config = load_config()
+    with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
+        batches = cycle.fetch_batches(session)
+        entries = [entry for batch in batches for entry in batch.index]
+        lines = [str(line) for batch in batches for line in batch.lines()]
+    assert entries == [index_entry(line) for line in lines]
+    kinds = Counter((entry["kind"], entry.get("op"), entry.get("table")) for entry in entries)
+    table = f"{pipeline.source_db}.t"
+    assert kinds[(DATA_CHANGE, "c", table)] == 1 and kinds[(DATA_CHANGE, "u", table)] == 1
+    assert kinds[(DATA_CHANGE, "d", table)] == 1 and kinds[(TRUNCATE, "t", table)] == 1
+    alter = [entry for entry in entries if entry["kind"] == SCHEMA_CHANGE and "ALTER" in entry["change"]["ddl"]]
+    assert len(alter) == 1 and alter[0]["change"]["tableChanges"][0]["type"] == "ALTER"
+    assert all(entry["offset"]["file"].startswith("mariadb-bin") for entry in entries)
