@@ -7,6 +7,7 @@ applied set-wise: compacted per primary key in Spark, loaded with COPY into a st
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from cdc_pipeline.dml import (
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
 from cdc_pipeline.schema_infer import ensure_table_matches
+from cdc_pipeline.spark import collect_lines
 from cdc_pipeline.typemap import dest_identifier
 
 log = logging.getLogger(__name__)
@@ -262,16 +264,19 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
 def attach_dml_frames(plan: BatchPlan) -> None:
     """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema.
 
-    A value schema belongs to one table, so a segment's rows are those of its schema id within its seq range.
+    The events DataFrame holds the batch's data changes only. When one segment has them all (one table, one
+    schema: the usual batch) it is the segment's frame as is. Otherwise the parsed rows are cached and each
+    segment takes those of its schema id (a value schema belongs to one table) within its seq range.
     """
-    events = plan.parsed.events
     segments = [step for step in plan.steps if isinstance(step, DmlStep)]
-    if len(segments) > 1:
+    data_changes = sum(1 for ref in plan.parsed.refs if ref.kind == DATA_CHANGE)
+    whole = len(segments) == 1 and sum(segments[0].ops.values()) == data_changes
+    if segments and not whole:
         plan.parsed.cache()
-        events = plan.parsed.events
+    events = plan.parsed.events
     for step in segments:
         step.fields = plan.parsed.fields(step.schema_id)
-        step.frame = events.where(
+        step.frame = events if whole else events.where(
             (F.col("schema_id") == step.schema_id) & F.col("seq").between(step.first_seq, step.last_seq))
 
 
@@ -440,18 +445,25 @@ class BatchApplier:
             compacted = step.frame
         else:
             compacted = compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder)
-        rows = compacted.select(
-            "op",
-            F.when(F.col("op") == "d", copy_line("before", key_columns))
-            .otherwise(copy_line("after", columns, placeholder)).alias("line"),
-            unchanged_columns("after", columns, placeholder).alias("unchanged"),
-            zero_dates("after", columns).alias("zero_dates"),
-        ).collect()
+        # One Spark job serves upserts and deletes: each line starts with a header "op zero_dates unchanged" (the
+        # unchanged columns as a JSON array, which holds no tab) and a tab.
+        lines = collect_lines(compacted.select(F.concat(
+            F.concat_ws(" ", F.col("op"), zero_dates("after", columns).cast("string"),
+                        F.to_json(unchanged_columns("after", columns, placeholder))),
+            F.lit("\t"),
+            F.when(F.col("op") == "d", copy_line("before", key_columns)).otherwise(copy_line("after", columns, placeholder)),
+        )))
         upserts: dict[tuple[str, ...], list[str]] = {}
-        for row in rows:
-            if row.op != "d":
-                upserts.setdefault(tuple(row.unchanged), []).append(row.line)
-        deletes = [row.line for row in rows if row.op == "d"]
+        deletes: list[str] = []
+        zero_dates_written = 0
+        for line in lines:
+            header, copy_text = line.split("\t", 1)
+            op, zeros, unchanged = header.split(" ", 2)
+            if op == "d":
+                deletes.append(copy_text)
+                continue
+            zero_dates_written += int(zeros)
+            upserts.setdefault(tuple(json.loads(unchanged)) if unchanged != "[]" else (), []).append(copy_text)
         target = sql.Identifier(schema, table)
         key_names = [column.dest_name for column in key_columns]
         if deletes:
@@ -470,7 +482,7 @@ class BatchApplier:
             cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {cols} FROM {s} ON CONFLICT ({key}) {action}").format(
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
-        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
+        return self._zero_dates_written(step, zero_dates_written)
 
     def _zero_dates_written(self, step: DmlStep, count: int) -> int:
         if count:
@@ -521,7 +533,7 @@ class BatchApplier:
                             [*after, *before])
         if pending_inserts:
             self._copy(cur, target, names, pending_inserts)
-        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
+        return self._zero_dates_written(step, zero_dates_written)
 
 
 def _match_columns(names: list[str], left: str, right: str) -> sql.Composed:

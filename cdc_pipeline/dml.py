@@ -484,6 +484,23 @@ def unchanged_columns(image: str, columns: list[ColumnPlan], placeholder: str | 
     return F.array_compact(F.array(*flags)) if flags else F.array().cast("array<string>")
 
 
+# Representations whose text never holds a backslash, newline, carriage return or tab: COPY needs no escaping.
+_PLAIN_TYPES = frozenset({"int8", "int16", "int32", "int64", "float", "double", "float32", "float64", "boolean"})
+_PLAIN_LOGICAL = frozenset({
+    "io.debezium.time.Date", "io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime",
+    "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp",
+    "io.debezium.time.Year", "io.debezium.data.Bits", "io.debezium.data.VariableScaleDecimal",
+    "org.apache.kafka.connect.data.Decimal", "org.apache.kafka.connect.data.Date",
+    "org.apache.kafka.connect.data.Time", "org.apache.kafka.connect.data.Timestamp",
+})
+
+
+def _needs_copy_escape(spec: FieldSpec) -> bool:
+    if spec.logical is not None:
+        return spec.logical not in _PLAIN_LOGICAL
+    return spec.type not in _PLAIN_TYPES
+
+
 def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = None) -> Column:
     """One COPY text line from the `before` or `after` map, in the order of `columns`.
 
@@ -497,7 +514,7 @@ def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = N
         for nulled in (zero_date(raw, column.spec), _is_placeholder(raw, column.spec, placeholder)):
             if nulled is not None:
                 value = F.when(nulled, F.lit(None)).otherwise(value)
-        values.append(F.coalesce(copy_escape(value), F.lit(NULL_TEXT)))
+        values.append(F.coalesce(copy_escape(value) if _needs_copy_escape(column.spec) else value, F.lit(NULL_TEXT)))
     return F.concat_ws("\t", *values)
 
 

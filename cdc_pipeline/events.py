@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -66,10 +67,20 @@ class EventRef:
     source_table: str | None
     schema_id: str | None
     op: str | None
-    source: dict[str, str | None]
-    source_ts_ms: int | None  # when the change happened in the source, not when Debezium processed it
+    raw_source: dict[str, Any]
     schema_change: dict[str, Any] | None = None
     offset: dict[str, Any] | None = None
+
+    @cached_property
+    def source(self) -> dict[str, str]:
+        """The source block with every value as text (JSON text for numbers and booleans)."""
+        return {key: value if isinstance(value, str) else json.dumps(value) for key, value in self.raw_source.items()}
+
+    @property
+    def source_ts_ms(self) -> int | None:
+        """When the change happened in the source (not when Debezium processed it)."""
+        ts_ms = self.raw_source.get("ts_ms")
+        return None if ts_ms is None else int(ts_ms)
 
     @property
     def position(self) -> dict[str, Any]:
@@ -79,18 +90,14 @@ class EventRef:
 
 def event_ref(entry: dict[str, Any]) -> EventRef:
     """The EventRef of one index entry of the runner (see `EventSerializer.indexEntry` in the runner)."""
-    raw_source = entry.get("source") or {}
-    source = {key: value if isinstance(value, str) or value is None else json.dumps(value)
-              for key, value in raw_source.items()}
-    change = entry.get("change")
-    if change is not None:
-        change = {**change, "source": source}
-    ts_ms = raw_source.get("ts_ms")
-    return EventRef(
-        seq=int(entry["seq"]), kind=entry["kind"], source_table=entry.get("table"), schema_id=entry.get("schema"),
-        op=entry.get("op"), source=source, source_ts_ms=None if ts_ms is None else int(ts_ms),
-        schema_change=change, offset=entry.get("offset"),
+    ref = EventRef(
+        seq=entry["seq"], kind=entry["kind"], source_table=entry.get("table"), schema_id=entry.get("schema"),
+        op=entry.get("op"), raw_source=entry.get("source") or {}, offset=entry.get("offset"),
+        schema_change=entry.get("change"),
     )
+    if ref.schema_change is not None:
+        ref.schema_change["source"] = ref.source
+    return ref
 
 
 @dataclass
@@ -120,11 +127,12 @@ class ParsedBatch:
             self.events.unpersist()
 
 
-def parse_events(lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
-    """The batch's index as EventRefs in source order, and its data changes' row images, parsed lazily in Spark."""
-    parsed = lines.select(F.from_json("line", ROW_IMAGES).alias("e"))
+def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
+    """The batch's index as EventRefs in source order, and the row images of its data-change lines (the runner
+    ships those apart), parsed lazily in Spark."""
+    parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"))
     value = F.col("e.value")
-    events = parsed.where(value["op"].isin(*DML_OPS)).select(
+    events = parsed.select(
         F.lit(batch.batch_id).alias("batch_id"),
         F.col("e.seq").alias("seq"),
         F.col("e.schema").alias("schema_id"),

@@ -200,7 +200,7 @@ class FetchedBatch:
     last_offset: dict[str, Any] | None
     last_partition: dict[str, Any] | None
     index: list[dict[str, Any]] = field(default_factory=list)
-    java_lines: Any = None
+    java_data_lines: Any = None
     member_ids: tuple[int, ...] = ()
 
     @property
@@ -208,9 +208,9 @@ class FetchedBatch:
         """The runner batch ids to mark complete once this is applied, in order."""
         return self.member_ids or (self.batch_id,)
 
-    def lines(self) -> Any:
-        """The Java list of JSON lines (a py4j handle: the events stay in the JVM)."""
-        return self.java_lines if self.java_lines is not None else self.java_batch.lines()
+    def data_lines(self) -> Any:
+        """The Java list of the JSON lines of data changes, all Spark parses (a py4j handle: they stay in the JVM)."""
+        return self.java_data_lines if self.java_data_lines is not None else self.java_batch.dataLines()
 
 
 def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
@@ -220,12 +220,12 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
     lines = jvm.java.util.ArrayList()
     schemas: dict[str, Any] = {}
     for batch in batches:
-        lines.addAll(batch.lines())
+        lines.addAll(batch.data_lines())
         schemas.update(batch.schemas)
     return FetchedBatch(
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
-        index=[entry for batch in batches for entry in batch.index], java_lines=lines,
+        index=[entry for batch in batches for entry in batch.index], java_data_lines=lines,
         member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids))
 
 

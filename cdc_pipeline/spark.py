@@ -57,7 +57,20 @@ def set_runner_log_level(session: SparkSession, level: str) -> None:
 
 
 def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
-    """A one-column (``line``) DataFrame of the batch's JSON lines, made on the JVM side from the Java list."""
+    """A one-column (``line``) DataFrame of the batch's data-change lines, made on the JVM side from the Java list."""
     jvm: Any = spark._jvm
-    dataset = spark._jsparkSession.createDataset(batch.lines(), jvm.org.apache.spark.sql.Encoders.STRING())
+    dataset = spark._jsparkSession.createDataset(batch.data_lines(), jvm.org.apache.spark.sql.Encoders.STRING())
     return DataFrame(dataset.toDF(), spark).withColumnRenamed("value", "line")
+
+
+def collect_lines(frame: DataFrame) -> list[str]:
+    """The values of a one-string-column DataFrame, collected in the JVM and handed to Python as one text.
+
+    Much cheaper than `collect()`, which pickles a Row per value; the values must hold no newline (COPY text
+    lines escape theirs).
+    """
+    jvm: Any = frame.sparkSession._jvm
+    values = getattr(frame._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING()).collectAsList()
+    if values.isEmpty():
+        return []
+    return jvm.java.lang.String.join("\n", values).split("\n")

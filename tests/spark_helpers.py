@@ -122,7 +122,8 @@ def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1) -> tuple[Fet
 def parse_records(records: list[dict[str, Any]], batch_id: int = 1) -> ParsedBatch:
     """Parses the records in Spark as the pipeline parses a batch popped from the runner."""
     batch, lines = fetched_batch(records, batch_id)
-    lines_df = get_spark().createDataFrame([(line,) for line in lines], "line string")
+    data_lines = [line for line, entry in zip(lines, batch.index) if entry["kind"] == DATA_CHANGE]
+    lines_df = get_spark().createDataFrame([(line,) for line in data_lines], "line string")
     return parse_events(lines_df, batch)
 
 

@@ -25,8 +25,10 @@ def test_index_entries_describe_their_lines(pipeline, spark):
     with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
         batches = cycle.fetch_batches(session)
         entries = [entry for batch in batches for entry in batch.index]
-        lines = [str(line) for batch in batches for line in batch.lines()]
+        lines = [str(line) for batch in batches for line in batch.java_batch.lines()]
+        data_lines = [str(line) for batch in batches for line in batch.data_lines()]
     assert entries == [index_entry(line) for line in lines]
+    assert data_lines == [line for line, entry in zip(lines, entries) if entry["kind"] == DATA_CHANGE]
     kinds = Counter((entry["kind"], entry.get("op"), entry.get("table")) for entry in entries)
     table = f"{pipeline.source_db}.t"
     assert kinds[(DATA_CHANGE, "c", table)] == 1 and kinds[(DATA_CHANGE, "u", table)] == 1

@@ -8,6 +8,8 @@ import java.util.Set;
 
 import org.apache.kafka.connect.source.SourceRecord;
 
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
 import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.RecordChangeEvent;
 
@@ -19,6 +21,7 @@ public final class ChangeBatch {
     private final List<RecordChangeEvent<SourceRecord>> records;
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
     private final List<String> lines;
+    private final List<String> dataLines;
     private final String index;
     private final String schemas;
     private final String lastOffset;
@@ -31,6 +34,7 @@ public final class ChangeBatch {
         this.records = new ArrayList<>(records);
         this.committer = committer;
         List<String> out = new ArrayList<>(records.size());
+        List<String> data = new ArrayList<>(records.size());
         StringBuilder indexJson = new StringBuilder(records.size() * 256).append('[');
         Set<String> schemaIds = new LinkedHashSet<>();
         long seq = firstSeq;
@@ -40,8 +44,13 @@ public final class ChangeBatch {
             if (indexJson.length() > 1) {
                 indexJson.append(',');
             }
-            indexJson.append(serializer.indexEntry(seq, record));
-            out.add(serializer.line(seq++, record));
+            ObjectNode entry = serializer.indexEntry(seq, record);
+            indexJson.append(entry.toString());
+            String line = serializer.line(seq++, record);
+            out.add(line);
+            if (EventSerializer.KIND_DATA_CHANGE.equals(entry.path("kind").asText())) {
+                data.add(line);
+            }
             last = record;
         }
         for (String line : out) {
@@ -60,6 +69,7 @@ public final class ChangeBatch {
         }
         this.schemas = schemaJson.append('}').toString();
         this.lines = Collections.unmodifiableList(out);
+        this.dataLines = Collections.unmodifiableList(data);
         this.index = indexJson.append(']').toString();
         this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
@@ -80,6 +90,11 @@ public final class ChangeBatch {
     /** The events as JSON lines, in source order. */
     public List<String> lines() {
         return lines;
+    }
+
+    /** The lines of data changes (op c, r, u or d) only, in source order: all that Spark parses. */
+    public List<String> dataLines() {
+        return dataLines;
     }
 
     /** The index entries of the lines, as one JSON array in the same order (see EventSerializer#indexEntry). */

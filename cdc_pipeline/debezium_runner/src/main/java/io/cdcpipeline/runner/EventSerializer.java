@@ -82,7 +82,7 @@ final class EventSerializer {
      * the source block (nulls and the connector's name and version left out), the offset, and for a schema
      * change its payload. The pipeline reads a batch's entries as one JSON array (see {@link ChangeBatch#index}).
      */
-    String indexEntry(long seq, SourceRecord record) {
+    ObjectNode indexEntry(long seq, SourceRecord record) {
         ObjectNode entry = mapper.createObjectNode();
         entry.put("seq", seq);
         String kind = KIND_OTHER;
@@ -115,7 +115,7 @@ final class EventSerializer {
         }
         entry.put("kind", kind);
         entry.set("offset", mapper.valueToTree(record.sourceOffset()));
-        return entry.toString();
+        return entry;
     }
 
     private ObjectNode sourceNode(Struct source) {
