@@ -1,4 +1,8 @@
-"""The fetch-cycle job of a connector: fetch -> parse -> convert DDL -> convert DML -> apply -> mark complete -> stats."""
+"""The fetch-cycle job of a connector: fetch -> parse -> convert DDL -> convert DML -> apply -> mark complete -> stats.
+
+Fetch, parse and the conversions are lazy, as Spark's transformations are: each op adds its step to the stream
+of batches, and the apply op drives it, one group of batches at a time, while the engine keeps capturing.
+"""
 
 
 import time
@@ -25,40 +29,41 @@ from resources.spark_session import SparkSessionResource
 CONNECTOR_TAG = "cdc/connector"
 
 
-@op(description="Pops batches of change events from the Debezium engine until the source is idle or the "
-                "cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
-def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource) -> list:
+@op(description="Pops batches of change events from the Debezium engine (lazily) until the source is idle or "
+                "the cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
+def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource):
     with debezium_runner.step() as session:
-        batches = cycle.fetch_batches(session)
-        context.log.info(f"fetched {len(batches)} batches, {sum(b.size for b in batches)} events")
-        return batches
+        return cycle.fetch_batches(session)
 
 
-@op(description="Parses each batch's JSON events in Spark (envelope, op, table, position, row images, DDL).")
-def parse_events(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, batches: list) -> list:
+@op(description="Reads each batch's event index and parses its row images in Spark (lazily).")
+def parse_events(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, batches):
     with debezium_runner.step() as session:
         return cycle.parse_batches(session, batches)
 
 
 @op(description="Converts schema changes into destination DDL and splits each batch into DDL and DML steps "
-                "in source order.")
-def convert_ddl(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, parsed: list) -> list:
+                "in source order (lazily).")
+def convert_ddl(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, parsed):
     with debezium_runner.step() as session:
-        plans = cycle.convert_ddl(session, parsed)
-        context.log.info(f"{sum(p.counts.ddls for p in plans)} schema changes to apply")
-        return plans
+        return cycle.convert_ddl(session, parsed)
 
 
-@op(description="Chooses the Spark conversion of every column of every DML segment.")
-def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
+@op(description="Chooses the Spark conversion of every column of every DML segment (lazily).")
+def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans):
     with debezium_runner.step() as session:
         return cycle.convert_dml(session, plans)
 
 
-@op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position.")
-def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans: list) -> list:
+@op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position; "
+                "drives the lazy steps before it, one group of batches at a time.")
+def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans) -> list:
     with debezium_runner.step() as session:
-        return cycle.apply_batches(session, plans)
+        applied = cycle.apply_batches(session, plans)
+        counts = session.cycle_stats.counts
+        context.log.info(f"applied {session.cycle_stats.batches} batches: {counts.events} events, "
+                         f"{counts.ddls} schema changes")
+        return applied
 
 
 @op(description="Marks applied batches complete, so the Debezium offset advances past them.")

@@ -94,8 +94,8 @@ def measure_raw_capture(config: PipelineConfig, spark: Any, expected: int) -> Me
 def measure_pipeline(config: PipelineConfig, spark: Any) -> tuple[Measurement, Measurement, dict[str, Any]]:
     """One full cycle through the job's steps; returns end-to-end and apply-stage measurements."""
     with cycle.ConnectorSession(config.connector("pipeline"), config.destination, spark) as session:
-        batches = cycle.fetch_batches(session)
-        plans = cycle.convert_dml(session, cycle.convert_ddl(session, cycle.parse_batches(session, batches)))
+        plans = cycle.convert_dml(session, cycle.convert_ddl(session, cycle.parse_batches(
+            session, cycle.fetch_batches(session))))
         applied = cycle.apply_batches(session, plans)
         cycle.mark_batches_complete(session, applied)
         stats = session.cycle_stats

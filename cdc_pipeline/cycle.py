@@ -1,16 +1,19 @@
 """One fetch cycle of a connector, as steps: open the session, fetch, parse, convert, apply, mark complete.
 
-Dagster's job calls these steps one op each; nothing here imports Dagster. The session holds the run lock
+Dagster's job calls these steps one op each; nothing here imports Dagster. Fetch, parse and convert are lazy
+(like Spark's transformations): apply drives them one group of batches at a time, so the engine keeps
+capturing while a group is applied, and memory holds one group, not the whole cycle. The session holds the run lock
 (one cycle per connector at a time), the destination connection and the running Debezium engine.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import psycopg
 from pyspark.sql import SparkSession
@@ -20,13 +23,14 @@ from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.events import ParsedBatch, parse_events
-from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, group_batches, merge_batches
+from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, merge_batches
 from cdc_pipeline.spark import batch_dataframe
 
 log = logging.getLogger(__name__)
 
 ENGINE_START_TIMEOUT_SECONDS = 120.0
 FETCH_WAIT_SECONDS = 0.5
+GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
 
 
 @dataclass
@@ -71,6 +75,12 @@ class CycleStats:
         }
 
 
+def queue_capacity(connector: ConnectorConfig) -> int:
+    """Runner batches the engine may capture ahead of the pipeline: two groups' worth, so it keeps capturing
+    while a group is applied."""
+    return max(4, 2 * -(-connector.apply_batch_events // connector.batch_size))
+
+
 class ConnectorSession:
     """The live parts of one connector's fetch cycle: destination connection, run lock, Debezium engine."""
 
@@ -100,7 +110,8 @@ class ConnectorSession:
         self._set_state(control.INITIALIZING, clear_error=True)
         self.applied_offset = control.read_applied_offset(self.conn, self.control_schema, self.connector.name)
         self.runner = DebeziumRunner(self.spark, self.connector.name,
-                                     debezium_properties(self.connector, self.destination))
+                                     debezium_properties(self.connector, self.destination),
+                                     queue_capacity=queue_capacity(self.connector))
         self.runner.start()
         self.cycle_stats = CycleStats()
         self._set_state(control.SYNCING)
@@ -151,32 +162,65 @@ class ConnectorSession:
         return BatchApplier(self.conn, self.connector, self.control_schema)
 
 
-def fetch_batches(session: ConnectorSession) -> list[FetchedBatch]:
-    """Pops batches until the source is idle or the cycle's event or time budget is spent."""
-    with session.cycle_stats.timed("fetch"):
-        return _fetch_batches(session, session.cycle_stats)
+T = TypeVar("T")
 
 
-def _fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[FetchedBatch]:
+class Stream(Generic[T]):
+    """The output of a lazy step: iterating it runs the step, and the steps before it, one item at a time.
+
+    Not itself an iterator, so that Dagster hands it from op to op as a value.
+    """
+
+    def __init__(self, items: Iterator[T]) -> None:
+        self._items = items
+
+    def __iter__(self) -> Iterator[T]:
+        return self._items
+
+
+def lazy_step(step: Callable[..., Iterator[T]]) -> Callable[..., Stream[T]]:
+    @functools.wraps(step)
+    def wrapper(*args: Any, **kwargs: Any) -> Stream[T]:
+        return Stream(step(*args, **kwargs))
+    return wrapper
+
+
+@lazy_step
+def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
+    """Pops batches until the source is idle or the cycle's event or time budget is spent, lazily.
+
+    Yields groups of consecutive batches of up to apply_batch_events events, each as soon as the engine has
+    nothing more ready: the engine goes on capturing while the group is parsed and applied downstream.
+    """
     runner = session.runner
     connector = session.connector
+    stats = session.cycle_stats
     assert runner is not None
-    batches: list[FetchedBatch] = []
-    events = 0
+    group: list[FetchedBatch] = []
+    group_events = events = 0
     started = time.monotonic()
     last_batch_at = started
     streaming_since: float | None = None
     while True:
-        batch = runner.fetch(FETCH_WAIT_SECONDS)
+        with stats.timed("fetch"):
+            batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
         if batch is not None:
             stats.first_fetch_at = stats.first_fetch_at or now
-            batches.append(batch)
+            if group and group_events + batch.size > connector.apply_batch_events:
+                yield group
+                group, group_events = [], 0
+            group.append(batch)
+            group_events += batch.size
             events += batch.size
             last_batch_at = now
             if events >= connector.max_events_per_run:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
+        elif group:
+            yield group
+            group, group_events = [], 0
+            continue
         elif runner.is_streaming():
             # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
             streaming_since = streaming_since or now
@@ -191,47 +235,57 @@ def _fetch_batches(session: ConnectorSession, stats: CycleStats) -> list[Fetched
         if now - started >= connector.max_seconds_per_run:
             log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
             break
-    log.info("%s: fetched %d batches, %d events", connector.name, len(batches), events)
-    return batches
+    if group:
+        yield group
+    log.info("%s: fetched %d events", connector.name, events)
 
 
-def parse_batches(session: ConnectorSession, batches: list[FetchedBatch]) -> list[ParsedBatch]:
-    """Parses the fetched batches, consecutive ones joined up to apply_batch_events (one Spark job each)."""
-    parsed = []
-    with session.cycle_stats.timed("parse"):
-        for group in group_batches(batches, session.connector.apply_batch_events):
+@lazy_step
+def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]]) -> Iterator[ParsedBatch]:
+    """Parses each group of fetched batches as one batch (one Spark job, one transaction), lazily."""
+    for group in groups:
+        with session.cycle_stats.timed("parse"):
             batch = merge_batches(group, session.spark._jvm)
-            parsed.append(parse_events(batch_dataframe(session.spark, batch), batch))
-    return parsed
+            parsed = parse_events(batch_dataframe(session.spark, batch), batch)
+        yield parsed
 
 
-def convert_ddl(session: ConnectorSession, parsed: list[ParsedBatch]) -> list[BatchPlan]:
-    with session.cycle_stats.timed("convert"):
-        return [plan_batch(batch, session.connector, session.applied_offset) for batch in parsed]
+@lazy_step
+def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Iterator[BatchPlan]:
+    """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
+    for batch in parsed:
+        with session.cycle_stats.timed("convert"):
+            plan = plan_batch(batch, session.connector, session.applied_offset)
+        yield plan
 
 
-def convert_dml(session: ConnectorSession, plans: list[BatchPlan]) -> list[BatchPlan]:
-    with session.cycle_stats.timed("convert"):
-        for plan in plans:
+@lazy_step
+def convert_dml(session: ConnectorSession, plans: Iterable[BatchPlan]) -> Iterator[BatchPlan]:
+    """Gives each DML step its Spark rows and columns, lazily."""
+    for plan in plans:
+        with session.cycle_stats.timed("convert"):
             attach_dml_frames(plan)
-    return plans
+        yield plan
 
 
-def apply_batches(session: ConnectorSession, plans: list[BatchPlan]) -> list[int]:
-    """Applies each batch in its own destination transaction, in order; returns the applied runner batch ids."""
+def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list[int]:
+    """Applies each batch in its own destination transaction, in order; returns the applied runner batch ids.
+
+    This drives the lazy steps before it: each batch is fetched, parsed and converted just before it applies.
+    """
     stats = session.cycle_stats
     applier = session.applier()
     applied = []
-    with stats.timed("apply"):
-        for plan in plans:
+    for plan in plans:
+        with stats.timed("apply"):
             try:
                 counts = applier.apply(plan)
             finally:
                 plan.parsed.release()
-            stats.last_commit_at = time.monotonic()
-            stats.batches += 1
-            stats.counts.add(counts)
-            applied.extend(plan.parsed.batch.batch_ids)
+        stats.last_commit_at = time.monotonic()
+        stats.batches += 1
+        stats.counts.add(counts)
+        applied.extend(plan.parsed.batch.batch_ids)
     return applied
 
 

@@ -229,20 +229,6 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids))
 
 
-def group_batches(batches: list[FetchedBatch], max_events: int) -> list[list[FetchedBatch]]:
-    """Consecutive batches grouped up to max_events each (a larger single batch stays alone)."""
-    groups: list[list[FetchedBatch]] = []
-    size = 0
-    for batch in batches:
-        if groups and size + batch.size <= max_events:
-            groups[-1].append(batch)
-            size += batch.size
-        else:
-            groups.append([batch])
-            size = batch.size
-    return groups
-
-
 class DebeziumRunner:
     """One embedded Debezium engine inside the Spark driver JVM, driven through py4j."""
 

@@ -23,7 +23,7 @@ def test_index_entries_describe_their_lines(pipeline, spark):
                      "ALTER TABLE t ADD COLUMN w INT", "TRUNCATE TABLE t"])
     config = load_config()
     with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
-        batches = cycle.fetch_batches(session)
+        batches = [batch for group in cycle.fetch_batches(session) for batch in group]
         entries = [entry for batch in batches for entry in batch.index]
         lines = [str(line) for batch in batches for line in batch.java_batch.lines()]
         data_lines = [str(line) for batch in batches for line in batch.data_lines()]
