@@ -57,9 +57,14 @@ def set_runner_log_level(session: SparkSession, level: str) -> None:
 
 
 def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
-    """A one-column (``line``) DataFrame of the batch's data-change lines, made on the JVM side from the Java list."""
+    """A one-column (``line``) DataFrame of the batch's data-change lines, made on the JVM side from the Java list.
+
+    The lines are spread over the default parallelism as an RDD: a local relation would be converted on the
+    driver, one row at a time, by the optimizer, instead of in parallel tasks.
+    """
     jvm: Any = spark._jvm
-    dataset = spark._jsparkSession.createDataset(batch.data_lines(), jvm.org.apache.spark.sql.Encoders.STRING())
+    rdd = spark._jsc.parallelize(batch.data_lines(), spark.sparkContext.defaultParallelism).rdd()
+    dataset = spark._jsparkSession.createDataset(rdd, jvm.org.apache.spark.sql.Encoders.STRING())
     return DataFrame(dataset.toDF(), spark).withColumnRenamed("value", "line")
 
 
