@@ -288,9 +288,11 @@ class BatchApplier:
         self.connector = connector
         self.control_schema = control_schema
         self._staging_seq = 0
+        self._batch_refs: list[EventRef] = []
 
     def apply(self, plan: BatchPlan) -> control.BatchCounts:
         """Applies every step and records the batch's position, all in one transaction; returns the counts."""
+        self._batch_refs = plan.parsed.refs
         with self.conn.transaction(), self.conn.cursor() as cur:
             for step in plan.steps:
                 if isinstance(step, DdlStep):
@@ -403,7 +405,7 @@ class BatchApplier:
         except psycopg.Error as exc:
             raise apply_error(exc, step.frame, columns, connector=self.connector.name, table=step.source_table,
                               target=f"{schema}.{table}", seqs=(step.first_seq, step.last_seq),
-                              position=position) from exc
+                              position=position, refs={ref.seq: ref for ref in self._batch_refs}) from exc
 
     def _staging(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[str]) -> sql.Identifier:
         self._staging_seq += 1

@@ -614,8 +614,8 @@ def rejected_value(error: psycopg.Error, columns: Sequence[ColumnPlan]) -> Rejec
     return None
 
 
-def events_with_value(frame: DataFrame, rejected: RejectedValue, limit: int = 3) -> list[EventRef]:
-    """The first events (in source order) whose COPY text of the rejected column is the rejected value.
+def events_with_value(frame: DataFrame, rejected: RejectedValue, limit: int = 3) -> list[int]:
+    """The seqs of the first events (in source order) whose COPY text of the rejected column is the rejected value.
 
     A delete is looked at in its `before` image (its key is loaded from there), any other change in `after`.
     """
@@ -627,19 +627,19 @@ def events_with_value(frame: DataFrame, rejected: RejectedValue, limit: int = 3)
         return text.startswith(wanted) if rejected.truncated else text == wanted
 
     rows = (frame.where(F.when(F.col("op") == "d", matches("before")).otherwise(matches("after")))
-            .orderBy("seq").select("seq", "op", "source_table", F.to_json("source").alias("source_json"))
-            .limit(limit).collect())
-    return [EventRef(seq=row.seq, kind=DATA_CHANGE, source_table=row.source_table, schema_id=None, op=row.op,
-                     source_json=row.source_json, source_ts_ms=None) for row in rows]
+            .orderBy("seq").select("seq").limit(limit).collect())
+    return [row.seq for row in rows]
 
 
 def apply_error(error: psycopg.Error, frame: DataFrame, columns: Sequence[ColumnPlan], *, connector: str, table: str,
-                target: str, seqs: tuple[int, int], position: object) -> ConversionError:
+                target: str, seqs: tuple[int, int], position: object,
+                refs: Mapping[int, EventRef]) -> ConversionError:
     """The error of a DML segment PostgreSQL refused, naming what it can: the column with its source and
     destination types, the value, and the first event carrying it with its source position.
 
     Without a column in PostgreSQL's error, the segment's events (`seqs`, first and last) and `position`
-    (its last event's) say where; finding the event runs one Spark job, only on this failure path.
+    (its last event's) say where; finding the event runs one Spark job, only on this failure path, and `refs`
+    (the batch's events by seq) gives its position.
     """
     events_text = f"events {seqs[0]}..{seqs[1]} of the batch"
     rejected = rejected_value(error, columns)
@@ -648,7 +648,7 @@ def apply_error(error: psycopg.Error, frame: DataFrame, columns: Sequence[Column
                                table=table, position=position)
     column = rejected.column
     value = "NULL" if rejected.value is None else repr(rejected.value) + (" (cut short)" if rejected.truncated else "")
-    events = events_with_value(frame, rejected)
+    events = [refs[seq] for seq in events_with_value(frame, rejected) if seq in refs]
     if events:
         first = events[0]
         where = f"event {first.seq} of the batch (op {first.op})" + (" and later ones" if len(events) > 1 else "")

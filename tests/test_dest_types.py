@@ -18,7 +18,7 @@ from spark_helpers import get_spark
 
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.dml import apply_error, copy_line, plan_columns
-from cdc_pipeline.events import FieldSpec
+from cdc_pipeline.events import DATA_CHANGE, FieldSpec, event_ref
 
 pytestmark = pytest.mark.integration
 
@@ -200,9 +200,12 @@ def test_a_refused_value_is_traced_to_its_column_event_and_source_position(dest_
         [(seq, op, "db.t", None, after, {"file": "bin.000007", "pos": str(seq * 100), "row": "0"})
          for seq, op, after in events], schema)
     lines = [row.line for row in frame.orderBy("seq").select(copy_line("after", columns).alias("line")).collect()]
+    refs = {seq: event_ref({"seq": seq, "kind": DATA_CHANGE, "op": op, "table": "db.t",
+                            "source": {"file": "bin.000007", "pos": seq * 100, "row": 0}})
+            for seq, op, _ in events}
 
     refused = apply_error(copy_error(dest_dsn, "t", columns, lines), frame, columns, connector="c", table="db.t",
-                          target="public.t", seqs=(10, 13), position={"pos": "1300"})
+                          target="public.t", seqs=(10, 13), position={"pos": "1300"}, refs=refs)
     assert refused.connector == "c" and refused.table == "db.t"
     assert refused.position == {"file": "bin.000007", "pos": "1100", "row": "0"}
     assert "column 'code' (source type string, destination type code (a domain over character varying(300)))" \
@@ -211,7 +214,8 @@ def test_a_refused_value_is_traced_to_its_column_event_and_source_position(dest_
     assert 'violates check constraint "code_check"' in refused.message
 
     null_refused = apply_error(copy_error(dest_dsn, "t", columns, [lines[0], lines[2]]), frame, columns,
-                               connector="c", table="db.t", target="public.t", seqs=(10, 13), position=None)
+                               connector="c", table="db.t", target="public.t", seqs=(10, 13), position=None,
+                               refs=refs)
     assert "column 'amount'" in null_refused.message
     assert "the value NULL of event 12 of the batch" in null_refused.message
     assert null_refused.position == {"file": "bin.000007", "pos": "1200", "row": "0"}
