@@ -103,9 +103,11 @@ def index_entry(line: str) -> dict[str, Any]:
     return entry
 
 
-def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1) -> tuple[FetchedBatch, list[str]]:
-    """A FetchedBatch of the records (no Java list behind it) and its lines."""
-    lines, schemas = runner_lines(records)
+def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1,
+                  first_seq: int = 1) -> tuple[FetchedBatch, list[str]]:
+    """A FetchedBatch of the records (no Java list behind it) and its lines; `first_seq` is its first event's seq
+    (1: the engine's first event)."""
+    lines, schemas = runner_lines(records, first_seq)
     last = json.loads(lines[-1]) if lines else None
     batch = FetchedBatch(
         batch_id=batch_id,
@@ -119,9 +121,9 @@ def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1) -> tuple[Fet
     return batch, lines
 
 
-def parse_records(records: list[dict[str, Any]], batch_id: int = 1) -> ParsedBatch:
+def parse_records(records: list[dict[str, Any]], batch_id: int = 1, first_seq: int = 1) -> ParsedBatch:
     """Parses the records in Spark as the pipeline parses a batch popped from the runner."""
-    batch, lines = fetched_batch(records, batch_id)
+    batch, lines = fetched_batch(records, batch_id, first_seq)
     data_lines = [line for line, entry in zip(lines, batch.index) if entry["kind"] == DATA_CHANGE]
     lines_df = get_spark().createDataFrame([(line,) for line in data_lines], "line string")
     return parse_events(lines_df, batch)

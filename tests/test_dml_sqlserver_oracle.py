@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from pyspark.sql import SparkSession
-from spark_helpers import get_spark
+from spark_helpers import get_spark, index_entry
 
 from cdc_pipeline.dml import copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.events import parse_events
@@ -318,8 +318,8 @@ def convert(spark: SparkSession, cases: list[Case], images: list[dict[str, str]]
     """The COPY lines of one event per image, through the pipeline's parse, column plan and conversion."""
     lines = [event_line(seq, image) for seq, image in enumerate(images, start=1)]
     batch = FetchedBatch(batch_id=1, size=len(lines), java_batch=None, schemas={"s1": value_schema(cases)},
-                         last_offset=None, last_partition=None)
-    parsed = parse_events(spark.createDataFrame([(line,) for line in lines], "line string"), batch, "oracle")
+                         last_offset=None, last_partition=None, index=[index_entry(line) for line in lines])
+    parsed = parse_events(spark.createDataFrame([(line,) for line in lines], "line string"), batch)
     columns = plan_columns(parsed.fields("s1"), {case.id: case.pg_type for case in cases}, str,
                            connector="hand-written", table="dbo.t")
     rows = parsed.events.orderBy("seq").select(copy_line("after", columns).alias("line")).collect()

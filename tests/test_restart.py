@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from psycopg import sql
-from spark_helpers import fixture_records, get_spark, runner_lines
+from spark_helpers import fixture_records, parse_records
 
 from cdc_pipeline.apply import (
     SNAPSHOT_END,
@@ -25,8 +25,6 @@ from cdc_pipeline.apply import (
     plan_batch,
 )
 from cdc_pipeline.config import ConnectorConfig, parse_config
-from cdc_pipeline.events import ParsedBatch, parse_events
-from cdc_pipeline.runner import FetchedBatch
 
 KILL_DEADLINE_SECONDS = 240
 READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))"
@@ -172,22 +170,13 @@ def connector() -> ConnectorConfig:
     return config.connector("mdb")
 
 
-def _parsed(records: list[dict], first_seq: int) -> ParsedBatch:
-    """The records parsed as a runner batch whose first event has the given seq (1: the engine's first event)."""
-    lines, schemas = runner_lines(records, first_seq)
-    batch = FetchedBatch(batch_id=1, size=len(lines), java_batch=None, schemas=schemas, last_offset=None,
-                         last_partition=None)
-    frame = get_spark().createDataFrame([(line,) for line in lines], "line string")
-    return parse_events(frame, batch, "mariadb")
-
-
 def _snapshot_marker(record: dict) -> str:
     return str((((record.get("value") or {}).get("payload") or {}).get("source") or {}).get("snapshot")).lower()
 
 
 def test_a_snapshot_from_the_engine_start_supersedes_the_earlier_one_and_replaces_each_tables_rows(connector):
     records = fixture_records()
-    parsed = _parsed(records, first_seq=1)
+    parsed = parse_records(records, first_seq=1)
     try:
         plan = plan_batch(parsed, connector)
     finally:
@@ -214,7 +203,7 @@ def test_a_snapshot_from_the_engine_start_supersedes_the_earlier_one_and_replace
 def test_a_later_batch_of_a_snapshot_does_not_start_it_again(connector):
     records = fixture_records()
     first_read = next(i for i, record in enumerate(records) if _snapshot_marker(record) == "first")
-    parsed = _parsed(records[first_read:], first_seq=first_read + 1)
+    parsed = parse_records(records[first_read:], first_seq=first_read + 1)
     try:
         kinds = [step.kind for step in plan_batch(parsed, connector).steps if isinstance(step, SnapshotStep)]
     finally:
@@ -225,7 +214,7 @@ def test_a_later_batch_of_a_snapshot_does_not_start_it_again(connector):
 def test_a_stream_from_the_engine_start_has_no_snapshot_steps(connector):
     records = fixture_records()
     streaming = [record for record in records if _snapshot_marker(record) == "false"]
-    parsed = _parsed(streaming, first_seq=1)
+    parsed = parse_records(streaming, first_seq=1)
     try:
         steps = plan_batch(parsed, connector).steps
     finally:
