@@ -535,7 +535,7 @@ class BatchApplier:
                             [*after, *before])
         if pending_inserts:
             self._copy(cur, target, names, pending_inserts)
-        return self._zero_dates_written(step, zero_dates_written)
+        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
 
 
 def _match_columns(names: list[str], left: str, right: str) -> sql.Composed:
