@@ -15,7 +15,7 @@ from typing import Iterable
 
 import psycopg
 from psycopg import sql
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_pipeline import control
@@ -49,6 +49,8 @@ from cdc_pipeline.typemap import dest_identifier
 log = logging.getLogger(__name__)
 
 _COPY_CHUNK = 1 << 20
+# Merge-line expressions kept per applier (one per table version; a connector rarely has more live at once).
+_EXPRESSION_CACHE_SIZE = 256
 
 
 @dataclass
@@ -288,6 +290,7 @@ class BatchApplier:
         self.connector = connector
         self.control_schema = control_schema
         self._staging_seq = 0
+        self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
 
     def apply(self, plan: BatchPlan) -> control.BatchCounts:
@@ -447,14 +450,7 @@ class BatchApplier:
             compacted = step.frame
         else:
             compacted = compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder)
-        # One Spark job serves upserts and deletes: each line starts with a header "op zero_dates unchanged" (the
-        # unchanged columns as a JSON array, which holds no tab) and a tab.
-        lines = collect_lines(compacted.select(F.concat(
-            F.concat_ws(" ", F.col("op"), zero_dates("after", columns).cast("string"),
-                        F.to_json(unchanged_columns("after", columns, placeholder))),
-            F.lit("\t"),
-            F.when(F.col("op") == "d", copy_line("before", key_columns)).otherwise(copy_line("after", columns, placeholder)),
-        )))
+        lines = collect_lines(compacted.select(self._merge_line(columns, key_columns, placeholder)))
         upserts: dict[tuple[str, ...], list[str]] = {}
         deletes: list[str] = []
         zero_dates_written = 0
@@ -485,6 +481,28 @@ class BatchApplier:
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
         return self._zero_dates_written(step, zero_dates_written)
+
+    def _merge_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None) -> Column:
+        """The line `_merge_keyed` collects per change: a header "op zero_dates unchanged" (the unchanged columns
+        as a JSON array, which holds no tab), a tab, and the COPY text of the upsert or of the deleted key.
+
+        One Spark job serves upserts and deletes. The expression depends only on the columns, so it is built once
+        per table version and reused by every later batch (building it costs many calls into the JVM).
+        """
+        cache_key = (repr(columns), tuple(column.source_name for column in key_columns), placeholder)
+        line = self._merge_lines.get(cache_key)
+        if line is None:
+            line = F.concat(
+                F.concat_ws(" ", F.col("op"), zero_dates("after", columns).cast("string"),
+                            F.to_json(unchanged_columns("after", columns, placeholder))),
+                F.lit("\t"),
+                F.when(F.col("op") == "d", copy_line("before", key_columns))
+                .otherwise(copy_line("after", columns, placeholder)),
+            )
+            if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
+                self._merge_lines.pop(next(iter(self._merge_lines)))
+            self._merge_lines[cache_key] = line
+        return line
 
     def _zero_dates_written(self, step: DmlStep, count: int) -> int:
         if count:
