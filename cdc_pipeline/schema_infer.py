@@ -199,7 +199,8 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
     else:
         destination_key = existing.primary_key[1] if existing.primary_key else ()
         keys = [spec.name for spec in fields if dest_identifier(spec.name, connector.letter_casing) in destination_key]
-        wanted = table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table)
+        wanted = _keep_chosen_types(
+            table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table), existing)
         if not _differs(wanted, existing):
             return existing
         statements = alter_table_sql(replace(wanted, schema=schema, name=table), existing.columns)
@@ -215,6 +216,16 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
     altered = destination_table(cur, schema, table)
     assert altered is not None
     return altered
+
+
+def _keep_chosen_types(wanted: TableDef, existing: DestinationTable) -> TableDef:
+    """The definition with the destination's own type kept for the columns whose type its owner chose (a domain,
+    an enum, citext, ...: `DestinationTable.user_typed`): the events never retype them."""
+    chosen = existing.user_typed
+    if not chosen:
+        return wanted
+    return replace(wanted, columns=[replace(column, pg_type=existing.columns[column.name]) if column.name in chosen
+                                    else column for column in wanted.columns])
 
 
 def _differs(wanted: TableDef, existing: DestinationTable) -> bool:

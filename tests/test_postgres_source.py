@@ -6,6 +6,7 @@ schemas of the data changes; the tests compare full table contents read through 
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from pg_source_helpers import SOURCE_SCHEMA, pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
@@ -115,3 +116,25 @@ def test_table_without_key_is_created_without_primary_key_and_changes_apply_row_
     pg_pipeline.sync()
 
     pg_pipeline.assert_same("notes")
+
+
+def test_a_destination_column_retyped_by_its_owner_keeps_its_type(pg_pipeline):
+    pg_pipeline.source([ITEMS, "INSERT INTO items VALUES " + ", ".join(_item(i) for i in range(1, 6))])
+    pg_pipeline.sync()
+    with psycopg.connect(pg_pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute("CREATE DOMAIN public.item_code AS varchar(40) CHECK (VALUE LIKE 'C-%')")
+        conn.execute("ALTER TABLE public.items ALTER COLUMN code TYPE public.item_code")
+
+    pg_pipeline.source([
+        "INSERT INTO items VALUES " + ", ".join(_item(i) for i in range(6, 9)),
+        "UPDATE items SET code = 'C-new', name = 'changed' WHERE id = 2",
+        "ALTER TABLE items ADD COLUMN extra text",
+        "INSERT INTO items (id, name, code, extra) VALUES (50, 'with extra', 'C-050', 'x')",
+    ])
+
+    pg_pipeline.sync()
+
+    columns = pg_pipeline.dest_columns("items")
+    assert columns["code"] == "item_code", "the column keeps the type its owner chose"
+    assert columns["extra"] == "text", "other columns still follow the source"
+    pg_pipeline.assert_same("items")
