@@ -49,6 +49,9 @@ DEFAULT_APPLY_BATCH_EVENTS = 20_000
 MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
+DEFAULT_RETRY_ATTEMPTS = 3
+MAX_RETRY_ATTEMPTS = 20
+DEFAULT_RETRY_BACKOFF_SECONDS = 1.0
 POSTGRES_IDENTIFIER_MAX_LENGTH = 63
 
 CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -66,6 +69,8 @@ _CONNECTOR_FIELDS = (
     "batch_size",
     "apply_batch_events",
     "error_strategy",
+    "retry_attempts",
+    "retry_backoff_seconds",
     "schedule",
     "max_events_per_run",
     "max_seconds_per_run",
@@ -169,6 +174,8 @@ class ConnectorConfig:
     letter_casing: str
     destination_schema: str | None
     debezium: Mapping[str, str] = field(hash=False)
+    retry_attempts: int = 3  # error_strategy retry: applications of a failing batch before the run fails
+    retry_backoff_seconds: float = 1.0  # ... waiting this long before the first retry, doubling up to a minute
 
     def redacted(self) -> dict[str, Any]:
         """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""
@@ -317,6 +324,9 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         letter_casing=section.choice("letter_casing", LETTER_CASINGS, default="lowercase"),
         destination_schema=section.identifier("destination_schema", default=None),
         debezium=MappingProxyType(section.string_mapping("debezium")),
+        retry_attempts=section.integer("retry_attempts", default=DEFAULT_RETRY_ATTEMPTS, minimum=1,
+                                       maximum=MAX_RETRY_ATTEMPTS),
+        retry_backoff_seconds=section.positive_number("retry_backoff_seconds", default=DEFAULT_RETRY_BACKOFF_SECONDS),
     )
 
 

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 ENGINE_START_TIMEOUT_SECONDS = 120.0
 FETCH_WAIT_SECONDS = 0.5
-GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
+GROUP_WAIT_SECONDS = 0.05
+RETRY = "retry"  # a group goes downstream when the engine has had nothing more for this long
 
 
 @dataclass
@@ -279,7 +280,7 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
     for plan in plans:
         with stats.timed("apply"):
             try:
-                counts = applier.apply(plan)
+                counts = apply_with_retries(session, applier, plan)
             finally:
                 plan.parsed.release()
         stats.last_commit_at = time.monotonic()
@@ -287,6 +288,31 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         stats.counts.add(counts)
         applied.extend(plan.parsed.batch.batch_ids)
     return applied
+
+
+MAX_BACKOFF_SECONDS = 60.0
+
+
+def apply_with_retries(session: ConnectorSession, applier: BatchApplier, plan: BatchPlan) -> control.BatchCounts:
+    """Applies one batch; under the `retry` error strategy a failed batch (rolled back) is applied again, up to
+    `retry_attempts` applications in all, waiting `retry_backoff_seconds` before the first retry and twice as
+    long before each next one (at most a minute). Other strategies apply it once."""
+    connector = session.connector
+    attempts = connector.retry_attempts if connector.error_strategy == RETRY else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return applier.apply(plan)
+        except (psycopg.Error, CdcError) as exc:
+            if attempt == attempts or applier.conn.closed or applier.conn.broken:
+                if attempts > 1:
+                    raise CdcError(f"the batch failed {attempt} times (error_strategy retry, retry_attempts "
+                                   f"{attempts}); last error: {exc}", connector=connector.name) from exc
+                raise
+            wait = min(connector.retry_backoff_seconds * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS)
+            log.warning("%s: applying batch %d failed (attempt %d of %d), retrying in %.1f s: %s", connector.name,
+                        plan.batch_id, attempt, attempts, wait, exc)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def mark_batches_complete(session: ConnectorSession, batch_ids: list[int]) -> int:

@@ -99,6 +99,7 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     assert connector.snapshot_mode == "initial"
     assert connector.batch_size == 2048
     assert connector.error_strategy == "exit"
+    assert (connector.retry_attempts, connector.retry_backoff_seconds) == (3, 1.0)
     assert connector.schedule == "* * * * *"
     assert connector.max_events_per_run == 100000
     assert connector.max_seconds_per_run == 300.0
@@ -260,6 +261,9 @@ def test_malformed_variable_reference_is_an_error(text: str) -> None:
         ("batch_size", 100001, "batch_size", "between 1 and 100000"),
         ("batch_size", 2.5, "batch_size", "integer"),
         ("error_strategy", "ignore", "error_strategy", "exit, retry, skip"),
+        ("retry_attempts", 0, "retry_attempts", "between 1 and 20"),
+        ("retry_attempts", 21, "retry_attempts", "between 1 and 20"),
+        ("retry_backoff_seconds", 0, "retry_backoff_seconds", "> 0"),
         ("schedule", "every minute", "schedule", "cron"),
         ("schedule", "0 0 * * * *", "schedule", "cron"),
         ("schedule", "61 * * * *", "schedule", "cron"),
