@@ -15,6 +15,7 @@ from typing import Iterable
 
 import psycopg
 from psycopg import sql
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -40,8 +41,17 @@ from cdc_pipeline.dml import (
     unchanged_columns,
     zero_dates,
 )
-from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, FieldSpec, ParsedBatch, offset_order
+from cdc_pipeline.errors import CdcError, ConversionError
+from cdc_pipeline.events import (
+    DATA_CHANGE,
+    SCHEMA_CHANGE,
+    TRUNCATE,
+    EventRef,
+    FieldSpec,
+    ParsedBatch,
+    index_entry_of,
+    offset_order,
+)
 from cdc_pipeline.schema_infer import ensure_table_matches
 from cdc_pipeline.spark import collect_lines
 from cdc_pipeline.typemap import dest_identifier
@@ -49,6 +59,10 @@ from cdc_pipeline.typemap import dest_identifier
 log = logging.getLogger(__name__)
 
 _COPY_CHUNK = 1 << 20
+SKIP = "skip"
+# What a step may fail with because of its events (a value the destination refuses, a conversion, a transform);
+# py4j reports Spark's failures as Py4JJavaError.
+SKIPPABLE_ERRORS = (psycopg.Error, CdcError, Py4JJavaError)
 # Merge-line expressions kept per applier (one per table version; a connector rarely has more live at once).
 _EXPRESSION_CACHE_SIZE = 256
 
@@ -293,25 +307,111 @@ class BatchApplier:
         self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
 
-    def apply(self, plan: BatchPlan) -> control.BatchCounts:
-        """Applies every step and records the batch's position, all in one transaction; returns the counts."""
+    def apply(self, plan: BatchPlan, *, dead_letter: int | None = None) -> control.BatchCounts:
+        """Applies every step and records the batch's position, all in one transaction; returns the counts.
+
+        Under the `skip` error strategy each step runs in a savepoint; a step that fails is narrowed down to the
+        events that fail (`_set_aside_failures`), which go to the dead letters while the rest of the batch applies.
+        `dead_letter`: the plan replays that dead letter (`cdc-pipeline dead-letters retry`): it is marked retried
+        and its counts move from the bad events to its kind; the applied position stays where it is.
+        """
         self._batch_refs = plan.parsed.refs
+        skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             for step in plan.steps:
-                if isinstance(step, DdlStep):
-                    for change in step.changes:
-                        self._apply_ddl(cur, change, step.ref)
-                elif isinstance(step, TruncateStep):
-                    self._apply_truncate(cur, step)
-                elif isinstance(step, SnapshotStep):
-                    self._apply_snapshot_step(cur, step)
+                if skip:
+                    self._apply_step_or_set_aside(cur, plan, step)
                 else:
-                    plan.counts.zero_dates += self._apply_dml(cur, step)
+                    self._apply_step(cur, plan, step)
+            if dead_letter is not None:
+                if not control.resolve_dead_letter(cur, self.control_schema, dead_letter, control.DEAD_LETTER_RETRIED):
+                    raise CdcError(f"dead letter {dead_letter} is no longer pending", connector=self.connector.name)
+                control.record_dead_letter_applied(cur, self.control_schema, self.connector.name, plan.counts)
+                return plan.counts
             last = plan.last_ref
             control.record_batch_applied(
                 cur, self.control_schema, self.connector.name, plan.counts,
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
         return plan.counts
+
+    def _apply_step(self, cur: psycopg.Cursor, plan: BatchPlan, step: DdlStep | DmlStep | TruncateStep | SnapshotStep
+                    ) -> None:
+        if isinstance(step, DdlStep):
+            for change in step.changes:
+                self._apply_ddl(cur, change, step.ref)
+        elif isinstance(step, TruncateStep):
+            self._apply_truncate(cur, step)
+        elif isinstance(step, SnapshotStep):
+            self._apply_snapshot_step(cur, step)
+        else:
+            plan.counts.zero_dates += self._apply_dml(cur, step)
+
+    def _apply_step_or_set_aside(self, cur: psycopg.Cursor, plan: BatchPlan,
+                                 step: DdlStep | DmlStep | TruncateStep | SnapshotStep) -> None:
+        try:
+            with self.conn.transaction():  # a savepoint: a failure undoes this step only
+                self._apply_step(cur, plan, step)
+            return
+        except SKIPPABLE_ERRORS as exc:
+            self._raise_unless_event_error(exc, step)
+            error: BaseException = exc
+        if isinstance(step, DmlStep):
+            refs = [ref for ref in plan.parsed.refs if ref.kind == DATA_CHANGE and ref.source_table == step.source_table
+                    and ref.schema_id == step.schema_id and step.first_seq <= ref.seq <= step.last_seq]
+            self._set_aside_failures(cur, plan, step, refs, error)
+        else:
+            self._set_aside(cur, plan, step.ref, error)
+
+    def _raise_unless_event_error(self, error: BaseException, step: object) -> None:
+        """Errors of the destination connection or of the snapshot's bookkeeping are not an event's: they fail
+        the batch under every strategy."""
+        if self.conn.closed or self.conn.broken or isinstance(error, psycopg.OperationalError) \
+                or isinstance(step, SnapshotStep):
+            raise error
+
+    def _set_aside_failures(self, cur: psycopg.Cursor, plan: BatchPlan, step: DmlStep, refs: list[EventRef],
+                            error: BaseException) -> None:
+        """Applies what it can of a failed DML step, in source order, and sets aside the events that fail.
+
+        The step's events are halved, each half applied in its own savepoint (first half first, so order holds),
+        and a failing half is halved again, down to single events: a poison event among n costs about 2 log2(n)
+        Spark jobs, on this failure path only.
+        """
+        if len(refs) <= 1:
+            if refs:
+                self._set_aside(cur, plan, refs[0], error)
+            return
+        half = len(refs) // 2
+        for part in (refs[:half], refs[half:]):
+            sub_step = DmlStep(step.source_table, step.schema_id, part[0].seq, part[-1].seq,
+                               ops=Counter(ref.op for ref in part), last_ref=part[-1], fields=step.fields,
+                               frame=step.frame.where(F.col("seq").between(part[0].seq, part[-1].seq))
+                               if step.frame is not None else None)
+            try:
+                with self.conn.transaction():
+                    plan.counts.zero_dates += self._apply_dml(cur, sub_step)
+            except SKIPPABLE_ERRORS as exc:
+                self._raise_unless_event_error(exc, sub_step)
+                self._set_aside_failures(cur, plan, sub_step, part, exc)
+
+    def _set_aside(self, cur: psycopg.Cursor, plan: BatchPlan, ref: EventRef, error: BaseException) -> None:
+        """Moves one event to the dead letters (same transaction) and counts it as a bad event, not as applied."""
+        if ref.kind == DATA_CHANGE:
+            raw_event = plan.parsed.data_line(ref.seq)
+            schema = plan.parsed.batch.schemas.get(ref.schema_id or "")
+            value_schema = json.dumps(schema) if schema is not None else None
+        else:
+            raw_event, value_schema = json.dumps(index_entry_of(ref), default=str), None
+        message = str(error)
+        letter_id = control.add_dead_letter(cur, self.control_schema, control.DeadLetter(
+            connector=self.connector.name, source_table=ref.source_table, op=ref.op, position=ref.position,
+            raw_event=raw_event, value_schema=value_schema, error=message))
+        counter = {DATA_CHANGE: _DML_COUNTERS.get(ref.op or ""), SCHEMA_CHANGE: "ddls",
+                   TRUNCATE: "truncates"}.get(ref.kind) or "other_events"
+        setattr(plan.counts, counter, max(0, getattr(plan.counts, counter) - 1))
+        plan.counts.bad_events += 1
+        log.warning("%s: event %d of the batch (table %s, op %s, position %s) set aside as dead letter %d: %s",
+                    self.connector.name, ref.seq, ref.source_table, ref.op, ref.position, letter_id, message)
 
     @staticmethod
     def _rename_table(cur: psycopg.Cursor, change: DdlChange) -> list[sql.Composed]:

@@ -71,6 +71,19 @@ _TABLES = (
         rows_replaced boolean NOT NULL DEFAULT false,
         updated_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (connector, source_table))""",
+    """CREATE TABLE IF NOT EXISTS {schema}.dead_letters (
+        id bigserial PRIMARY KEY,
+        connector text NOT NULL,
+        source_table text,
+        op text,
+        position jsonb,
+        raw_event text NOT NULL,
+        value_schema text,
+        error text NOT NULL,
+        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'retried', 'discarded')),
+        created_at timestamptz NOT NULL DEFAULT now(),
+        resolved_at timestamptz)""",
+    "CREATE INDEX IF NOT EXISTS dead_letters_connector ON {schema}.dead_letters (connector, status, id)",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -78,6 +91,7 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS redelivered bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS truncates bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS zero_dates bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS bad_events bigint NOT NULL DEFAULT 0",
 )
 
 STOPPED = "stopped"
@@ -144,11 +158,12 @@ class BatchCounts:
     redelivered: int = 0
     truncates: int = 0
     zero_dates: int = 0  # MariaDB/MySQL zero dates written as NULL
+    bad_events: int = 0  # events the `skip` error strategy moved to the dead letters instead of applying them
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
     COUNTERS = ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
-                "truncates", "zero_dates")
+                "truncates", "zero_dates", "bad_events")
 
     def add(self, other: "BatchCounts") -> None:
         for name in self.COUNTERS:
@@ -179,15 +194,15 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
     values = counts.as_dict()
     cur.execute(sql.SQL(
         """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
-             other_events, redelivered, truncates, zero_dates, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
+             other_events, redelivered, truncates, zero_dates, bad_events, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
            VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
-             %(other_events)s, %(redelivered)s, %(truncates)s, %(zero_dates)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
+             %(other_events)s, %(redelivered)s, %(truncates)s, %(zero_dates)s, %(bad_events)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
            ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
              ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
              snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
              deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
              redelivered = s.redelivered + EXCLUDED.redelivered, truncates = s.truncates + EXCLUDED.truncates,
-             zero_dates = s.zero_dates + EXCLUDED.zero_dates,
+             zero_dates = s.zero_dates + EXCLUDED.zero_dates, bad_events = s.bad_events + EXCLUDED.bad_events,
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
@@ -285,3 +300,67 @@ def read_states(conn: psycopg.Connection, schema: str, connector: str | None = N
         applied=sql.Identifier(schema, "applied_positions"), stats=sql.Identifier(schema, "stats"))
     with conn.cursor(row_factory=dict_row) as cur:
         return list(cur.execute(query, {"connector": connector}))
+
+
+# Dead letters: events the `skip` error strategy set aside, kept with what is needed to apply them later.
+
+DEAD_LETTER_PENDING = "pending"
+DEAD_LETTER_RETRIED = "retried"
+DEAD_LETTER_DISCARDED = "discarded"
+
+
+@dataclass
+class DeadLetter:
+    connector: str
+    source_table: str | None
+    op: str | None
+    position: Any
+    raw_event: str
+    value_schema: str | None
+    error: str
+
+
+def add_dead_letter(cur: psycopg.Cursor, schema: str, letter: DeadLetter) -> int:
+    """Records a skipped event inside the batch's transaction; returns its id."""
+    row = cur.execute(sql.SQL(
+        """INSERT INTO {} (connector, source_table, op, position, raw_event, value_schema, error)
+           VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id""").format(sql.Identifier(schema, "dead_letters")),
+        (letter.connector, letter.source_table, letter.op, json.dumps(letter.position, default=str),
+         letter.raw_event, letter.value_schema, letter.error)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def read_dead_letters(conn: psycopg.Connection, schema: str, connector: str, *, ids: list[int] | None = None,
+                      status: str | None = None) -> list[dict[str, Any]]:
+    """The connector's dead letters in id order (the order their events came in), all or the given ids."""
+    conditions = [sql.SQL("connector = %(connector)s")]
+    if ids:
+        conditions.append(sql.SQL("id = ANY(%(ids)s)"))
+    if status:
+        conditions.append(sql.SQL("status = %(status)s"))
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL(
+            """SELECT id, connector, source_table, op, position, raw_event, value_schema, error, status, created_at,
+                      resolved_at FROM {} WHERE {} ORDER BY id""").format(
+            sql.Identifier(schema, "dead_letters"), sql.SQL(" AND ").join(conditions)),
+            {"connector": connector, "ids": ids, "status": status}).fetchall()
+
+
+def resolve_dead_letter(cur: psycopg.Cursor, schema: str, letter_id: int, status: str) -> bool:
+    """Marks a pending dead letter retried or discarded; False when it was no longer pending."""
+    row = cur.execute(sql.SQL(
+        "UPDATE {} SET status = %s, resolved_at = now() WHERE id = %s AND status = 'pending' RETURNING id").format(
+        sql.Identifier(schema, "dead_letters")), (status, letter_id)).fetchone()
+    return row is not None
+
+
+def record_dead_letter_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts) -> None:
+    """A retried dead letter applied: its event moves from the bad events to its kind in the stats."""
+    moved = {name: getattr(counts, name) for name in ("ddls", "inserts", "snapshot_rows", "updates", "deletes",
+                                                       "truncates", "zero_dates")}
+    cur.execute(sql.SQL("UPDATE {} SET bad_events = bad_events - 1, {} WHERE connector = %(connector)s").format(
+        sql.Identifier(schema, "stats"),
+        sql.SQL(", ").join(sql.SQL("{0} = {0} + {1}").format(sql.Identifier(name), sql.Placeholder(name))
+                           for name in moved)),
+        {"connector": connector, **moved})

@@ -108,6 +108,16 @@ class ParsedBatch:
     events: DataFrame
     refs: list[EventRef] = field(default_factory=list)
     cached: bool = False
+    lines: DataFrame | None = None  # the data-change lines the events were parsed from
+
+    def data_line(self, seq: int) -> str:
+        """The JSON line of one data change, as the runner wrote it (one Spark job: for dead letters only)."""
+        if self.lines is None:
+            raise ValueError("the batch keeps no lines")
+        rows = self.lines.where(F.get_json_object("line", "$.seq") == str(seq)).limit(1).collect()
+        if not rows:
+            raise ValueError(f"event {seq} is not among the batch's data changes")
+        return rows[0].line
 
     @property
     def batch_id(self) -> int:
@@ -141,7 +151,50 @@ def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
         value["after"].alias("after"),
     )
     refs = sorted((event_ref(entry) for entry in batch.index), key=lambda ref: ref.seq)
-    return ParsedBatch(batch=batch, events=events, refs=refs)
+    return ParsedBatch(batch=batch, events=events, refs=refs, lines=data_lines)
+
+
+_UNINDEXED_SOURCE_FIELDS = frozenset({"version", "connector", "name", "ts_us", "ts_ns"})
+
+
+def index_entry(line: str) -> dict[str, Any]:
+    """The index entry of one of the runner's JSON lines, computed from the line: what the runner's
+    `EventSerializer.indexEntry` makes (`tests/test_runner_index.py` compares the two). Used to replay a dead
+    letter, whose line is all that is kept of it."""
+    event = json.loads(line)
+    entry: dict[str, Any] = {"seq": event["seq"]}
+    value = event.get("value")
+    kind = OTHER
+    if isinstance(value, dict) and event.get("schema") is not None:
+        entry["schema"] = event["schema"]
+        source = value.get("source")
+        if source is not None:
+            entry["source"] = {k: v for k, v in source.items() if v is not None and k not in _UNINDEXED_SOURCE_FIELDS}
+        if "ddl" in value or "tableChanges" in value:
+            kind = SCHEMA_CHANGE
+            entry["change"] = {"databaseName": value.get("databaseName"), "ddl": value.get("ddl"),
+                               "tableChanges": value.get("tableChanges") or []}
+        else:
+            op = value.get("op")
+            entry["op"] = op
+            kind = DATA_CHANGE if op in DML_OPS else TRUNCATE if op == TRUNCATE_OP else OTHER
+            if source is not None and source.get("table") is not None:
+                container = source.get("schema") if "schema" in source else source.get("db")
+                entry["table"] = source["table"] if container is None else f"{container}.{source['table']}"
+    entry["kind"] = kind
+    entry["offset"] = event.get("offset")
+    return entry
+
+
+def index_entry_of(ref: EventRef) -> dict[str, Any]:
+    """The index entry an EventRef was made from (what a dead letter keeps of an event that is not a data change)."""
+    entry: dict[str, Any] = {"seq": ref.seq, "kind": ref.kind, "source": ref.raw_source, "offset": ref.offset}
+    for key, value in (("table", ref.source_table), ("schema", ref.schema_id), ("op", ref.op)):
+        if value is not None:
+            entry[key] = value
+    if ref.schema_change is not None:
+        entry["change"] = {key: value for key, value in ref.schema_change.items() if key != "source"}
+    return entry
 
 
 def row_image_fields(value_schema: dict[str, Any], image: str = "after") -> list[FieldSpec]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.events import DATA_CHANGE, DML_OPS, OTHER, SCHEMA_CHANGE, TRUNCATE, ParsedBatch, parse_events
+from cdc_pipeline.events import DATA_CHANGE, ParsedBatch, index_entry, parse_events  # noqa: F401 (index_entry: for tests)
 from cdc_pipeline.runner import FetchedBatch
 from cdc_pipeline.spark import build_spark_session
 
@@ -71,36 +71,6 @@ def runner_lines(records: list[dict[str, Any]], first_seq: int = 1) -> tuple[lis
         }
         lines.append(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
     return lines, schemas
-
-
-_UNINDEXED_SOURCE_FIELDS = {"version", "connector", "name", "ts_us", "ts_ns"}
-
-
-def index_entry(line: str) -> dict[str, Any]:
-    """The runner's index entry of one of its JSON lines, computed from the line (what `EventSerializer` makes)."""
-    event = json.loads(line)
-    entry: dict[str, Any] = {"seq": event["seq"]}
-    value = event.get("value")
-    kind = OTHER
-    if isinstance(value, dict) and event.get("schema") is not None:
-        entry["schema"] = event["schema"]
-        source = value.get("source")
-        if source is not None:
-            entry["source"] = {k: v for k, v in source.items() if v is not None and k not in _UNINDEXED_SOURCE_FIELDS}
-        if "ddl" in value or "tableChanges" in value:
-            kind = SCHEMA_CHANGE
-            entry["change"] = {"databaseName": value.get("databaseName"), "ddl": value.get("ddl"),
-                               "tableChanges": value.get("tableChanges") or []}
-        else:
-            op = value.get("op")
-            entry["op"] = op
-            kind = DATA_CHANGE if op in DML_OPS else TRUNCATE if op == "t" else OTHER
-            if source is not None and source.get("table") is not None:
-                container = source.get("schema") if "schema" in source else source.get("db")
-                entry["table"] = source["table"] if container is None else f"{container}.{source['table']}"
-    entry["kind"] = kind
-    entry["offset"] = event.get("offset")
-    return entry
 
 
 def fetched_batch(records: list[dict[str, Any]], batch_id: int = 1,
