@@ -57,7 +57,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"connector {summary['connector']}: {summary['batches']} batches, {summary['events']} events "
         f"(ddl {summary['ddls']}, snapshot rows {summary['snapshot_rows']}, inserts {summary['inserts']}, "
         f"updates {summary['updates']}, deletes {summary['deletes']}, truncates {summary.get('truncates', 0)}, "
-        f"other {summary['other_events']}, re-delivered and skipped {summary.get('redelivered', 0)}) "
+        f"other {summary['other_events']}, re-delivered and skipped {summary.get('redelivered', 0)}, "
+        f"set aside as dead letters {summary.get('bad_events', 0)}) "
         f"in {summary['seconds']:.1f} s ({summary['events_per_second']:.0f} events/s)"
     )
 
@@ -125,7 +126,59 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure capture and pipeline rates on throwaway servers (slow)",
                                 add_help=False)
     bench.set_defaults(handler=_cmd_bench)
+    _add_dead_letter_commands(commands)
     return parser
+
+
+def _add_dead_letter_commands(commands: Any) -> None:
+    letters = commands.add_parser("dead-letters", help="events the skip error strategy set aside: list, show, "
+                                  "retry (after fixing the cause) or discard them")
+    actions = letters.add_subparsers(dest="action", required=True)
+    for action, text in (("list", "list the connector's dead letters (pending ones unless --all)"),
+                         ("show", "show dead letters whole: error, position, raw event"),
+                         ("retry", "apply pending dead letters again, in order (all unless ids are given)"),
+                         ("discard", "give up on dead letters (they stay listed as discarded)")):
+        command = actions.add_parser(action, help=text)
+        command.add_argument("name")
+        command.add_argument("ids", nargs="*" if action in ("list", "retry") else "+", type=int)
+        if action == "list":
+            command.add_argument("--all", action="store_true", help="also retried and discarded ones")
+        command.add_argument("--json", action="store_true")
+        command.set_defaults(handler=_cmd_dead_letters)
+
+
+def _cmd_dead_letters(args: argparse.Namespace) -> int:
+    from cdc_pipeline import dead_letters
+
+    config = load_config()
+    connector = config.connector(args.name)
+    schema = config.destination.control_schema
+    with psycopg.connect(config.destination.dsn.reveal(), autocommit=True) as conn:
+        control.ensure_control_schema(conn, schema)
+        if args.action in ("list", "show"):
+            status = None if args.action == "show" or args.all else control.DEAD_LETTER_PENDING
+            letters = control.read_dead_letters(conn, schema, connector.name, ids=args.ids or None, status=status)
+            if args.json:
+                print(json.dumps(letters, default=str, indent=2))
+            for letter in [] if args.json else letters:
+                print(f"{letter['id']}: {letter['status']} {letter['source_table']} op {letter['op']} at "
+                      f"{json.dumps(letter['position'])} ({letter['created_at']:%Y-%m-%d %H:%M:%S}): "
+                      + (letter["error"] if args.action == "show" else letter["error"].splitlines()[0][:160]))
+                if args.action == "show":
+                    print(f"  event: {letter['raw_event']}")
+            if not letters and not args.json:
+                print(f"connector {connector.name}: no {'pending ' if status else ''}dead letters")
+            return 0
+        if args.action == "discard":
+            done = dead_letters.discard(conn, connector.name, schema, args.ids)
+            print(f"connector {connector.name}: discarded {', '.join(map(str, done))}")
+            return 0
+        from cdc_pipeline.spark import build_spark_session
+
+        outcomes = dead_letters.retry(conn, build_spark_session(), connector, schema, args.ids or None)
+        print(f"connector {connector.name}: " + (f"applied dead letters {', '.join(str(i) for i, _ in outcomes)}"
+                                                 if outcomes else "no pending dead letters"))
+        return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
