@@ -23,7 +23,7 @@ from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.events import ParsedBatch, parse_events
-from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, merge_batches
+from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, engine_failure, merge_batches
 from cdc_pipeline.spark import batch_dataframe
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class ConnectorSession:
                 log.error("Stopping the Debezium engine of %s failed: %s", self.connector.name, exc)
             engine_error = self.runner.last_error
             if error is None and engine_error:
-                error = RunnerError(engine_error, connector=self.connector.name)
+                error = RunnerError(engine_failure(engine_error), connector=self.connector.name)
             self.runner = None
         if self.conn is not None and not self.conn.closed:
             try:

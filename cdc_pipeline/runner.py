@@ -68,6 +68,37 @@ def spark_provided_artifacts() -> set[str]:
     return {_artifact_name(jar) for jar in jars_dir.glob("*.jar")}
 
 
+# Known causes of an engine failure, recognised in Debezium's message: (pattern, what to do).
+_ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern, re.IGNORECASE), hint) for pattern, hint in (
+    (r"access denied|password authentication failed|login failed|invalid username/password",
+     "the source refused the connector's user or password: check `user` and the environment variable its "
+     "`password` names"),
+    (r"no longer available on the server|could not find (first|next) log file|binlog .* (purged|not found)|"
+     r"requested WAL segment .* has already been removed",
+     "the source no longer has the log at the stored offset (purged): take a new snapshot: run once with "
+     "snapshot_mode always, then set it back (when_needed does not notice a purged MariaDB GTID position); the "
+     "snapshot replaces each table's rows"),
+    (r"replication slot .* does not exist|slot .* has been invalidated",
+     "the replication slot is gone: take a new snapshot: run once with snapshot_mode always, then set it back"),
+    (r"schema history .* (missing|corrupt)|db history topic or its content is fully or partially missing",
+     "the schema history in the control schema is missing or incomplete: take a new snapshot: run once with "
+     "snapshot_mode always, then set it back"),
+    (r"communications link failure|connection refused|unknown host|could not connect|unable to connect|"
+     r"connect timed out|no route to host|name or service not known",
+     "the source is not reachable: check that it runs and that `hostname` and `port` point at it from this "
+     "machine"),
+))
+
+
+def engine_failure(message: str | None) -> str:
+    """The error of a failed engine: Debezium's message, and what to do when its cause is a known one."""
+    text = message or "no message"
+    for pattern, hint in _ENGINE_FAILURE_HINTS:
+        if pattern.search(text):
+            return f"the Debezium engine failed: {text}; what to do: {hint}"
+    return f"the Debezium engine failed: {text}"
+
+
 def runner_classpath() -> list[Path]:
     """The runner jar and the dependency jars Spark does not already provide (Spark's version wins)."""
     if not RUNNER_JAR.exists():
@@ -278,7 +309,7 @@ class DebeziumRunner:
 
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":
-            raise RunnerError(f"the Debezium engine failed: {self.last_error}", connector=self.connector)
+            raise RunnerError(engine_failure(self.last_error), connector=self.connector)
 
     def fetch(self, timeout_seconds: float) -> FetchedBatch | None:
         """Pops the next batch, waiting at most timeout_seconds; None when nothing arrived."""

@@ -1,0 +1,95 @@
+"""Engine-side failures end the run with Debezium's message and what to do, in the run and in the connector's
+state; the engine is stopped and nothing is marked complete. A source whose binlog was purged past the stored
+offset is recovered by a new snapshot."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cdc_pipeline import cli
+from cdc_pipeline.runner import engine_failure
+
+ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))"
+
+
+def _failure(pipeline) -> str:
+    with pytest.raises(Exception) as failed:
+        pipeline.sync()
+    return str(cli._root_cause(failed.value))
+
+
+def _state(pipeline) -> tuple:
+    return pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
+                               (pipeline.name,))[0]
+
+
+@pytest.mark.parametrize(("message", "hint"), [
+    ("Unable to connect: (conn=9) Access denied for user 'dbz'@'localhost' (using password: YES)", "password"),
+    ("Unable to connect: Socket fail to connect to 127.0.0.1:1. Connection refused", "not reachable"),
+    ("The connector is trying to read binlog starting at Struct{...}, but this is no longer available on the server.",
+     "take a new snapshot"),
+    ("ERROR: replication slot \"debezium\" does not exist", "replication slot is gone"),
+    ("The db history topic or its content is fully or partially missing. Please check database schema history "
+     "topic configuration and re-execute the snapshot.", "schema history"),
+])
+def test_known_engine_failures_say_what_to_do(message: str, hint: str) -> None:
+    explained = engine_failure(message)
+    assert explained.startswith(f"the Debezium engine failed: {message}; what to do: ")
+    assert hint in explained.split("what to do: ")[1]
+
+
+def test_an_unknown_engine_failure_is_reported_as_is() -> None:
+    assert engine_failure("something new") == "the Debezium engine failed: something new"
+
+
+@pytest.mark.integration
+def test_bad_credentials_and_an_unreachable_source_fail_the_run_clearly(pipeline, monkeypatch):
+    pipeline.source(ITEMS)
+    monkeypatch.setenv("TEST_SOURCE_PASSWORD", "not-the-password")
+    message = _failure(pipeline)
+    assert "Access denied" in message and "check `user`" in message and pipeline.name in message
+    assert "not-the-password" not in message
+    state, last_error = _state(pipeline)
+    assert state == "stopped" and "Access denied" in last_error
+
+    monkeypatch.setenv("TEST_SOURCE_PASSWORD", "capture-secret-7f3a")
+    pipeline.write_config(port=1)
+    message = _failure(pipeline)
+    assert "not reachable" in message and pipeline.name in message
+    assert pipeline.dest_query("SELECT count(*) FROM cdc.debezium_offsets WHERE connector = %s",
+                               (pipeline.name,)) == [(0,)], "nothing was marked complete"
+
+
+def _purge_binlogs(pipeline) -> None:
+    """Purges every binlog file but a new one. MariaDB keeps a file until its binlog checkpoint moved past it (a
+    commit in the next file), so this commits and tries again for a while."""
+    pipeline.mariadb.execute("FLUSH BINARY LOGS")
+    newest = pipeline.mariadb.query("SHOW BINARY LOGS")[-1][0]
+    for _ in range(50):
+        pipeline.source("CREATE TABLE IF NOT EXISTS checkpoint_nudge (n INT)")
+        pipeline.mariadb.execute(f"PURGE BINARY LOGS TO '{newest}'")
+        if [row[0] for row in pipeline.mariadb.query("SHOW BINARY LOGS")][0] == newest:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"MariaDB kept the binlog files before {newest}")
+
+
+@pytest.mark.integration
+def test_a_purged_binlog_says_to_snapshot_again_and_a_new_snapshot_recovers(pipeline):
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'one'), (2, 'two')"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO items VALUES (3, 'three')", "UPDATE items SET name = 'uno' WHERE id = 1",
+                     "DELETE FROM items WHERE id = 2"])
+    _purge_binlogs(pipeline)
+
+    message = _failure(pipeline)
+    assert "purged" in message and "take a new snapshot" in message
+    assert pipeline.dest_rows("items") == [(1, "one"), (2, "two")], "nothing after the stored offset was applied"
+
+    pipeline.write_config(snapshot_mode="always")
+    pipeline.sync()
+    pipeline.assert_same("items")
+    _state_after = _state(pipeline)
+    assert _state_after == ("stopped", None)
