@@ -26,14 +26,19 @@ def _use_project_dagster_home() -> None:
 
 
 def _root_cause(exc: BaseException) -> BaseException:
-    seen = exc
-    while True:
-        if isinstance(seen, CdcError):
-            return seen
-        nxt = getattr(seen, "user_exception", None) or seen.__cause__ or seen.__context__
-        if nxt is None or nxt is seen:
-            return exc
-        seen = nxt
+    """The pipeline's own error (CdcError) inside Dagster's wrappers and exception chains, else `exc` itself.
+
+    Chains may loop (an exception raised while handling one that is already in its context): each exception is
+    looked at once.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CdcError):
+            return current
+        seen.add(id(current))
+        current = getattr(current, "user_exception", None) or current.__cause__ or current.__context__
+    return exc
 
 
 def run_sync(name: str, verbose: bool = False) -> dict[str, Any]:

@@ -131,6 +131,12 @@ class ConnectorSession:
             if error is None and engine_error:
                 error = RunnerError(engine_failure(engine_error), connector=self.connector.name)
             self.runner = None
+        if self.conn is not None and self.conn.broken and self._locked:
+            # The destination went away: its session (and the run lock with it) is gone; record the outcome on a
+            # new connection if the destination is back.
+            self._locked = False
+            self.conn.close()
+            self._record_state_on_new_connection(error)
         if self.conn is not None and not self.conn.closed:
             try:
                 # A cycle refused for want of the lock leaves the running cycle's state alone.
@@ -143,6 +149,15 @@ class ConnectorSession:
                 self.conn.close()
         if stop_error is not None and error is None:
             raise RunnerError(f"stopping the Debezium engine failed: {stop_error}", connector=self.connector.name)
+
+    def _record_state_on_new_connection(self, error: BaseException | None) -> None:
+        try:
+            with psycopg.connect(self.destination.dsn.reveal(), autocommit=True, connect_timeout=10) as conn:
+                control.set_state(conn, self.control_schema, self.connector.name, self.connector.type, control.STOPPED,
+                                  last_error=None if error is None else str(error), clear_error=error is None)
+        except psycopg.Error as exc:
+            log.error("%s: cannot record the connector's state, the destination is unreachable: %s",
+                      self.connector.name, exc)
 
     def __enter__(self) -> "ConnectorSession":
         try:
@@ -303,7 +318,11 @@ def apply_with_retries(session: ConnectorSession, applier: BatchApplier, plan: B
         try:
             return applier.apply(plan)
         except (psycopg.Error, CdcError) as exc:
-            if attempt == attempts or applier.conn.closed or applier.conn.broken:
+            if applier.conn.closed or applier.conn.broken:
+                raise CdcError(f"lost the connection to the destination PostgreSQL while applying batch "
+                               f"{plan.batch_id}: {str(exc).strip()}; the batch was rolled back and is not marked "
+                               "complete: the next run applies it", connector=connector.name) from exc
+            if attempt == attempts:
                 if attempts > 1:
                     raise CdcError(f"the batch failed {attempt} times (error_strategy retry, retry_attempts "
                                    f"{attempts}); last error: {exc}", connector=connector.name) from exc

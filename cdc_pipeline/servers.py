@@ -433,6 +433,14 @@ class PostgresServer:
         if self.remove_on_stop:
             _remove_work_dir(self.work_dir)
 
+    def restart(self) -> None:
+        """Restarts the running server (pg_ctl restart -m fast: open connections are cut), same port and data."""
+        if not self._running:
+            raise RuntimeError(f"PostgreSQL on port {self.port} is not running")
+        self._pg_ctl(["restart", "-w", "-m", "fast", "-t", str(START_TIMEOUT_SECONDS), "-l", str(self.log_file)],
+                     timeout=START_TIMEOUT_SECONDS + STOP_TIMEOUT_SECONDS + 10)
+        logger.info("PostgreSQL on port %d restarted", self.port)
+
     def dsn(self, dbname: str = "postgres", user: str | None = None, password: str | None = None) -> str:
         """Return a libpq URI for a TCP connection to dbname, as user (the superuser by default)."""
         credentials = quote(user or self.superuser, safe="")

@@ -545,3 +545,15 @@ def test_merge_keys_may_override_shared_defaults(tmp_path: Path) -> None:
     assert config.connector("sales").database == "sales"
     assert config.connector("sales").port == 3307
     assert config.connector("sales").hostname == "db"
+
+
+def test_the_root_cause_of_a_looping_exception_chain_is_found() -> None:
+    from cdc_pipeline.cli import _root_cause
+    from cdc_pipeline.errors import CdcError
+
+    first, second = RuntimeError("first"), RuntimeError("second")
+    first.__context__, second.__context__ = second, first
+    assert _root_cause(first) is first, "a loop without a pipeline error ends at the outermost exception"
+    cause = CdcError("the pipeline's own", connector="c")
+    second.__cause__ = cause
+    assert _root_cause(first) is cause
