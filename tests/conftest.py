@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -96,6 +97,16 @@ class Pipeline:
         from cdc_pipeline.cli import run_sync
 
         return run_sync(self.name)
+
+    def catch_up(self, keyed: str, keyless: str, runs: int = 3) -> None:
+        """Syncs (a few runs at most) until the keyless table holds the source's rows, duplicates included; then
+        asserts both tables equal the source's."""
+        for _ in range(runs):
+            self.sync()
+            if Counter(self.dest_rows(keyless)) == Counter(self.source_rows(keyless)):
+                break
+        self.assert_same(keyed)
+        assert Counter(self.dest_rows(keyless)) == Counter(self.source_rows(keyless)), f"table {keyless} differs"
 
     def sync_cli(self, *args: str, **popen: Any) -> subprocess.Popen:
         """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
