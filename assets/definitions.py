@@ -1,9 +1,13 @@
-"""The Dagster definitions: per connector, a `sync_<name>` job and its schedule."""
+"""The Dagster definitions: per connector, a `sync_<name>` job, its schedule, its asset and row-count check; the
+`cdc_control` job and the `cdc_requests` sensor for state-change requests."""
 
 import logging
 
 from dagster import Definitions, definitions
 
+from assets.connector_asset import build_connector_asset
+from assets.control_job import control_job
+from assets.request_sensor import build_request_sensor
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
 from cdc_pipeline.config import PipelineConfig, load_config
@@ -14,14 +18,20 @@ from resources.spark_session import SparkSessionResource
 def build_definitions(config: PipelineConfig) -> Definitions:
     config_path = str(config.path)
     spark = SparkSessionResource()
-    jobs, schedules = [], []
+    jobs, schedules, assets, checks = [], [], [], []
     for connector in config.connectors.values():
         job = build_sync_job(connector, config_path, spark)
         jobs.append(job)
         schedules.append(build_sync_schedule(connector, job))
+        asset, check = build_connector_asset(connector, config_path)
+        assets.append(asset)
+        checks.append(check)
     return Definitions(
-        jobs=jobs,
+        assets=assets,
+        asset_checks=checks,
+        jobs=[*jobs, control_job],
         schedules=schedules,
+        sensors=[build_request_sensor(config_path, jobs)],
         resources={"destination": DestinationResource(config_path=config_path)},
     )
 

@@ -1,6 +1,9 @@
-"""One schedule per connector, skipping while a run of that connector is in progress."""
+"""One schedule per connector, skipping while a run of that connector is in progress or the connector is paused."""
 
 
+import logging
+
+import psycopg
 from dagster import (
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -13,7 +16,12 @@ from dagster import (
     schedule,
 )
 
+from cdc_pipeline import control
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
+from resources.destination import DestinationResource
+
+log = logging.getLogger(__name__)
 
 ACTIVE_RUN_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -25,16 +33,26 @@ ACTIVE_RUN_STATUSES = [
 
 
 def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition) -> ScheduleDefinition:
-    """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once."""
+    """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once, none while paused."""
 
     @schedule(name=f"{job.name}_schedule", cron_schedule=connector.schedule, job=job,
               default_status=DefaultScheduleStatus.RUNNING,
-              description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in progress.")
-    def sync_schedule(context: ScheduleEvaluationContext):
+              description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in progress "
+                          "or the connector is paused.")
+    def sync_schedule(context: ScheduleEvaluationContext, destination: DestinationResource):
         active = context.instance.get_runs(filters=RunsFilter(job_name=job.name, statuses=ACTIVE_RUN_STATUSES),
                                            limit=1)
         if active:
             return SkipReason(f"run {active[0].run_id} of {job.name} is still {active[0].status.value.lower()}")
+        try:
+            with destination.connect() as conn:
+                state = control.read_state(conn, destination.destination().control_schema, connector.name)
+        except (psycopg.Error, CdcError) as exc:
+            # The run itself fails with the error, where the UI shows it; the schedule does not hide it.
+            log.warning("cannot read the state of connector %s: %s", connector.name, exc)
+            state = None
+        if state is not None and state["state"] in control.HALTED_STATES:
+            return SkipReason(f"connector {connector.name} is {state['state']} (cdc-pipeline resume {connector.name})")
         return RunRequest()
 
     return sync_schedule

@@ -24,6 +24,7 @@ from dagster import (
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
 from resources.debezium_runner import DebeziumRunnerResource
+from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
 CONNECTOR_TAG = "cdc/connector"
@@ -80,7 +81,7 @@ def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerRes
         stats = session.cycle_stats
         stats.finished_at = time.monotonic()
         summary: dict[str, Any] = {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
-        memory = session.runner.memory_report() if session.runner else {}
+        memory = session.memory_report()
         metadata = {key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
                     for key, value in summary.items() if isinstance(value, (int, float))}
         metadata.update({f"jvm_{key}": MetadataValue.int(value) for key, value in memory.items()})
@@ -100,14 +101,18 @@ def sync_cycle():
 
 def build_sync_job(connector: ConnectorConfig, config_path: Optional[str] = None,
                    spark: Optional[SparkSessionResource] = None) -> JobDefinition:
-    """The `sync_<name>` job of one connector: one run is one fetch cycle, in one process."""
+    """The `sync_<name>` job of one connector: one run is one fetch cycle, in one process; run config
+    `resources: {replay: {config: {start_offset: ...}}}` replays from an offset."""
     spark = spark or SparkSessionResource()
+    replay = ReplayResource.configure_at_launch()
     return sync_cycle.to_job(
         name=f"sync_{connector.name}",
         description=f"One fetch cycle of connector {connector.name} ({connector.type} {connector.hostname}:"
                     f"{connector.port}/{connector.database}) into PostgreSQL.",
         resource_defs={
-            "debezium_runner": DebeziumRunnerResource(connector=connector.name, config_path=config_path, spark=spark),
+            "debezium_runner": DebeziumRunnerResource(connector=connector.name, config_path=config_path, spark=spark,
+                                                      replay=replay),
+            "replay": replay,
             "io_manager": mem_io_manager,
         },
         executor_def=in_process_executor,

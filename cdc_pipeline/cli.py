@@ -1,4 +1,5 @@
-"""The `cdc-pipeline` command: run a fetch cycle through the connector's Dagster job, show connector state."""
+"""The `cdc-pipeline` command: run a fetch cycle through the connector's Dagster job; ask a connector to pause,
+resume, move its offset, restart or reload its rules; show its state, requests and stats."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 import logging
 import os
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import control
-from cdc_pipeline.config import load_config
+from cdc_pipeline import control, requests, stats
+from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,11 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_sync(name: str, verbose: bool = False) -> dict[str, Any]:
-    """Runs one fetch cycle of the connector through its `sync_<name>` job in this process; returns its summary."""
+def run_sync(name: str, verbose: bool = False, start_offset: str | None = None) -> dict[str, Any]:
+    """Runs one fetch cycle of the connector through its `sync_<name>` job in this process; returns its summary.
+
+    With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
+    """
     from dagster import DagsterInstance
 
     from assets.sync_job import build_sync_job
@@ -52,7 +58,9 @@ def run_sync(name: str, verbose: bool = False) -> dict[str, Any]:
     _use_project_dagster_home()
     instance = DagsterInstance.get() if "DAGSTER_HOME" in os.environ else DagsterInstance.ephemeral()
     job = build_sync_job(connector, str(config.path))
-    run_config = {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
+    if start_offset is not None:
+        run_config["resources"] = {"replay": {"config": {"start_offset": start_offset}}}
     result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=True)
     return result.output_for_node("record_stats")
 
@@ -71,7 +79,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 def _cmd_sync(args: argparse.Namespace) -> int:
     os.environ.setdefault("CDC_RUNNER_LOG_LEVEL", "INFO" if args.verbose else "WARN")
     try:
-        summary = run_sync(args.name, verbose=args.verbose)
+        summary = run_sync(args.name, verbose=args.verbose, start_offset=args.start_offset)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = _root_cause(exc)
         print(f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)
@@ -80,25 +88,43 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _control_connection(config: PipelineConfig) -> Iterator[psycopg.Connection]:
+    try:
+        conn = psycopg.connect(config.destination.dsn.reveal(), autocommit=True)
+    except psycopg.Error as exc:
+        raise CdcError(f"cannot connect to the destination PostgreSQL: {exc}") from None
+    with conn:
+        control.ensure_control_schema(conn, config.destination.control_schema)
+        yield conn
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, default=str, indent=2))
+
+
 def _cmd_state(args: argparse.Namespace) -> int:
     config = load_config()
     if args.name:
         config.connector(args.name)
-    with psycopg.connect(config.destination.dsn.reveal(), autocommit=True) as conn:
-        control.ensure_control_schema(conn, config.destination.control_schema)
+    with _control_connection(config) as conn:
         rows = control.read_states(conn, config.destination.control_schema, args.name)
     known = {row["connector"] for row in rows}
     for name, connector in config.connectors.items():
         if (args.name is None or name == args.name) and name not in known:
-            rows.append({"connector": name, "connector_type": connector.type, "state": "never run"})
+            rows.append({"connector": name, "connector_type": connector.type, "state": requests.NEVER_RUN})
+    if not args.verbose:
+        for row in rows:
+            row.pop("jvm_memory", None)
     if args.json:
-        print(json.dumps(rows, default=str, indent=2))
+        _print_json(rows)
         return 0
     for row in rows:
         print(f"{row['connector']} ({row['connector_type']}): {row['state']}")
-        for label, key in (("last error", "last_error"), ("applied position", "applied_position"),
-                           ("debezium offset", "debezium_offset"), ("applied at", "applied_at"),
-                           ("updated at", "updated_at")):
+        for label, key in (("stage", "stage"), ("running cycle", "phase"),
+                           ("next cycle's snapshot mode", "next_snapshot_mode"), ("last error", "last_error"),
+                           ("applied position", "applied_position"), ("debezium offset", "debezium_offset"),
+                           ("applied at", "applied_at"), ("updated at", "updated_at"), ("jvm memory", "jvm_memory")):
             if row.get(key) is not None:
                 value = row[key] if isinstance(row[key], str) else json.dumps(row[key], default=str)
                 print(f"  {label}: {value}")
@@ -106,6 +132,74 @@ def _cmd_state(args: argparse.Namespace) -> int:
             print(f"  totals: {row['batches']} batches, {row['events']} events, {row['ddls']} ddl, "
                   f"{row['snapshot_rows']} snapshot rows, {row['inserts']} inserts, {row['updates']} updates, "
                   f"{row['deletes']} deletes")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    config = load_config()
+    schema = config.destination.control_schema
+    if args.name:
+        config.connector(args.name)
+    elif args.reset:
+        raise CdcError("stats --reset needs the connector's name")
+    with _control_connection(config) as conn:
+        if args.reset:
+            had_stats = stats.reset_stats(conn, schema, args.name)
+            print(f"stats of connector {args.name} reset" if had_stats else f"connector {args.name} has no stats yet")
+            return 0
+        rows = stats.read_stats(conn, schema, args.name)
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print("no stats yet: no batch was applied" + (f" for connector {args.name}" if args.name else ""))
+    for row in rows:
+        print(f"{row['connector']}:")
+        for key, label in stats.FIELDS:
+            if row.get(key) is not None:
+                print(f"  {label}: {row[key]}")
+    return 0
+
+
+def _submit(args: argparse.Namespace, kind: str, argument: str | None = None) -> int:
+    config = load_config()
+    config.connector(args.name)
+    schema = config.destination.control_schema
+    with _control_connection(config) as conn:
+        request_id = requests.submit_request(conn, schema, args.name, kind, argument)
+        deadline = time.monotonic() + args.wait
+        while True:
+            request = requests.read_request(conn, schema, request_id)
+            assert request is not None
+            if request.status != requests.PENDING or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+    if request.status == requests.PENDING:
+        print(f"request {request_id} ({kind} {args.name}) is pending: the Dagster sensor cdc_requests serves it "
+              f"(or `cdc-pipeline requests --serve`); `cdc-pipeline requests {args.name}` shows the outcome")
+        return 0
+    print(f"request {request_id} ({kind} {args.name}) {request.status}: {request.reason}")
+    return 0 if request.status == requests.DONE else 3
+
+
+def _cmd_requests(args: argparse.Namespace) -> int:
+    config = load_config()
+    if args.name:
+        config.connector(args.name)
+    schema = config.destination.control_schema
+    with _control_connection(config) as conn:
+        if args.serve:
+            for outcome in requests.serve_pending_requests(conn, schema, config):
+                print(f"served request {outcome.request.id} ({outcome.request.kind} {outcome.request.connector}): "
+                      f"{outcome.status}: {outcome.reason}", file=sys.stderr if args.json else sys.stdout)
+        rows = requests.read_requests(conn, schema, args.name, limit=args.limit)
+    if args.json:
+        _print_json([row.as_dict() for row in rows])
+        return 0
+    for row in rows:
+        argument = f" {row.argument}" if row.argument else ""
+        reason = f": {row.reason}" if row.reason else ""
+        print(f"{row.id} {row.requested_at:%Y-%m-%d %H:%M:%S} {row.connector} {row.kind}{argument}: {row.status}{reason}")
     return 0
 
 
@@ -123,11 +217,43 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("name")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument("-v", "--verbose", action="store_true", help="show the run's log")
+    sync.add_argument("--start-offset", metavar="JSON", help="replay from this Debezium offset (a backfill)")
     sync.set_defaults(handler=_cmd_sync)
-    state = commands.add_parser("state", help="show each connector's state and offsets")
+    state = commands.add_parser("state", help="show each connector's state, stage, running phase and offsets")
     state.add_argument("name", nargs="?")
     state.add_argument("--json", action="store_true")
+    state.add_argument("-v", "--verbose", action="store_true", help="also the runner JVM's memory use")
     state.set_defaults(handler=_cmd_state)
+    stats_command = commands.add_parser("stats", help="show each connector's cumulative stats, or reset them")
+    stats_command.add_argument("name", nargs="?")
+    stats_command.add_argument("--json", action="store_true")
+    stats_command.add_argument("--reset", action="store_true", help="zero the named connector's stats")
+    stats_command.set_defaults(handler=_cmd_stats)
+    request_commands = (
+        ("pause", requests.PAUSE, "stop the connector's cycles (a running one ends at its next batch)", None),
+        ("resume", requests.RESUME, "resume a paused connector", None),
+        ("set-offset", requests.SET_OFFSET, "move a paused connector's Debezium offset (JSON)", "offset"),
+        ("restart", requests.RESTART, "start the connector's engine again with a snapshot mode", "snapshot_mode"),
+        ("reload-objmap", requests.RELOAD_OBJMAP, "re-read the connector's rules from the connectors file", None),
+    )
+    for command, kind, help_text, argument in request_commands:
+        sub = commands.add_parser(command, help=f"request: {help_text}")
+        sub.add_argument("name")
+        if argument == "snapshot_mode":
+            sub.add_argument(argument, choices=SNAPSHOT_MODES)
+        elif argument:
+            sub.add_argument(argument)
+        sub.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                         help="wait this long for the request to be served and print its outcome")
+        sub.set_defaults(handler=lambda args, kind=kind, argument=argument: _submit(
+            args, kind, getattr(args, argument) if argument else None))
+    listing = commands.add_parser("requests", help="list the latest requests with their outcome")
+    listing.add_argument("name", nargs="?")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--serve", action="store_true",
+                         help="first serve the pending requests here, as the Dagster sensor would (no run is launched)")
+    listing.set_defaults(handler=_cmd_requests)
     bench = commands.add_parser("bench", help="measure capture and pipeline rates on throwaway servers (slow)",
                                 add_help=False)
     bench.set_defaults(handler=_cmd_bench)

@@ -1,5 +1,6 @@
-"""The control schema in the destination PostgreSQL: connector state, offsets, schema history, applied
-positions, stats and snapshot progress, one row set per connector, so connectors never overwrite each other.
+"""The control schema in the destination PostgreSQL: connector state, requests, offsets, schema history,
+applied positions, stats and snapshot progress, one row set per connector, so connectors never overwrite each
+other. Everything here survives restarts of every process: the destination is the control plane's memory.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ _TABLES = (
         last_source_ts timestamptz,
         first_applied_at timestamptz,
         last_applied_at timestamptz)""",
+    """CREATE TABLE IF NOT EXISTS {schema}.requests (
+        id bigserial PRIMARY KEY,
+        connector text NOT NULL,
+        kind text NOT NULL,
+        argument text,
+        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'rejected')),
+        reason text,
+        requested_at timestamptz NOT NULL DEFAULT now(),
+        served_at timestamptz)""",
+    # One outstanding request per connector: a second pending one fails its INSERT, from psql too.
+    """CREATE UNIQUE INDEX IF NOT EXISTS requests_one_pending_per_connector ON {schema}.requests (connector)
+        WHERE status = 'pending'""",
     """CREATE TABLE IF NOT EXISTS {schema}.snapshot_progress (
         connector text NOT NULL,
         source_table text NOT NULL,
@@ -91,12 +104,37 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS redelivered bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS truncates bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS zero_dates bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS transactions bigint NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS bad_events bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS snapshot_began_at timestamptz",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS snapshot_ended_at timestamptz",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS reset_at timestamptz",
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS phase text",
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_snapshot_mode text",
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS jvm_memory jsonb",
 )
 
+# Connector states. `syncing`: the connector replicates, each scheduled run a fetch cycle (its `phase` shows what
+# a running cycle does, none between cycles); `stopped`: its last cycle failed (the next run retries);
+# `paused` and `schema sync done`: no run starts until a resume request.
 STOPPED = "stopped"
 INITIALIZING = "initializing"
 SYNCING = "syncing"
+PAUSED = "paused"
+OFFSET_UPDATE = "offset update"
+RESTARTING = "restarting"
+SCHEMA_SYNC_DONE = "schema sync done"
+# States in which no fetch cycle may start; a running cycle that sees one ends at its next batch boundary.
+HALTED_STATES = (PAUSED, SCHEMA_SYNC_DONE, OFFSET_UPDATE)
+
+# Stages (what the connector replicates) and phases (what a running cycle does now).
+STAGE_SNAPSHOT = "initial snapshot"
+STAGE_CDC = "change data capture"
+STAGE_SCHEMA_SYNC = "schema sync"
+PHASE_FETCHING = "fetching"
+PHASE_PARSING = "parsing"
+PHASE_CONVERTING = "converting"
+PHASE_EXECUTING = "executing"
 
 
 def _lock_key(connector: str) -> sql.Composed:
@@ -125,23 +163,68 @@ def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
 
 
 def set_state(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, state: str, *,
-              stage: str | None = None, last_error: str | None = None, clear_error: bool = False,
-              last_offset: Any = None) -> None:
-    """Records the connector's state; keeps the previous error and offset unless new ones are given."""
+              stage: str | None = None, phase: str | None = None, last_error: str | None = None,
+              clear_error: bool = False, last_offset: Any = None,
+              unless_in: tuple[str, ...] = ()) -> bool:
+    """Records the connector's state and its running cycle's phase (None: no cycle runs); keeps the previous
+    stage, error and offset unless new ones are given.
+
+    With `unless_in`, a connector whose state is one of those keeps it (only its phase and error are recorded):
+    a cycle never overwrites a pause that came while it ran. Returns whether the state was set.
+    """
     statement = sql.SQL(
-        """INSERT INTO {table} AS s (connector, connector_type, state, stage, last_error, last_offset, updated_at)
-           VALUES (%(connector)s, %(type)s, %(state)s, %(stage)s, %(error)s, %(offset)s, now())
+        """INSERT INTO {table} AS s (connector, connector_type, state, stage, phase, last_error, last_offset, updated_at)
+           VALUES (%(connector)s, %(type)s, %(state)s, %(stage)s, %(phase)s, %(error)s, %(offset)s, now())
            ON CONFLICT (connector) DO UPDATE SET
-             connector_type = EXCLUDED.connector_type, state = EXCLUDED.state, stage = EXCLUDED.stage,
+             connector_type = EXCLUDED.connector_type,
+             state = CASE WHEN s.state = ANY(%(keep)s::text[]) THEN s.state ELSE EXCLUDED.state END,
+             stage = coalesce(EXCLUDED.stage, s.stage), phase = EXCLUDED.phase,
              last_error = CASE WHEN %(clear)s THEN EXCLUDED.last_error
                                ELSE coalesce(EXCLUDED.last_error, s.last_error) END,
-             last_offset = coalesce(EXCLUDED.last_offset, s.last_offset), updated_at = now()"""
+             last_offset = coalesce(EXCLUDED.last_offset, s.last_offset), updated_at = now()
+           RETURNING state"""
     ).format(table=sql.Identifier(schema, "connector_state"))
     with conn.transaction():
-        conn.execute(statement, {
-            "connector": connector, "type": connector_type, "state": state, "stage": stage, "error": last_error,
-            "clear": clear_error, "offset": None if last_offset is None else json.dumps(last_offset),
-        })
+        row = conn.execute(statement, {
+            "connector": connector, "type": connector_type, "state": state, "stage": stage, "phase": phase,
+            "error": last_error, "clear": clear_error, "keep": list(unless_in),
+            "offset": None if last_offset is None else json.dumps(last_offset),
+        }).fetchone()
+    return row is not None and row[0] == state
+
+
+def set_phase(conn: psycopg.Connection, schema: str, connector: str, phase: str | None,
+              stage: str | None = None) -> None:
+    """Records what the connector's running cycle does now (and the stage it is in, when given)."""
+    conn.execute(sql.SQL("UPDATE {} SET phase = %s, stage = coalesce(%s, stage), updated_at = now() "
+                         "WHERE connector = %s").format(sql.Identifier(schema, "connector_state")),
+                 (phase, stage, connector))
+
+
+def read_state(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The connector's row of connector_state, or None before its first run or request."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL("SELECT * FROM {} WHERE connector = %s").format(
+            sql.Identifier(schema, "connector_state")), (connector,)).fetchone()
+
+
+def set_next_snapshot_mode(conn: psycopg.Connection, schema: str, connector: str, mode: str) -> None:
+    """The snapshot mode the connector's next cycle starts its engine with, instead of the configured one."""
+    conn.execute(sql.SQL("UPDATE {} SET next_snapshot_mode = %s, updated_at = now() WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (mode, connector))
+
+
+def clear_next_snapshot_mode(conn: psycopg.Connection, schema: str, connector: str, mode: str) -> None:
+    """A cycle consumed the restart's snapshot mode (one asked for meanwhile stays, unless it is the same)."""
+    conn.execute(sql.SQL("UPDATE {} SET next_snapshot_mode = NULL, updated_at = now() WHERE connector = %s "
+                         "AND next_snapshot_mode = %s").format(sql.Identifier(schema, "connector_state")),
+                 (connector, mode))
+
+
+def record_jvm_memory(conn: psycopg.Connection, schema: str, connector: str, memory: dict[str, int]) -> None:
+    """Keeps the runner JVM's heap and non-heap use as the connector's cycle last saw it."""
+    conn.execute(sql.SQL("UPDATE {} SET jvm_memory = %s WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (json.dumps(memory), connector))
 
 
 @dataclass
@@ -158,12 +241,13 @@ class BatchCounts:
     redelivered: int = 0
     truncates: int = 0
     zero_dates: int = 0  # MariaDB/MySQL zero dates written as NULL
+    transactions: int = 0  # source transactions the batch's streamed changes belong to (counted where they begin)
     bad_events: int = 0  # events the `skip` error strategy moved to the dead letters instead of applying them
     first_source_ms: int | None = None
     last_source_ms: int | None = None
 
     COUNTERS = ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
-                "truncates", "zero_dates", "bad_events")
+                "truncates", "zero_dates", "transactions", "bad_events")
 
     def add(self, other: "BatchCounts") -> None:
         for name in self.COUNTERS:
@@ -192,21 +276,21 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
              applied_at = now()""").format(table=sql.Identifier(schema, "applied_positions")),
             (connector, counts.events, json.dumps(source_position), json.dumps(debezium_offset)))
     values = counts.as_dict()
+    names = sql.SQL(", ").join(map(sql.Identifier, BatchCounts.COUNTERS))
     cur.execute(sql.SQL(
-        """INSERT INTO {table} AS s (connector, batches, events, ddls, inserts, snapshot_rows, updates, deletes,
-             other_events, redelivered, truncates, zero_dates, bad_events, first_source_ts, last_source_ts, first_applied_at, last_applied_at)
-           VALUES (%(connector)s, 1, %(events)s, %(ddls)s, %(inserts)s, %(snapshot_rows)s, %(updates)s, %(deletes)s,
-             %(other_events)s, %(redelivered)s, %(truncates)s, %(zero_dates)s, %(bad_events)s, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0), now(), now())
-           ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, events = s.events + EXCLUDED.events,
-             ddls = s.ddls + EXCLUDED.ddls, inserts = s.inserts + EXCLUDED.inserts,
-             snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows, updates = s.updates + EXCLUDED.updates,
-             deletes = s.deletes + EXCLUDED.deletes, other_events = s.other_events + EXCLUDED.other_events,
-             redelivered = s.redelivered + EXCLUDED.redelivered, truncates = s.truncates + EXCLUDED.truncates,
-             zero_dates = s.zero_dates + EXCLUDED.zero_dates, bad_events = s.bad_events + EXCLUDED.bad_events,
+        """INSERT INTO {table} AS s (connector, batches, {names}, first_source_ts, last_source_ts, first_applied_at,
+             last_applied_at)
+           VALUES (%(connector)s, 1, {values}, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0),
+             now(), now())
+           ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, {added},
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
-             last_applied_at = now()""").format(table=sql.Identifier(schema, "stats")),
+             last_applied_at = now()""").format(
+        table=sql.Identifier(schema, "stats"), names=names,
+        values=sql.SQL(", ").join(map(sql.Placeholder, BatchCounts.COUNTERS)),
+        added=sql.SQL(", ").join(sql.SQL("{0} = s.{0} + EXCLUDED.{0}").format(sql.Identifier(name))
+                                 for name in BatchCounts.COUNTERS)),
         {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms, **values})
 
 
@@ -214,8 +298,8 @@ SNAPSHOT_COUNTERS = ("events", "ddls", "snapshot_rows", "other_events")
 
 
 def supersede_snapshot(cur: psycopg.Cursor, schema: str, connector: str) -> BatchCounts:
-    """A snapshot starts again: what the connector applied of its earlier snapshot is superseded (in the batch's
-    transaction); returns the counts that moved.
+    """A snapshot starts (again): what the connector applied of its earlier snapshot is superseded (in the batch's
+    transaction), and the snapshot's begin time goes to the stats; returns the counts that moved.
 
     Debezium cannot resume a MariaDB/MySQL snapshot: it takes it again from its first event, so the events applied
     of the earlier one are re-delivered. Their counts move from their kinds to `redelivered` in the stats, and
@@ -235,6 +319,10 @@ def supersede_snapshot(cur: psycopg.Cursor, schema: str, connector: str) -> Batc
     cur.execute(sql.SQL("UPDATE {} SET {}, rows_replaced = false, updated_at = now() WHERE connector = %s").format(
         progress, sql.SQL(", ").join(sql.SQL("{} = 0").format(sql.Identifier(name)) for name in SNAPSHOT_COUNTERS)),
         (connector,))
+    cur.execute(sql.SQL(
+        """INSERT INTO {} AS s (connector, snapshot_began_at) VALUES (%s, now())
+           ON CONFLICT (connector) DO UPDATE SET snapshot_began_at = now(), snapshot_ended_at = NULL""").format(
+        sql.Identifier(schema, "stats")), (connector,))
     return moved
 
 
@@ -269,12 +357,21 @@ def replace_snapshot_rows(cur: psycopg.Cursor, schema: str, connector: str, sour
 
 def tables_not_replaced_by_snapshot(cur: psycopg.Cursor, schema: str, connector: str) -> list[str]:
     """At the end of a snapshot: the tables of earlier snapshots it read no rows of (their rows are gone from the
-    source), marked replaced now."""
+    source), marked replaced now; the snapshot's end time goes to the stats."""
     rows = cur.execute(sql.SQL(
         """UPDATE {} SET rows_replaced = true, updated_at = now()
            WHERE connector = %s AND NOT rows_replaced AND source_table <> '' RETURNING source_table""").format(
         sql.Identifier(schema, "snapshot_progress")), (connector,)).fetchall()
+    cur.execute(sql.SQL("UPDATE {} SET snapshot_ended_at = now() WHERE connector = %s").format(
+        sql.Identifier(schema, "stats")), (connector,))
     return sorted(row[0] for row in rows)
+
+
+def has_offset(conn: psycopg.Connection, schema: str, connector: str) -> bool:
+    """Whether Debezium has recorded an offset for the connector (it has replicated something)."""
+    row = conn.execute(sql.SQL("SELECT EXISTS (SELECT FROM {} WHERE connector = %s)").format(
+        sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchone()
+    return bool(row and row[0])
 
 
 def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
@@ -285,10 +382,11 @@ def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -
 
 
 def read_states(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
-    """Each connector's state row joined with its Debezium offset, applied position and stats."""
+    """Each connector's state row joined with its Debezium offset, applied position and totals."""
     query = sql.SQL(
-        """SELECT s.connector, s.connector_type, s.state, s.stage, s.last_error, s.updated_at,
-                  o.offset_value AS debezium_offset, a.source_position AS applied_position, a.applied_at,
+        """SELECT s.connector, s.connector_type, s.state, s.stage, s.phase, s.next_snapshot_mode, s.last_error,
+                  s.updated_at, o.offset_value AS debezium_offset, a.source_position AS applied_position,
+                  a.debezium_offset AS applied_offset, a.applied_at, s.jvm_memory,
                   st.batches, st.events, st.ddls, st.inserts, st.snapshot_rows, st.updates, st.deletes
            FROM {state} s
            LEFT JOIN {offsets} o ON o.connector = s.connector

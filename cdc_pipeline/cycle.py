@@ -8,7 +8,9 @@ capturing while a group is applied, and memory holds one group, not the whole cy
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import time
 from contextlib import contextmanager
@@ -18,20 +20,28 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control
-from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch
+from cdc_pipeline import control, offsets
+from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
-from cdc_pipeline.errors import CdcError, RunnerError
-from cdc_pipeline.events import ParsedBatch, parse_events
-from cdc_pipeline.runner import DebeziumRunner, FetchedBatch, debezium_properties, engine_failure, merge_batches
+from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
+from cdc_pipeline.events import EventRef, ParsedBatch, offset_order, parse_events
+from cdc_pipeline.runner import (
+    NON_STREAMING_MODES,
+    DebeziumRunner,
+    FetchedBatch,
+    debezium_properties,
+    engine_failure,
+    merge_batches,
+)
 from cdc_pipeline.spark import batch_dataframe
 
 log = logging.getLogger(__name__)
 
 ENGINE_START_TIMEOUT_SECONDS = 120.0
 FETCH_WAIT_SECONDS = 0.5
-GROUP_WAIT_SECONDS = 0.05
-RETRY = "retry"  # a group goes downstream when the engine has had nothing more for this long
+GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
+STATE_CHECK_SECONDS = 1.0  # how often a running cycle looks whether its connector was paused
+RETRY = "retry"
 
 
 @dataclass
@@ -43,6 +53,7 @@ class CycleStats:
     started_at: float = field(default_factory=time.monotonic)
     first_fetch_at: float | None = None
     last_commit_at: float | None = None
+    last_commit_epoch: float | None = None
     finished_at: float | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -64,11 +75,19 @@ class CycleStats:
             return 0.0
         return self.counts.events / (self.last_commit_at - self.first_fetch_at)
 
+    def lag_seconds(self) -> float | None:
+        """Seconds from the source's commit of the cycle's last applied change to its apply."""
+        if self.counts.last_source_ms is None or self.last_commit_epoch is None:
+            return None
+        return round(max(0.0, self.last_commit_epoch - self.counts.last_source_ms / 1000), 3)
+
     def as_dict(self) -> dict[str, Any]:
         events = self.counts.events
+        lag = self.lag_seconds()
         return {
             "batches": self.batches,
             **self.counts.as_dict(),
+            **({} if lag is None else {"lag_seconds": lag}),
             "seconds": round(self.seconds, 3),
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),
@@ -83,43 +102,98 @@ def queue_capacity(connector: ConnectorConfig) -> int:
 
 
 class ConnectorSession:
-    """The live parts of one connector's fetch cycle: destination connection, run lock, Debezium engine."""
+    """The live parts of one connector's fetch cycle: destination connection, run lock, Debezium engine.
 
-    def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession) -> None:
+    Opening it honours the connector's persisted state: a paused connector starts no cycle; a restart request's
+    snapshot mode, or a `start_offset` given to the run, takes effect before the engine starts.
+    """
+
+    def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession,
+                 start_offset: str | None = None) -> None:
         self.connector = connector
         self.destination = destination
         self.spark = spark
+        self.start_offset = start_offset
         self.conn: psycopg.Connection | None = None
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
         self.applied_offset: dict[str, Any] | None = None
+        self.snapshot_mode = connector.snapshot_mode
+        self._requested_mode: str | None = None
         self._locked = False
+        self._phase: str | None = None
+        self._last_transaction: Any = None
+        self._state_checked_at = 0.0
 
     @property
     def control_schema(self) -> str:
         return self.destination.control_schema
 
+    @property
+    def streams(self) -> bool:
+        """Whether the engine streams after its snapshot in this cycle's snapshot mode."""
+        return self.snapshot_mode not in NON_STREAMING_MODES
+
     def open(self) -> "ConnectorSession":
-        """Connects, takes the run lock, marks the connector initializing and starts its engine."""
+        """Connects, takes the run lock, refuses a paused connector, applies a pending snapshot mode or start
+        offset, marks the connector initializing and starts its engine."""
+        name = self.connector.name
         try:
             self.conn = psycopg.connect(self.destination.dsn.reveal(), autocommit=True)
         except psycopg.Error as exc:
-            raise CdcError(f"cannot connect to the destination PostgreSQL: {exc}", connector=self.connector.name) from exc
+            raise CdcError(f"cannot connect to the destination PostgreSQL: {exc}", connector=name) from exc
         control.ensure_control_schema(self.conn, self.control_schema)
-        control.acquire_run_lock(self.conn, self.connector.name)
+        control.acquire_run_lock(self.conn, name)
         self._locked = True
-        self._set_state(control.INITIALIZING, clear_error=True)
-        self.applied_offset = control.read_applied_offset(self.conn, self.control_schema, self.connector.name)
-        self.runner = DebeziumRunner(self.spark, self.connector.name,
-                                     debezium_properties(self.connector, self.destination),
+        state = control.read_state(self.conn, self.control_schema, name) or {}
+        self._refuse_if_halted(state.get("state"))
+        if self.start_offset is not None:
+            offset = offsets.parse_offset(self.start_offset, name, self.connector.type)
+            offsets.move_offset(self.conn, self.control_schema, name, self.connector.type, self.connector.database,
+                                offset)
+            log.info("%s: replaying from offset %s", name, json.dumps(offset))
+        self._requested_mode = state.get("next_snapshot_mode")
+        self.snapshot_mode = self._snapshot_mode(self._requested_mode)
+        stage = control.STAGE_SCHEMA_SYNC if self.snapshot_mode == "schemasync" else None
+        if not self._set_state(control.INITIALIZING, stage=stage, clear_error=True):
+            self._refuse_if_halted(control.PAUSED)
+        # A snapshot taken now starts over: none of its events is a re-delivery of what was applied before it
+        # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
+        takes_snapshot = self.snapshot_mode == "always" or not control.has_offset(self.conn, self.control_schema, name)
+        self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
+                                                                                       name)
+        connector = dataclasses.replace(self.connector, snapshot_mode=self.snapshot_mode)
+        self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
         self.runner.start()
         self.cycle_stats = CycleStats()
-        self._set_state(control.SYNCING)
+        self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
         return self
 
+    def _refuse_if_halted(self, state: str | None) -> None:
+        if state in control.HALTED_STATES:
+            assert self.conn is not None
+            control.release_run_lock(self.conn, self.connector.name)
+            self._locked = False
+            raise ConnectorPausedError(f"the connector is {state}: no fetch cycle starts until it is resumed "
+                                       f"(cdc-pipeline resume {self.connector.name})", connector=self.connector.name)
+
+    def _snapshot_mode(self, requested: str | None) -> str:
+        """This cycle's snapshot mode: a restart request's, else the configured one; a schema sync happens once."""
+        mode = requested or self.connector.snapshot_mode
+        assert self.conn is not None
+        if mode == "schemasync" and requested is None and control.has_offset(self.conn, self.control_schema,
+                                                                             self.connector.name):
+            return "no_data"
+        return mode
+
     def close(self, error: BaseException | None = None) -> None:
-        """Stops the engine (its offsets flush), records the final state and error, releases the lock."""
+        """Stops the engine (its offsets flush), records the final state and error, releases the lock.
+
+        A cycle that succeeds leaves the connector syncing (a schema sync: `schema sync done`, paused for review)
+        and consumes a restart request's snapshot mode; one that fails leaves it stopped with its error. A pause
+        that came while the cycle ran is kept.
+        """
         stop_error: BaseException | None = None
         if self.runner is not None:
             try:
@@ -141,8 +215,19 @@ class ConnectorSession:
             try:
                 # A cycle refused for want of the lock leaves the running cycle's state alone.
                 if self._locked:
-                    message = None if error is None else str(error)
-                    self._set_state(control.STOPPED, last_error=message, clear_error=error is None)
+                    # A restart asked for while this cycle ran waits for the next cycle.
+                    keep = control.HALTED_STATES + (() if self._requested_mode else (control.RESTARTING,))
+                    if error is None:
+                        if self.snapshot_mode == "schemasync":
+                            self._set_state(control.SCHEMA_SYNC_DONE, stage=control.STAGE_SCHEMA_SYNC,
+                                            clear_error=True, unless_in=keep)
+                        else:
+                            self._set_state(control.SYNCING, clear_error=True, unless_in=keep)
+                        if self._requested_mode:
+                            control.clear_next_snapshot_mode(self.conn, self.control_schema, self.connector.name,
+                                                             self._requested_mode)
+                    else:
+                        self._set_state(control.STOPPED, last_error=str(error), unless_in=keep)
                     control.release_run_lock(self.conn, self.connector.name)
                     self._locked = False
             finally:
@@ -169,13 +254,77 @@ class ConnectorSession:
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
         self.close(exc)
 
-    def _set_state(self, state: str, **kwargs: Any) -> None:
+    def _set_state(self, state: str, unless_in: tuple[str, ...] = control.HALTED_STATES, **kwargs: Any) -> bool:
         assert self.conn is not None
-        control.set_state(self.conn, self.control_schema, self.connector.name, self.connector.type, state, **kwargs)
+        return control.set_state(self.conn, self.control_schema, self.connector.name, self.connector.type, state,
+                                 unless_in=unless_in, **kwargs)
+
+    @contextmanager
+    def phase(self, phase: str, timed_as: str) -> Iterator[None]:
+        """Records what the cycle does now (when it changes) and times it as `timed_as`."""
+        if phase != self._phase and self.conn is not None:
+            control.set_phase(self.conn, self.control_schema, self.connector.name, phase)
+            self._phase = phase
+        with self.cycle_stats.timed(timed_as):
+            yield
+
+    def halted(self) -> bool:
+        """Whether the connector was paused while this cycle runs (looked up at most once a second)."""
+        now = time.monotonic()
+        if self.conn is None or now - self._state_checked_at < STATE_CHECK_SECONDS:
+            return False
+        self._state_checked_at = now
+        state = control.read_state(self.conn, self.control_schema, self.connector.name) or {}
+        return state.get("state") in control.HALTED_STATES
+
+    def count_transactions(self, plan: BatchPlan) -> None:
+        """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches
+        counts once; re-delivered events count none)."""
+        applied = offset_order(self.applied_offset)
+        for ref in plan.parsed.refs:
+            key = _transaction_key(ref)
+            if key is None or key == self._last_transaction:
+                continue
+            order = offset_order(ref.offset)
+            if applied is not None and order is not None and order <= applied:
+                continue
+            self._last_transaction = key
+            plan.counts.transactions += 1
+
+    def record_stage(self, plan: BatchPlan) -> None:
+        """The connector's stage after an applied batch: its last event tells snapshot from streaming."""
+        if self.snapshot_mode == "schemasync" or plan.last_ref is None or self.conn is None:
+            return
+        stage = control.STAGE_SNAPSHOT if snapshot_marker(plan.last_ref) else control.STAGE_CDC
+        control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=stage)
+
+    def record_streaming(self) -> None:
+        """The engine streams from the source's log: the connector's stage is change data capture."""
+        if self.conn is not None:
+            control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=control.STAGE_CDC)
+
+    def memory_report(self) -> dict[str, int]:
+        """The runner JVM's heap and non-heap use, also kept in the connector's state."""
+        if self.runner is None or self.conn is None:
+            return {}
+        memory = self.runner.memory_report()
+        control.record_jvm_memory(self.conn, self.control_schema, self.connector.name, memory)
+        return memory
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None
         return BatchApplier(self.conn, self.connector, self.control_schema)
+
+
+def _transaction_key(ref: EventRef) -> Any:
+    """What tells a streamed event's source transaction apart (None for snapshot events and other sources')."""
+    offset = ref.offset or {}
+    if "snapshot" in offset:
+        return None
+    for fields in (("file", "pos"), ("txId",), ("commit_lsn",), ("commit_scn",)):
+        if all(offset.get(name) is not None for name in fields):
+            return tuple(offset[name] for name in fields)
+    return None
 
 
 T = TypeVar("T")
@@ -217,8 +366,12 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     started = time.monotonic()
     last_batch_at = started
     streaming_since: float | None = None
+    polling_since: float | None = None
     while True:
-        with stats.timed("fetch"):
+        if session.halted():
+            log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
+            break
+        with session.phase(control.PHASE_FETCHING, "fetch"):
             batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
         if batch is not None:
@@ -237,7 +390,18 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             yield group
             group, group_events = [], 0
             continue
+        elif not session.streams and runner.is_polling():
+            # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
+            polling_since = polling_since or now
+            snapshot = runner.snapshot_status()
+            quiet = now - max(last_batch_at, polling_since) >= connector.idle_timeout_seconds
+            if quiet and not snapshot.get("running") and (
+                    snapshot.get("completed") or snapshot.get("aborted") or events
+                    or now - polling_since >= 3 * connector.idle_timeout_seconds):
+                break
         elif runner.is_streaming():
+            if streaming_since is None:
+                session.record_streaming()
             # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
             streaming_since = streaming_since or now
             if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
@@ -260,7 +424,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
 def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]]) -> Iterator[ParsedBatch]:
     """Parses each group of fetched batches as one batch (one Spark job, one transaction), lazily."""
     for group in groups:
-        with session.cycle_stats.timed("parse"):
+        with session.phase(control.PHASE_PARSING, "parse"):
             batch = merge_batches(group, session.spark._jvm)
             parsed = parse_events(batch_dataframe(session.spark, batch), batch)
         yield parsed
@@ -270,8 +434,9 @@ def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]
 def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Iterator[BatchPlan]:
     """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
     for batch in parsed:
-        with session.cycle_stats.timed("convert"):
+        with session.phase(control.PHASE_CONVERTING, "convert"):
             plan = plan_batch(batch, session.connector, session.applied_offset)
+            session.count_transactions(plan)
         yield plan
 
 
@@ -279,7 +444,7 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
 def convert_dml(session: ConnectorSession, plans: Iterable[BatchPlan]) -> Iterator[BatchPlan]:
     """Gives each DML step its Spark rows and columns, lazily."""
     for plan in plans:
-        with session.cycle_stats.timed("convert"):
+        with session.phase(control.PHASE_CONVERTING, "convert"):
             attach_dml_frames(plan)
         yield plan
 
@@ -293,12 +458,14 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
     applier = session.applier()
     applied = []
     for plan in plans:
-        with stats.timed("apply"):
+        with session.phase(control.PHASE_EXECUTING, "apply"):
             try:
                 counts = apply_with_retries(session, applier, plan)
             finally:
                 plan.parsed.release()
+        session.record_stage(plan)
         stats.last_commit_at = time.monotonic()
+        stats.last_commit_epoch = time.time()
         stats.batches += 1
         stats.counts.add(counts)
         applied.extend(plan.parsed.batch.batch_ids)

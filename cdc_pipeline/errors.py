@@ -47,3 +47,7 @@ class ConversionError(CdcError):
 
 class ConnectorBusyError(CdcError):
     """Another fetch cycle of the same connector is already running."""
+
+
+class ConnectorPausedError(CdcError):
+    """The connector is paused (or waits for review after a schema sync): no fetch cycle starts."""

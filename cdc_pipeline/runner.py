@@ -133,8 +133,17 @@ SNAPSHOT_MODES = {
     "always": "always",
     "never": "never",
     "when_needed": "when_needed",
-    "schemasync": "no_data",
+    # The destination tables only: the schema snapshot, no rows and no streaming (the connector then pauses for
+    # review; resumed, it streams from the schema snapshot's position).
+    "schemasync": "configuration_based",
 }
+SCHEMA_SYNC_PROPERTIES = {
+    "snapshot.mode.configuration.based.snapshot.schema": "true",
+    "snapshot.mode.configuration.based.snapshot.data": "false",
+    "snapshot.mode.configuration.based.start.stream": "false",
+}
+# Snapshot modes after which the engine does not stream: a cycle ends once their snapshot is done.
+NON_STREAMING_MODES = ("initial_only", "schemasync")
 
 
 def debezium_properties(connector: ConnectorConfig, destination: DestinationConfig) -> dict[str, str]:
@@ -149,6 +158,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         "database.user": connector.user,
         "database.password": connector.password.reveal(),
         "snapshot.mode": SNAPSHOT_MODES[connector.snapshot_mode],
+        **(SCHEMA_SYNC_PROPERTIES if connector.snapshot_mode == "schemasync" else {}),
         "max.batch.size": str(connector.batch_size),
         "max.queue.size": str(max(8192, connector.batch_size * 4)),
         "poll.interval.ms": "100",
@@ -306,6 +316,10 @@ class DebeziumRunner:
     def is_streaming(self) -> bool:
         """True once the connector streams from the source (snapshot done, log reader connected)."""
         return bool(self._java.isStreaming())
+
+    def snapshot_status(self) -> dict[str, bool]:
+        """Debezium's snapshot metrics of this engine: `running`, `completed`, `aborted` ({} before they exist)."""
+        return json.loads(self._java.snapshotStatus())
 
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":

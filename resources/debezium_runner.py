@@ -9,6 +9,7 @@ from pydantic import Field, PrivateAttr
 
 from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
+from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
 
@@ -23,13 +24,15 @@ class DebeziumRunnerResource(ConfigurableResource):
     connector: str = Field(description="Connector name in the connectors file.")
     config_path: Optional[str] = Field(default=None, description="Connectors file; default $CDC_PIPELINE_CONFIG.")
     spark: SparkSessionResource
+    replay: ReplayResource
 
     _session: Optional[ConnectorSession] = PrivateAttr(default=None)
     _error: Optional[BaseException] = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         config = load_config(self.config_path)
-        session = ConnectorSession(config.connector(self.connector), config.destination, self.spark.get_session())
+        session = ConnectorSession(config.connector(self.connector), config.destination, self.spark.get_session(),
+                                   start_offset=self.replay.start_offset)
         try:
             session.open()
         except BaseException as exc:

@@ -7,7 +7,10 @@ import psycopg
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from cdc_pipeline import control
 from cdc_pipeline.config import DestinationConfig, load_config
+
+CONNECT_TIMEOUT_SECONDS = 10
 
 
 class DestinationResource(ConfigurableResource):
@@ -19,4 +22,12 @@ class DestinationResource(ConfigurableResource):
         return load_config(self.config_path).destination
 
     def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.destination().dsn.reveal(), autocommit=True)
+        """An autocommit connection; the control schema exists once it returns."""
+        destination = self.destination()
+        conn = psycopg.connect(destination.dsn.reveal(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        try:
+            control.ensure_control_schema(conn, destination.control_schema)
+        except BaseException:
+            conn.close()
+            raise
+        return conn

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from dagster import (
     AssetKey,
     DagsterInstance,
@@ -24,6 +25,7 @@ from dagster import (
 from assets.definitions import build_definitions
 from cdc_pipeline import control
 from cdc_pipeline.config import load_config, parse_config
+from resources.destination import DestinationResource
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +42,9 @@ TWO_CONNECTORS = {
 def test_definitions_have_a_job_and_a_schedule_per_connector(tmp_path):
     defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
 
-    assert {job.name for job in defs.jobs} == {"sync_inventory", "sync_billing"}
+    assert {job.name for job in defs.jobs} == {"sync_inventory", "sync_billing", "cdc_control"}
+    assert {sensor.name for sensor in defs.sensors} == {"cdc_requests"}
+    assert {spec.key.path[-1] for spec in defs.assets} == {"inventory", "billing"}
     schedule = defs.resolve_schedule_def("sync_inventory_schedule")
     assert schedule.cron_schedule == "*/5 * * * *"
     assert defs.resolve_schedule_def("sync_billing_schedule").cron_schedule == "* * * * *"
@@ -82,10 +86,18 @@ def _schedule_and_job(tmp_path):
     return defs.resolve_schedule_def("sync_inventory_schedule"), defs.resolve_job_def("sync_inventory")
 
 
+def _unreachable_destination(tmp_path):
+    """The destination resource of a connectors file whose PostgreSQL does not answer (the schedule's state
+    lookup fails: the run, not the schedule, reports it)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**TWO_CONNECTORS, "destination": {"dsn": "postgresql://u@127.0.0.1:9/d"}}))
+    return {"destination": DestinationResource(config_path=str(path))}
+
+
 def test_schedule_requests_a_run_when_the_connector_is_idle(tmp_path):
     schedule, _ = _schedule_and_job(tmp_path)
     with instance_for_test() as instance:
-        result = schedule(build_schedule_context(instance=instance))
+        result = schedule(build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)))
     assert isinstance(result, RunRequest)
 
 
@@ -97,7 +109,7 @@ def test_schedule_skips_while_a_run_of_the_connector_is_in_progress(tmp_path):
         other = DagsterRun(job_name="sync_billing", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED)
         instance.add_run(other)
 
-        result = schedule(build_schedule_context(instance=instance))
+        result = schedule(build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)))
 
     assert isinstance(result, SkipReason)
     assert run_id in result.skip_message
@@ -120,6 +132,9 @@ def test_sync_job_runs_in_process_and_records_the_connector_asset(pipeline):
     assert materialization is not None
     metadata = materialization.asset_materialization.metadata
     assert metadata["snapshot_rows"].value == 2 and metadata["jvm_heap_used"].value > 0
+    assert metadata["events"].value == result.output_for_node("record_stats")["events"]
+    assert {"batches", "inserts", "updates", "deletes", "ddls", "transactions", "seconds", "events_per_second",
+            "lag_seconds", "jvm_non_heap_used"} <= set(metadata)
     pipeline.assert_same("t")
 
 

@@ -143,6 +143,29 @@ public final class DebeziumRunner {
         return false;
     }
 
+    /**
+     * Debezium's snapshot metrics of this engine as JSON ({"running":..,"completed":..,"aborted":..}; {} before
+     * they exist): a snapshot mode without streaming ends its cycle once the snapshot is done.
+     */
+    public String snapshotStatus() {
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        String topicPrefix = parameters.get("topic.prefix");
+        try {
+            Set<ObjectName> names = server.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=snapshot,*"), null);
+            for (ObjectName name : names) {
+                if (topicPrefix.equals(name.getKeyProperty("server"))) {
+                    return "{\"running\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotRunning"))
+                            + ",\"completed\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotCompleted"))
+                            + ",\"aborted\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotAborted")) + "}";
+                }
+            }
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the snapshot metrics of {}", topicPrefix, e);
+        }
+        return "{}";
+    }
+
     public String lastError() {
         return lastError;
     }

@@ -1,0 +1,131 @@
+"""Moving a connector's Debezium offset: the shape an offset has for each connector type, and writing it where
+the engine reads it at its next start (`debezium_offsets`) and where re-deliveries are recognised
+(`applied_positions`).
+
+An offset names the last event already processed: the engine resumes after it, and every later event is applied
+again, once (the applied position moves with it, so none of them counts as a re-delivery).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline.errors import CdcError
+
+
+class OffsetError(CdcError):
+    """An offset that cannot be given to the connector: not JSON, or not the shape its type uses."""
+
+
+@dataclass(frozen=True)
+class OffsetShape:
+    """The fields of one connector type's Debezium offset: required with their types, and the optional ones."""
+
+    required: dict[str, tuple[type, ...]]
+    optional: dict[str, tuple[type, ...]]
+    example: str
+
+
+_INT = (int,)
+_TEXT = (str,)
+_FLAG = (bool, str)
+_BINLOG = OffsetShape(
+    required={"file": _TEXT, "pos": _INT},
+    optional={"row": _INT, "event": _INT, "gtids": _TEXT, "ts_sec": _INT, "server_id": _INT, "snapshot": _FLAG,
+              "snapshot_completed": _FLAG, "transaction_id": _TEXT},
+    example='{"file": "mariadb-bin.000003", "pos": 4512, "row": 0, "event": 1}',
+)
+SHAPES: dict[str, OffsetShape] = {
+    "mariadb": _BINLOG,
+    "mysql": _BINLOG,
+    "postgres": OffsetShape(
+        required={"lsn": _INT},
+        optional={"lsn_proc": _INT, "lsn_commit": _INT, "txId": _INT, "ts_usec": _INT, "xmin": _INT,
+                  "messageType": _TEXT, "snapshot": _FLAG, "last_snapshot_record": _FLAG,
+                  "snapshot_completed": _FLAG, "transaction_id": _TEXT},
+        example='{"lsn": 24023128, "txId": 555}',
+    ),
+    "sqlserver": OffsetShape(
+        required={"commit_lsn": _TEXT},
+        optional={"change_lsn": _TEXT, "event_serial_no": _INT, "snapshot": _FLAG, "snapshot_completed": _FLAG,
+                  "transaction_id": _TEXT},
+        example='{"commit_lsn": "0000002c:00000a38:0003", "change_lsn": "0000002c:00000a38:0002"}',
+    ),
+    "oracle": OffsetShape(
+        required={"scn": _TEXT + _INT},
+        optional={"commit_scn": _TEXT, "lcr_position": _TEXT, "snapshot_scn": _TEXT, "snapshot": _FLAG,
+                  "snapshot_completed": _FLAG, "transaction_id": _TEXT},
+        example='{"scn": "2891044"}',
+    ),
+}
+
+
+def parse_offset(text: str, connector: str, connector_type: str) -> dict[str, Any]:
+    """The offset in `text` (a JSON object) checked against the connector type's shape; raises OffsetError
+    naming what is wrong and showing the shape."""
+    shape = SHAPES[connector_type]
+    hint = f"a {connector_type} offset looks like {shape.example}"
+    try:
+        offset = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise OffsetError(f"the offset is not JSON ({exc}); {hint}", connector=connector) from None
+    if not isinstance(offset, dict):
+        raise OffsetError(f"the offset must be a JSON object, got {text!r}; {hint}", connector=connector)
+    missing = [name for name in shape.required if name not in offset]
+    if missing:
+        raise OffsetError(f"the offset lacks {', '.join(missing)}; {hint}", connector=connector)
+    known = {**shape.required, **shape.optional}
+    unknown = sorted(set(offset) - set(known))
+    if unknown:
+        raise OffsetError(f"the offset has fields a {connector_type} offset has not: {', '.join(unknown)}; "
+                          f"fields: {', '.join(known)}", connector=connector)
+    for name, value in offset.items():
+        types = known[name]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise OffsetError(f"offset field {name!r} must be {' or '.join(t.__name__ for t in types)}, "
+                              f"got {value!r}; {hint}", connector=connector)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise OffsetError(f"offset field {name!r} must not be negative, got {value}", connector=connector)
+        if isinstance(value, str) and not value and name in shape.required:
+            raise OffsetError(f"offset field {name!r} must not be empty; {hint}", connector=connector)
+    return offset
+
+
+def offset_key(connector: str, connector_type: str, database: str) -> str:
+    """The key Kafka Connect stores a connector's offset under: the engine name and Debezium's source partition,
+    as its JSON converter writes them."""
+    partition: dict[str, str] = {"server": connector}
+    if connector_type == "sqlserver":
+        partition["database"] = database
+    return json.dumps([connector, partition], separators=(",", ":"))
+
+
+def move_offset(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, database: str,
+                offset: dict[str, Any]) -> None:
+    """Makes `offset` the connector's Debezium offset and its applied position, in one transaction.
+
+    The engine must not be running (its next start reads the offset): callers hold the run lock or have the
+    connector paused. Every offset key the connector has gets the offset (there is one per source partition).
+    """
+    offsets = sql.Identifier(schema, "debezium_offsets")
+    value = json.dumps(offset, separators=(",", ":"))
+    with conn.transaction():
+        keys = [row[0] for row in conn.execute(
+            sql.SQL("SELECT offset_key FROM {} WHERE connector = %s FOR UPDATE").format(offsets), (connector,))]
+        for key in keys or [offset_key(connector, connector_type, database)]:
+            conn.execute(sql.SQL(
+                """INSERT INTO {} (connector, offset_key, offset_value, updated_at) VALUES (%s, %s, %s, now())
+                   ON CONFLICT (connector, offset_key) DO UPDATE SET offset_value = EXCLUDED.offset_value,
+                     updated_at = now()""").format(offsets), (connector, key, value))
+        conn.execute(sql.SQL(
+            """INSERT INTO {} (connector, batch_events, source_position, debezium_offset, applied_at)
+               VALUES (%s, 0, NULL, %s, now())
+               ON CONFLICT (connector) DO UPDATE SET debezium_offset = EXCLUDED.debezium_offset""").format(
+            sql.Identifier(schema, "applied_positions")), (connector, value))
+        conn.execute(sql.SQL("UPDATE {} SET last_offset = %s, updated_at = now() WHERE connector = %s").format(
+            sql.Identifier(schema, "connector_state")), (value, connector))

@@ -1,0 +1,219 @@
+"""State-change requests: how an operator asks a connector to pause, resume, move its offset, restart with a
+snapshot mode or reload its rules, and the rules that accept or reject each request.
+
+A request is a row of the `requests` table, written by `cdc-pipeline pause|resume|...`, by the Dagster control
+job or by a plain `INSERT` from psql. The request sensor serves pending requests in id order: each is done (the
+connector's state changed) or rejected with its reason, in one transaction with the state change. One request
+per connector may be pending (a unique index refuses a second one, from psql too).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+
+from cdc_pipeline import control, offsets
+from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
+from cdc_pipeline.errors import CdcError, ConfigError
+
+log = logging.getLogger(__name__)
+
+PAUSE = "pause"
+RESUME = "resume"
+SET_OFFSET = "set_offset"
+RESTART = "restart"
+RELOAD_OBJMAP = "reload_objmap"
+KINDS = (PAUSE, RESUME, SET_OFFSET, RESTART, RELOAD_OBJMAP)
+
+PENDING = "pending"
+DONE = "done"
+REJECTED = "rejected"
+
+NEVER_RUN = "never run"
+_PAUSED = (control.PAUSED, control.SCHEMA_SYNC_DONE)
+
+
+class RequestError(CdcError):
+    """A request that cannot be submitted: unknown kind, or another request of the connector is pending."""
+
+
+@dataclass
+class Request:
+    """One row of the requests table."""
+
+    id: int
+    connector: str
+    kind: str
+    argument: str | None
+    status: str
+    reason: str | None
+    requested_at: datetime
+    served_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass
+class Outcome:
+    """What serving a request did: its final status and reason, and whether the connector needs a run now."""
+
+    request: Request
+    status: str
+    reason: str
+    launch_run: bool = False
+
+
+def submit_request(conn: psycopg.Connection, schema: str, connector: str, kind: str,
+                   argument: str | None = None) -> int:
+    """Adds a pending request; returns its id. Raises RequestError for an unknown kind or when the connector has
+    a pending request already (naming it)."""
+    if kind not in KINDS:
+        raise RequestError(f"unknown request kind {kind!r}; kinds: {', '.join(KINDS)}", connector=connector)
+    table = sql.Identifier(schema, "requests")
+    try:
+        with conn.transaction():
+            row = conn.execute(sql.SQL("INSERT INTO {} (connector, kind, argument) VALUES (%s, %s, %s) RETURNING id")
+                               .format(table), (connector, kind, argument)).fetchone()
+    except psycopg.errors.UniqueViolation:
+        pending = read_requests(conn, schema, connector, status=PENDING)
+        shown = f"request {pending[0].id} ({pending[0].kind})" if pending else "a request"
+        raise RequestError(f"{shown} is still pending: one request per connector at a time", connector=connector) \
+            from None
+    assert row is not None
+    return int(row[0])
+
+
+def read_requests(conn: psycopg.Connection, schema: str, connector: str | None = None, *,
+                  status: str | None = None, after_id: int = 0, limit: int | None = None) -> list[Request]:
+    """Requests in id order (the latest `limit` of them when given), of one connector or all, of one status
+    or all."""
+    query = sql.SQL(
+        """SELECT * FROM (SELECT * FROM {} WHERE (%(connector)s::text IS NULL OR connector = %(connector)s)
+             AND (%(status)s::text IS NULL OR status = %(status)s) AND id > %(after)s
+             ORDER BY id DESC LIMIT %(limit)s) r ORDER BY id""").format(sql.Identifier(schema, "requests"))
+    with conn.cursor(row_factory=class_row(Request)) as cur:
+        return list(cur.execute(query, {"connector": connector, "status": status, "after": after_id,
+                                        "limit": limit}))
+
+
+def read_request(conn: psycopg.Connection, schema: str, request_id: int) -> Request | None:
+    with conn.cursor(row_factory=class_row(Request)) as cur:
+        return cur.execute(sql.SQL("SELECT * FROM {} WHERE id = %s").format(sql.Identifier(schema, "requests")),
+                           (request_id,)).fetchone()
+
+
+def serve_pending_requests(conn: psycopg.Connection, schema: str, config: PipelineConfig) -> list[Outcome]:
+    """Serves every pending request, oldest first; returns what each did."""
+    return [serve_request(conn, schema, config, request)
+            for request in read_requests(conn, schema, status=PENDING)]
+
+
+def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig, request: Request) -> Outcome:
+    """Applies the request's rule to its connector's state and records the outcome, in one transaction.
+
+    Rules: pause from any state but paused; resume only from paused (or `schema sync done`), and the connector
+    needs a run; set offset only while paused and no cycle runs, with an offset of the connector type's shape,
+    then paused again; restart with a snapshot mode from any state but paused (its next cycle starts the engine
+    in that mode; a schema sync only for a connector without an offset), and the connector needs a run; reload
+    the object-mapping rules from any state, when the connectors file still reads.
+    """
+    with conn.transaction():
+        # Serialise with other servers of the same request (two sensors, the CLI): the first one serves it.
+        current = conn.execute(sql.SQL("SELECT status FROM {} WHERE id = %s FOR UPDATE").format(
+            sql.Identifier(schema, "requests")), (request.id,)).fetchone()
+        if current is None or current[0] != PENDING:
+            return Outcome(request, current[0] if current else REJECTED, "served already", False)
+        try:
+            reason, launch = _apply_rule(conn, schema, config, request)
+            status = DONE
+        except _Rejected as rejection:
+            reason, launch, status = str(rejection), False, REJECTED
+        conn.execute(sql.SQL("UPDATE {} SET status = %s, reason = %s, served_at = now() WHERE id = %s").format(
+            sql.Identifier(schema, "requests")), (status, reason, request.id))
+    log.info("Request %d (%s %s) of connector %s: %s, %s", request.id, request.kind, request.argument or "",
+             request.connector, status, reason)
+    return Outcome(request, status, reason, launch)
+
+
+class _Rejected(Exception):
+    """The request breaks a rule; its message is the reason recorded."""
+
+
+def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, request: Request) -> tuple[str, bool]:
+    name, kind, argument = request.connector, request.kind, request.argument
+    if name not in config.connectors:
+        raise _Rejected(f"no connector {name!r} in {config.path}; configured: {', '.join(config.connectors)}")
+    connector = config.connectors[name]
+    if kind not in KINDS:
+        raise _Rejected(f"unknown request kind {kind!r}; kinds: {', '.join(KINDS)}")
+    row = conn.execute(sql.SQL("SELECT state FROM {} WHERE connector = %s FOR UPDATE").format(
+        sql.Identifier(schema, "connector_state")), (name,)).fetchone()
+    state = row[0] if row else NEVER_RUN
+
+    def set_state(new_state: str) -> None:
+        control.set_state(conn, schema, name, connector.type, new_state)
+
+    if kind == PAUSE:
+        if state in _PAUSED:
+            raise _Rejected(f"the connector is already {state}")
+        set_state(control.PAUSED)
+        return f"{state} -> paused", False
+    if kind == RESUME:
+        if state not in _PAUSED:
+            raise _Rejected(f"only a paused connector resumes; it is {state}")
+        set_state(control.SYNCING)
+        return f"{state} -> syncing", True
+    if kind == SET_OFFSET:
+        if state not in _PAUSED:
+            raise _Rejected(f"the offset moves only while the connector is paused; it is {state} "
+                            f"(cdc-pipeline pause {name})")
+        if not argument:
+            raise _Rejected(f"set_offset needs the offset as its argument, e.g. {offsets.SHAPES[connector.type].example}")
+        try:
+            offset = offsets.parse_offset(argument, name, connector.type)
+        except offsets.OffsetError as exc:
+            raise _Rejected(exc.message) from None
+        _require_no_running_cycle(conn, name)
+        try:
+            set_state(control.OFFSET_UPDATE)
+            offsets.move_offset(conn, schema, name, connector.type, connector.database, offset)
+            set_state(state)
+        finally:
+            control.release_run_lock(conn, name)
+        return f"offset moved; {state} -> {control.OFFSET_UPDATE} -> {state}", False
+    if kind == RESTART:
+        if argument not in SNAPSHOT_MODES:
+            raise _Rejected(f"restart needs a snapshot mode as its argument, one of: {', '.join(SNAPSHOT_MODES)}; "
+                            f"got {argument!r}")
+        if state in _PAUSED:
+            raise _Rejected(f"the connector is {state}: resume it first (a restart would start a cycle)")
+        if argument == "schemasync" and control.has_offset(conn, schema, name):
+            raise _Rejected("schemasync creates the destination tables of a connector that has not replicated yet; "
+                            "this one has an offset (restart with always to take its snapshot again)")
+        set_state(control.RESTARTING)
+        control.set_next_snapshot_mode(conn, schema, name, argument)
+        return f"{state} -> restarting; its next cycle starts the engine with snapshot mode {argument}", True
+    try:
+        reloaded = load_config(config.path)
+        reloaded.connector(name)
+    except ConfigError as exc:
+        raise _Rejected(f"the connectors file does not read: {exc}") from None
+    return f"{config.path} re-read: the connector's next cycle uses its rules", False
+
+
+def _require_no_running_cycle(conn: psycopg.Connection, connector: str) -> None:
+    """Takes the connector's run lock (released by the caller), or rejects: a running cycle's engine would flush
+    its own offset over the new one."""
+    try:
+        control.acquire_run_lock(conn, connector)
+    except CdcError:
+        raise _Rejected("a fetch cycle of the connector is still running (it ends at its next batch boundary); "
+                        "ask again when it has ended") from None
+

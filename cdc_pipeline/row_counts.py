@@ -1,0 +1,101 @@
+"""Row counts of every table a connector replicates, in its source and in the destination, side by side: the
+check that nothing was lost or added on the way (run it when the connector has caught up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline.apply import captures
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.typemap import dest_identifier
+
+CONNECT_TIMEOUT_SECONDS = 10
+_POSTGRES_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
+
+
+@dataclass(frozen=True)
+class TableCount:
+    """One replicated table's rows in the source and in the destination (None: the destination table is missing)."""
+
+    source_table: str
+    destination_table: str
+    source_rows: int
+    destination_rows: int | None
+
+    @property
+    def matches(self) -> bool:
+        return self.source_rows == self.destination_rows
+
+
+def compare_row_counts(connector: ConnectorConfig, destination: DestinationConfig) -> list[TableCount]:
+    """Counts the rows of each source table the connector captures and of its destination table."""
+    source_counts = _source_row_counts(connector)
+    counts = []
+    with psycopg.connect(destination.dsn.reveal(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+        for source_table, rows in sorted(source_counts.items()):
+            schema, table = _destination_names(connector, source_table)
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                  (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
+            dest_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(schema, table))).fetchone()[0] if exists else None
+            counts.append(TableCount(source_table, f"{schema}.{table}", rows, dest_rows))
+    return counts
+
+
+def _destination_names(connector: ConnectorConfig, source_table: str) -> tuple[str, str]:
+    container, _, table = source_table.rpartition(".")
+    schema = connector.destination_schema or dest_identifier(container, connector.letter_casing)
+    return schema, dest_identifier(table, connector.letter_casing)
+
+
+def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
+    if connector.type in ("mariadb", "mysql"):
+        return _binlog_source_row_counts(connector)
+    if connector.type == "postgres":
+        return _postgres_source_row_counts(connector)
+    raise CdcError(f"row counts of {connector.type} sources are not available: the project ships no "
+                   f"{connector.type} client driver for Python", connector=connector.name)
+
+
+def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
+    import pymysql
+
+    try:
+        conn = pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
+                               password=connector.password.reveal(), database=connector.database,
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    except pymysql.MySQLError as exc:
+        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
+                       connector=connector.name) from exc
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                    "AND table_type = 'BASE TABLE'", (connector.database,))
+        tables = [f"{connector.database}.{row[0]}" for row in cur.fetchall()]
+        counts = {}
+        for source_table in filter(lambda name: captures(connector, name), tables):
+            database, _, table = source_table.partition(".")
+            quoted = ".".join("`" + part.replace("`", "``") + "`" for part in (database, table))
+            cur.execute(f"SELECT COUNT(*) FROM {quoted}")  # noqa: S608 - identifiers quoted above
+            counts[source_table] = int(cur.fetchone()[0])
+    return counts
+
+
+def _postgres_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
+    try:
+        conn = psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
+                               password=connector.password.reveal(), dbname=connector.database, autocommit=True,
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    except psycopg.Error as exc:
+        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
+                       connector=connector.name) from exc
+    with conn:
+        rows = conn.execute("SELECT table_schema, table_name FROM information_schema.tables "
+                            "WHERE table_type = 'BASE TABLE' AND NOT table_schema = ANY(%s)",
+                            (list(_POSTGRES_SYSTEM_SCHEMAS),)).fetchall()
+        return {f"{schema}.{table}": conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(schema, table))).fetchone()[0]
+                for schema, table in rows if captures(connector, f"{schema}.{table}")}
