@@ -47,3 +47,7 @@ class ConversionError(CdcError):
 
 class ConnectorBusyError(CdcError):
     """Another fetch cycle of the same connector is already running."""
+
+
+class MappingRuleError(CdcError):
+    """An object mapping rule is malformed, or the destination cannot follow the rules."""
