@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control
+from cdc_pipeline import control, objmap
 from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, RunnerError
@@ -92,6 +92,7 @@ class ConnectorSession:
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
         self.applied_offset: dict[str, Any] | None = None
+        self.object_map: objmap.ObjectMap | None = None
         self._locked = False
 
     @property
@@ -99,7 +100,8 @@ class ConnectorSession:
         return self.destination.control_schema
 
     def open(self) -> "ConnectorSession":
-        """Connects, takes the run lock, marks the connector initializing and starts its engine."""
+        """Connects, takes the run lock, marks the connector initializing, re-reads the mapping rules (renaming and
+        retyping what they changed) and starts its engine."""
         try:
             self.conn = psycopg.connect(self.destination.dsn.reveal(), autocommit=True)
         except psycopg.Error as exc:
@@ -109,6 +111,7 @@ class ConnectorSession:
         self._locked = True
         self._set_state(control.INITIALIZING, clear_error=True)
         self.applied_offset = control.read_applied_offset(self.conn, self.control_schema, self.connector.name)
+        self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
         self.runner = DebeziumRunner(self.spark, self.connector.name,
                                      debezium_properties(self.connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
@@ -159,7 +162,7 @@ class ConnectorSession:
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None
-        return BatchApplier(self.conn, self.connector, self.control_schema)
+        return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map)
 
 
 T = TypeVar("T")
@@ -255,7 +258,7 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
     for batch in parsed:
         with session.cycle_stats.timed("convert"):
-            plan = plan_batch(batch, session.connector, session.applied_offset)
+            plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map)
         yield plan
 
 
