@@ -44,16 +44,15 @@ def raised_by_ten_percent(value: Decimal | None) -> Decimal | None:
 
 
 def expected_staff(pipeline: Pipeline) -> list[tuple]:
-    """The source's employees as the rules map them: name with a suffix, salary raised, the point as hex WKB."""
-    rows = pipeline.mariadb.query(
-        "SELECT id, nm, age, salary, HEX(ST_AsBinary(loc)), dept FROM employee ORDER BY id", database=pipeline.source_db)
-    return [(id_, f"{nm}-x", age, raised_by_ten_percent(salary), wkb, dept) for id_, nm, age, salary, wkb, dept in rows]
+    """The source's employees as the rules map them: name with a suffix, salary raised, the point's SRID and WKB."""
+    rows = pipeline.mariadb.query("SELECT id, nm, age, salary, ST_SRID(loc), LOWER(HEX(ST_AsBinary(loc))), dept "
+                                  "FROM employee ORDER BY id", database=pipeline.source_db)
+    return [(id_, f"{nm}-x", age, raised_by_ten_percent(salary), None if wkb is None else f"{srid}:{wkb}", dept)
+            for id_, nm, age, salary, srid, wkb, dept in rows]
 
 
 def staff_rows(pipeline: Pipeline, table: str = "staff", name_column: str = "full_name") -> list[tuple]:
-    return pipeline.dest_query(
-        f"""SELECT id, {name_column}, age, salary, regexp_replace(loc, '^SRID=[0-9]+;', ''), dept
-            FROM hr.{table} ORDER BY id""")
+    return pipeline.dest_query(f"SELECT id, {name_column}, age, salary, loc, dept FROM hr.{table} ORDER BY id")
 
 
 def test_rules_that_do_not_parse_are_refused_and_not_stored(mapped: Pipeline, capsys) -> None:
@@ -80,7 +79,8 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
     for rule in (("table", f"{db}.employee", "hr.staff"), ("column", f"{db}.employee.nm", "full_name"),
                  ("datatype", f"{db}.employee.age", "bigint|0"), ("datatype", "point|false", "text|0"),
                  ("transform", f"{db}.employee.salary", "round(%d * 1.1, 2)"),
-                 ("transform", f"{db}.employee.nm", "'%d' || '-x'"), ("transform", f"{db}.notes.body", "upper(%d)")):
+                 ("transform", f"{db}.employee.nm", "'%d' || '-x'"), ("transform", f"{db}.notes.body", "upper(%d)"),
+                 ("transform", f"{db}.employee.loc", "%s || ':' || encode(%w, 'hex')")):
         assert objmap(mapped, "add", *rule) == 0
 
     mapped.sync()
@@ -90,7 +90,7 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
         "id": "integer", "full_name": "character varying(20)", "age": "bigint", "salary": "numeric(10,2)",
         "loc": "text", "dept": "character varying(10)"}
     assert staff_rows(mapped) == expected_staff(mapped)
-    assert staff_rows(mapped)[0][1:4] == ("ann-x", 30, Decimal("110.00"))
+    assert staff_rows(mapped)[0][1:5] == ("ann-x", 30, Decimal("110.00"), "0:0101000000000000000000f03f0000000000000040")
     assert sorted(mapped.dest_rows("notes")) == [("A", 1), ("B", 2), ("C", 3)]
 
     mapped.source([
@@ -118,7 +118,7 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
         (f"{db}.employee", "id", "INT", "hr", "staff", "id", "integer", None),
         (f"{db}.employee", "nm", "VARCHAR", "hr", "staff", "full_name", "character varying(20)", "'%d' || '-x'"),
     ]
-    assert (f"{db}.employee", "loc", "POINT", "hr", "staff", "loc", "text", None) in attributes
+    assert (f"{db}.employee", "loc", "POINT", "hr", "staff", "loc", "text", "%s || ':' || encode(%w, 'hex')") in attributes
     assert (f"{db}.employee", "bonus", "INT", "hr", "staff", "bonus", "integer", None) in attributes
     assert (f"{db}.notes", "body", "VARCHAR", db, "notes", "body", "character varying(50)", "upper(%d)") in attributes
     assert objmap(mapped, "show") == 0
