@@ -1,7 +1,9 @@
 """Object mapping rules with a real MariaDB source: mapped table, column and type names in CREATE, ALTER and DML,
-transforms run in the destination, a failing transform, a reload that renames and retypes, the attribute view.
+transforms run in the destination, a failing transform, a reload that renames and retypes, the attribute view;
+and a PostgreSQL source, whose tables derive from its events.
 
-One connector serves the module and its tests run in order, each going on from the state the one before left.
+One MariaDB connector serves the module and its tests run in order, each going on from the state the one before
+left.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import psycopg
 import pytest
 from conftest import Pipeline, new_pipeline
+from pg_source_helpers import pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
 from cdc_pipeline.cli import main
 
@@ -171,3 +174,30 @@ def test_reload_renames_the_table_and_a_column_and_retypes_with_the_data_kept(ma
     mapped.sync()
 
     assert staff_rows(mapped, "personnel", "name_text") == expected_staff(mapped)
+
+
+def test_a_postgresql_source_table_derived_from_its_events_follows_the_rules(pg_pipeline) -> None:
+    db = pg_pipeline.source_db
+    pg_pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price numeric(12,2))",
+                        "INSERT INTO items VALUES (1, 'pen', 1.50), (2, 'ink', 12.00)"])
+    for rule in (("table", f"{db}.public.items", "sales.goods"), ("column", "public.items.name", "title"),
+                 ("datatype", "public.items.price", "text|0"), ("transform", "public.items.name", "upper(%d)")):
+        assert main(["objmap", "add", pg_pipeline.name, *rule]) == 0
+
+    pg_pipeline.sync()
+    pg_pipeline.source(["ALTER TABLE items ADD COLUMN qty integer", "INSERT INTO items VALUES (3, 'cap', 3.25, 7)",
+                        "UPDATE items SET name = 'pencil' WHERE id = 1"])
+    pg_pipeline.sync()
+
+    with psycopg.connect(pg_pipeline.dest_dsn) as conn:
+        columns = conn.execute(
+            """SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+               WHERE attrelid = 'sales.goods'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum""").fetchall()
+        rows = conn.execute("SELECT id, title, price, qty FROM sales.goods ORDER BY id").fetchall()
+        attributes = conn.execute(
+            """SELECT source_table, source_column, dest_schema, dest_table, dest_column, dest_type, transform
+               FROM cdc.objmap_attributes WHERE connector = %s ORDER BY position""", (pg_pipeline.name,)).fetchall()
+    assert columns == [("id", "integer"), ("title", "text"), ("price", "text"), ("qty", "integer")]
+    assert rows == [(1, "PENCIL", "1.50", None), (2, "INK", "12.00", None), (3, "CAP", "3.25", 7)]
+    assert attributes[1] == ("public.items", "name", "sales", "goods", "title", "text", "upper(%d)")
+    assert [row[4] for row in attributes] == ["id", "title", "price", "qty"]
