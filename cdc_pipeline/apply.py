@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Collection, Iterable
 
 import psycopg
 from psycopg import sql
@@ -19,7 +20,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline import control
+from cdc_pipeline import control, objmap
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import (
@@ -54,7 +55,6 @@ from cdc_pipeline.events import (
 )
 from cdc_pipeline.schema_infer import ensure_table_matches
 from cdc_pipeline.spark import collect_lines
-from cdc_pipeline.typemap import dest_identifier
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,10 @@ class BatchPlan:
         return self.parsed.batch_id
 
 
-def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None) -> BatchPlan:
-    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL).
+def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None,
+               object_map: objmap.ObjectMap | None = None) -> BatchPlan:
+    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL, in the names
+    and types of `object_map`'s rules).
 
     Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
     a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
@@ -184,6 +186,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
                 log.info("%s: ignored schema change of %s (outside the connector's tables)", connector.name,
                          ", ".join(change.source_table for change in ignored))
             changes = [change for change in changes if captures(connector, change.source_table)]
+            if object_map:
+                changes = [object_map.map_change(change) for change in changes]
             for change in changes:
                 close_segment(change.source_table)
             if changes:
@@ -299,10 +303,12 @@ def attach_dml_frames(plan: BatchPlan) -> None:
 class BatchApplier:
     """Applies batch plans of one connector to the destination, each in one transaction."""
 
-    def __init__(self, conn: psycopg.Connection, connector: ConnectorConfig, control_schema: str) -> None:
+    def __init__(self, conn: psycopg.Connection, connector: ConnectorConfig, control_schema: str,
+                 object_map: objmap.ObjectMap | None = None) -> None:
         self.conn = conn
         self.connector = connector
         self.control_schema = control_schema
+        self.object_map = object_map or objmap.ObjectMap(connector)
         self._staging_seq = 0
         self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
@@ -462,9 +468,7 @@ class BatchApplier:
         log.info("%s: emptied %s.%s (%s) at %s", self.connector.name, schema, table, reason, ref.position)
 
     def _dest_names(self, source_table: str) -> tuple[str, str]:
-        parts = source_table.split(".")
-        schema = self.connector.destination_schema or dest_identifier(parts[0], self.connector.letter_casing)
-        return schema, dest_identifier(parts[-1], self.connector.letter_casing)
+        return self.object_map.table_name(source_table)
 
     def _apply_ddl(self, cur: psycopg.Cursor, change: DdlChange, ref: EventRef) -> None:
         try:
@@ -484,6 +488,7 @@ class BatchApplier:
                     unique_dropped=change.unique_dropped, user_typed=existing.user_typed)
             for statement in statements:
                 cur.execute(statement)
+            self._record_columns(cur, change)
             log.info("Applied %s of %s as %s.%s (%d statements) for %r at %s", change.kind, change.source_table,
                      change.schema, change.name, len(statements), change.ddl_text[:200], ref.position)
         except psycopg.Error as exc:
@@ -491,30 +496,55 @@ class BatchApplier:
                                   connector=self.connector.name, table=change.source_table,
                                   position=ref.position) from exc
 
+    def _record_columns(self, cur: psycopg.Cursor, change: DdlChange) -> None:
+        """Keeps the record of what each source column became (for reloads of the rules and the attribute view)."""
+        name, schema = self.connector.name, self.control_schema
+        if change.previous_source_table is not None:
+            objmap.forget_columns(cur, schema, name, change.previous_source_table)
+        if change.table is None:
+            objmap.forget_columns(cur, schema, name, change.source_table)
+        else:
+            objmap.record_columns(cur, schema, name, change.table)
+
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
-        destination = ensure_table_matches(cur, self.connector, schema, table, step.fields,
-                                           source_table=step.source_table, position=position)
+        destination = ensure_table_matches(
+            cur, self.connector, schema, table, step.fields, source_table=step.source_table, position=position,
+            object_map=self.object_map,
+            on_change=lambda wanted: objmap.record_columns(cur, self.control_schema, self.connector.name, wanted))
         columns = plan_columns(step.fields, destination.columns,
-                               lambda name: dest_identifier(name, self.connector.letter_casing),
+                               lambda name: self.object_map.column_name(step.source_table, name),
                                connector=self.connector.name, table=step.source_table,
                                dest_types=destination.types)
+        columns, transforms = self.object_map.transforms(step.source_table, columns)
         key = list(destination.primary_key[1]) if destination.primary_key else []
         try:
-            if key:
-                return self._merge_keyed(cur, schema, table, step, columns, key)
-            return self._apply_keyless(cur, schema, table, step, columns)
+            # With transforms, a savepoint: a transform failing on a value is then traced to its column and event.
+            with self.conn.transaction() if transforms else nullcontext():
+                if key:
+                    return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
+                return self._apply_keyless(cur, schema, table, step, columns, transforms)
         except psycopg.Error as exc:
+            refs = {ref.seq: ref for ref in self._batch_refs}
+            failed = transforms and objmap.transform_error(
+                cur, step.frame, columns, transforms, connector=self.connector.name, table=step.source_table,
+                target=f"{schema}.{table}", refs=refs)
+            if failed:
+                raise failed from exc
             raise apply_error(exc, step.frame, columns, connector=self.connector.name, table=step.source_table,
                               target=f"{schema}.{table}", seqs=(step.first_seq, step.last_seq),
-                              position=position, refs={ref.seq: ref for ref in self._batch_refs}) from exc
+                              position=position, refs=refs) from exc
 
-    def _staging(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[str]) -> sql.Identifier:
+    def _staging(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[str],
+                 text_columns: Collection[str] = ()) -> sql.Identifier:
+        """A temporary table with the target's columns; `text_columns` (those with a transform) hold text."""
         self._staging_seq += 1
         staging = sql.Identifier(f"_cdc_staging_{self._staging_seq}")
         cur.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-            staging, sql.SQL(", ").join(map(sql.Identifier, columns)), target))
+            staging, sql.SQL(", ").join(
+                sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
+                else sql.Identifier(name) for name in columns), target))
         return staging
 
     def _copy(self, cur: psycopg.Cursor, table: sql.Identifier, columns: list[str], lines: Iterable[str]) -> None:
@@ -532,11 +562,11 @@ class BatchApplier:
                 copy.write("\n".join(buffer) + "\n")
 
     def _merge_keyed(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan],
-                     key: list[str]) -> int:
+                     key: list[str], transforms: dict[str, objmap.Transform]) -> int:
         """Deletes and upserts the net changes per key; returns how many zero dates were written as NULL.
 
         A column an update left out (an unchanged TOASTed value, sent as a placeholder) is not written: the
-        destination keeps its stored value.
+        destination keeps its stored value. Transformed columns are staged as text and transformed in the merge.
         """
         by_dest = {column.dest_name: column for column in columns}
         missing = [name for name in key if name not in by_dest]
@@ -564,21 +594,23 @@ class BatchApplier:
             upserts.setdefault(tuple(json.loads(unchanged)) if unchanged != "[]" else (), []).append(copy_text)
         target = sql.Identifier(schema, table)
         key_names = [column.dest_name for column in key_columns]
+        values = objmap.staged_values(columns, transforms, "s")
         if deletes:
-            staging = self._staging(cur, target, key_names)
+            staging = self._staging(cur, target, key_names, transforms)
             self._copy(cur, staging, key_names, deletes)
             cur.execute(sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE {match}").format(
-                t=target, s=staging, match=_match_columns(key_names, "t", "s")))
+                t=target, s=staging, match=_match_columns(key_names, "t", values)))
         names = [column.dest_name for column in columns]
         for unchanged, lines in upserts.items():
-            staging = self._staging(cur, target, names)
+            staging = self._staging(cur, target, names, transforms)
             self._copy(cur, staging, names, lines)
             written = [name for name in names if name not in unchanged]
             updates = [name for name in written if name not in key_names]
             on_conflict = sql.SQL("DO NOTHING") if not updates else sql.SQL("DO UPDATE SET {}").format(
                 sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
-            cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {cols} FROM {s} ON CONFLICT ({key}) {action}").format(
+            cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s ON CONFLICT ({key}) {action}").format(
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
+                values=sql.SQL(", ").join(values[name] for name in written),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
         return self._zero_dates_written(step, zero_dates_written)
 
@@ -611,11 +643,11 @@ class BatchApplier:
         return count
 
     def _apply_keyless(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
-                       columns: list[ColumnPlan]) -> int:
+                       columns: list[ColumnPlan], transforms: dict[str, objmap.Transform]) -> int:
         """Without a key, changes apply in source order; an update or delete touches one row equal to its before image.
 
         Columns left out of an image (unchanged TOASTed values) are neither matched nor written. Returns how many
-        zero dates were written as NULL.
+        zero dates were written as NULL. Values of transformed columns are matched and written transformed.
         """
         placeholder = unavailable_placeholder(self.connector)
         rows = step.frame.select(
@@ -626,20 +658,19 @@ class BatchApplier:
             zero_dates("after", columns).alias("zero_dates")).orderBy("seq").collect()
         target = sql.Identifier(schema, table)
         names = [column.dest_name for column in columns]
-        types = [column.pg_type for column in columns]
+        values = [objmap.parameter_value(column, transforms.get(column.dest_name)) for column in columns]
         pending_inserts: list[str] = []
         for row in rows:
             if row.op in ("c", "r"):
                 pending_inserts.append(row.after_line)
                 continue
             if pending_inserts:
-                self._copy(cur, target, names, pending_inserts)
+                self._insert_lines(cur, target, columns, pending_inserts, transforms)
                 pending_inserts = []
             matched = [i for i, name in enumerate(names) if name not in row.unchanged_before]
             before = [parse_copy_line(row.before_line)[i] for i in matched]
             match = sql.SQL(" AND ").join(
-                sql.SQL("{} IS NOT DISTINCT FROM CAST(%s AS {})").format(sql.Identifier(names[i]), sql.SQL(types[i]))
-                for i in matched)
+                sql.SQL("{} IS NOT DISTINCT FROM {}").format(sql.Identifier(names[i]), values[i]) for i in matched)
             one_row = sql.SQL("ctid = (SELECT ctid FROM {t} WHERE {match} LIMIT 1)").format(t=target, match=match)
             if row.op == "d":
                 cur.execute(sql.SQL("DELETE FROM {} WHERE ").format(target) + one_row, before)
@@ -647,18 +678,29 @@ class BatchApplier:
                 written = [i for i, name in enumerate(names) if name not in row.unchanged_after]
                 after = [parse_copy_line(row.after_line)[i] for i in written]
                 assignments = sql.SQL(", ").join(
-                    sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(names[i]), sql.SQL(types[i]))
-                    for i in written)
+                    sql.SQL("{} = {}").format(sql.Identifier(names[i]), values[i]) for i in written)
                 cur.execute(sql.SQL("UPDATE {} SET ").format(target) + assignments + sql.SQL(" WHERE ") + one_row,
                             [*after, *before])
         if pending_inserts:
-            self._copy(cur, target, names, pending_inserts)
+            self._insert_lines(cur, target, columns, pending_inserts, transforms)
         return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
 
+    def _insert_lines(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[ColumnPlan], lines: list[str],
+                      transforms: dict[str, objmap.Transform]) -> None:
+        """COPYs rows into the target; with transforms through a staging table, transformed in the INSERT."""
+        names = [column.dest_name for column in columns]
+        if not transforms:
+            self._copy(cur, target, names, lines)
+            return
+        staging = self._staging(cur, target, names, transforms)
+        self._copy(cur, staging, names, lines)
+        values = objmap.staged_values(columns, transforms, "s")
+        cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
+            target, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values[name] for name in names),
+            staging))
 
-def _match_columns(names: list[str], left: str, right: str) -> sql.Composed:
+
+def _match_columns(names: list[str], left: str, values: dict[str, sql.Composable]) -> sql.Composed:
     return sql.SQL(" AND ").join(
-        sql.SQL("{}.{} = {}.{}").format(sql.Identifier(left), sql.Identifier(name), sql.Identifier(right),
-                                        sql.Identifier(name))
-        for name in names)
+        sql.SQL("{}.{} = {}").format(sql.Identifier(left), sql.Identifier(name), values[name]) for name in names)
 

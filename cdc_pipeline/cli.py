@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import control, requests, stats
+from cdc_pipeline import control, objmap, requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
@@ -200,6 +200,47 @@ def _cmd_requests(args: argparse.Namespace) -> int:
         argument = f" {row.argument}" if row.argument else ""
         reason = f": {row.reason}" if row.reason else ""
         print(f"{row.id} {row.requested_at:%Y-%m-%d %H:%M:%S} {row.connector} {row.kind}{argument}: {row.status}{reason}")
+
+
+def _cmd_objmap(args: argparse.Namespace) -> int:
+    config = load_config()
+    schema = config.destination.control_schema
+    connector = config.connector(args.name) if args.name else None
+    # A rule that does not parse is refused before anything is stored.
+    rule = objmap.parse_rule(connector, args.kind, args.source, args.destination) if args.action == "add" else None
+    with psycopg.connect(config.destination.dsn.reveal(), autocommit=True) as conn:
+        control.ensure_control_schema(conn, schema)
+        if rule is not None:
+            objmap.add_rule(conn, schema, connector.name, rule)
+            print(f"{connector.name}: {rule.kind} {rule.source} -> {rule.destination} "
+                  f"(in effect from the next fetch cycle, or now with `objmap reload`)")
+        elif args.action == "del":
+            if not objmap.delete_rule(conn, schema, connector, args.kind, args.source):
+                print(f"{connector.name}: no {args.kind} rule for {args.source}", file=sys.stderr)
+                return 1
+            print(f"{connector.name}: deleted the {args.kind} rule for {args.source}")
+        elif args.action == "list":
+            rows = objmap.list_rules(conn, schema, args.name)
+            if args.json:
+                print(json.dumps(rows, default=str, indent=2))
+            for row in [] if args.json else rows:
+                print(f"{row['connector']}\t{row['kind']}\t{row['source_object']}\t{row['destination_object']}")
+        elif args.action == "show":
+            rows = objmap.read_attributes(conn, schema, connector.name)
+            if args.json:
+                print(json.dumps(rows, default=str, indent=2))
+            for row in [] if args.json else rows:
+                transform = f"  transform {row['transform']}" if row["transform"] else ""
+                print(f"{row['source_table']}.{row['source_column']} {row['source_type']} -> {row['dest_schema']}."
+                      f"{row['dest_table']}.{row['dest_column']} {row['dest_type']}{transform}")
+        else:
+            # One fetch cycle of the connector at a time holds this lock; each cycle reloads the rules itself.
+            control.acquire_run_lock(conn, connector.name)
+            try:
+                object_map = objmap.reload_mapping(conn, schema, connector)
+            finally:
+                control.release_run_lock(conn, connector.name)
+            print(f"{connector.name}: the destination follows its {len(object_map.rules)} mapping rules")
     return 0
 
 
@@ -254,6 +295,28 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--serve", action="store_true",
                          help="first serve the pending requests here, as the Dagster sensor would (no run is launched)")
     listing.set_defaults(handler=_cmd_requests)
+
+
+    objmap_parser = commands.add_parser("objmap", help="object mapping rules of a connector: add, del, list, show, reload")
+    actions = objmap_parser.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="add (or replace) a rule: KIND table|column|datatype|transform")
+    add.add_argument("name")
+    add.add_argument("kind")
+    add.add_argument("source", help="db.table, db.table.column, or TYPE|autoincrement (datatype)")
+    add.add_argument("destination", help="[schema.]table, column, pgtype|length, or a SQL expression with %%d")
+    delete = actions.add_parser("del", help="delete a rule")
+    delete.add_argument("name")
+    delete.add_argument("kind")
+    delete.add_argument("source")
+    listing = actions.add_parser("list", help="list the rules (of one connector)")
+    listing.add_argument("name", nargs="?")
+    listing.add_argument("--json", action="store_true")
+    show = actions.add_parser("show", help="each source column beside its destination column, type and transform")
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    reload = actions.add_parser("reload", help="apply changed rules now: rename tables and columns, retype columns")
+    reload.add_argument("name")
+    objmap_parser.set_defaults(handler=_cmd_objmap)
     bench = commands.add_parser("bench", help="measure capture and pipeline rates on throwaway servers (slow)",
                                 add_help=False)
     bench.set_defaults(handler=_cmd_bench)

@@ -114,6 +114,46 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS jvm_memory jsonb",
 )
 
+# Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the
+# attribute view of both with the live destination type.
+_OBJMAP_TABLES = (
+    """CREATE TABLE IF NOT EXISTS {schema}.objmap (
+        connector text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('table', 'column', 'datatype', 'transform')),
+        source_object text NOT NULL,
+        destination_object text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now())""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS objmap_rule ON {schema}.objmap (connector, kind, lower(source_object))",
+    """CREATE TABLE IF NOT EXISTS {schema}.objmap_columns (
+        connector text NOT NULL,
+        source_table text NOT NULL,
+        source_column text NOT NULL,
+        position integer NOT NULL,
+        source_type text NOT NULL,
+        source_length integer,
+        source_scale integer,
+        autoincrement boolean NOT NULL,
+        type_map_type text NOT NULL,
+        dest_schema text NOT NULL,
+        dest_table text NOT NULL,
+        dest_column text NOT NULL,
+        dest_type text NOT NULL,
+        PRIMARY KEY (connector, source_table, source_column))""",
+    """CREATE OR REPLACE VIEW {schema}.objmap_attributes AS
+        SELECT c.connector, c.source_table, c.source_column, c.position, c.source_type,
+               c.dest_schema, c.dest_table, c.dest_column,
+               coalesce(format_type(a.atttypid, a.atttypmod), c.dest_type) AS dest_type,
+               r.destination_object AS transform
+        FROM {schema}.objmap_columns c
+        LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = c.dest_schema
+        LEFT JOIN pg_catalog.pg_class t ON t.relnamespace = n.oid AND t.relname = c.dest_table
+             AND t.relkind IN ('r', 'p')
+        LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attname = c.dest_column
+             AND a.attnum > 0 AND NOT a.attisdropped
+        LEFT JOIN {schema}.objmap r ON r.connector = c.connector AND r.kind = 'transform'
+             AND lower(r.source_object) = lower(c.source_table || '.' || c.source_column)""",
+)
+
 # Connector states. `syncing`: the connector replicates, each scheduled run a fetch cycle (its `phase` shows what
 # a running cycle does, none between cycles); `stopped`: its last cycle failed (the next run retries);
 # `paused` and `schema sync done`: no run starts until a resume request.
@@ -147,7 +187,7 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
         # Concurrent first runs would race on CREATE ... IF NOT EXISTS; serialise them.
         cur.execute(sql.SQL("SELECT pg_advisory_xact_lock({})").format(_lock_key("control-schema")))
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        for statement in (*_TABLES, *_MIGRATIONS):
+        for statement in (*_TABLES, *_MIGRATIONS, *_OBJMAP_TABLES):
             cur.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control, offsets
+from cdc_pipeline import control, objmap, offsets
 from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
@@ -120,6 +120,7 @@ class ConnectorSession:
         self.applied_offset: dict[str, Any] | None = None
         self.snapshot_mode = connector.snapshot_mode
         self._requested_mode: str | None = None
+        self.object_map: objmap.ObjectMap | None = None
         self._locked = False
         self._phase: str | None = None
         self._last_transaction: Any = None
@@ -136,7 +137,8 @@ class ConnectorSession:
 
     def open(self) -> "ConnectorSession":
         """Connects, takes the run lock, refuses a paused connector, applies a pending snapshot mode or start
-        offset, marks the connector initializing and starts its engine."""
+        offset, marks the connector initializing, re-reads the mapping rules (renaming and retyping what they
+        changed) and starts its engine."""
         name = self.connector.name
         try:
             self.conn = psycopg.connect(self.destination.dsn.reveal(), autocommit=True)
@@ -162,6 +164,7 @@ class ConnectorSession:
         takes_snapshot = self.snapshot_mode == "always" or not control.has_offset(self.conn, self.control_schema, name)
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
                                                                                        name)
+        self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
         connector = dataclasses.replace(self.connector, snapshot_mode=self.snapshot_mode)
         self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
@@ -313,7 +316,7 @@ class ConnectorSession:
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None
-        return BatchApplier(self.conn, self.connector, self.control_schema)
+        return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map)
 
 
 def _transaction_key(ref: EventRef) -> Any:
@@ -435,7 +438,7 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
     for batch in parsed:
         with session.phase(control.PHASE_CONVERTING, "convert"):
-            plan = plan_batch(batch, session.connector, session.applied_offset)
+            plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map)
             session.count_transactions(plan)
         yield plan
 

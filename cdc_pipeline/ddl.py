@@ -60,8 +60,9 @@ class DdlChange:
     """One table change of a schema-change event: "create", "alter" (with the new `table`) or "drop".
 
     What the DDL text adds, in destination names: `column_renames` (old, new), `renamed_from`
-    (schema, old table name) when the table was renamed, and for an ALTER the unique constraints
-    it adds (`unique_added`, also in `table.unique_keys`) and drops (`unique_dropped`).
+    (schema, old table name) when the table was renamed (`previous_source_table` is its old source id),
+    and for an ALTER the unique constraints it adds (`unique_added`, also in `table.unique_keys`) and
+    drops (`unique_dropped`).
     """
 
     kind: str
@@ -74,6 +75,7 @@ class DdlChange:
     renamed_from: tuple[str, str] | None = None
     unique_added: tuple[tuple[str, tuple[str, ...]], ...] = ()
     unique_dropped: tuple[str, ...] = ()
+    previous_source_table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,8 @@ def changes_from_schema_event(
                 ddl_text=ddl_text,
             )
             about = _statements_about(statements, parts)
+            previous = _previous_table(table_change, statements, parts, connector, position)
+            renamed_from = _renamed_from(previous, table, letter_casing, destination_schema)
             change = DdlChange(
                 kind,
                 table,
@@ -264,9 +268,8 @@ def changes_from_schema_event(
                 table.name,
                 source_table,
                 ddl_text,
-                renamed_from=_renamed_from(
-                    table_change, statements, parts, table, letter_casing, destination_schema, connector, position
-                ),
+                renamed_from=renamed_from,
+                previous_source_table=None if renamed_from is None else _source_id(previous, parts),
             )
             if kind == "alter":
                 change = dataclasses.replace(
@@ -644,6 +647,14 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
+def retype_column_sql(schema: str, table: str, column: str, old_type: str, new_type: str) -> sql.Composed:
+    """ALTER COLUMN ... TYPE with an explicit cast of the stored values; identity and default are left alone."""
+    name = sql.Identifier(column)
+    return sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}").format(
+        sql.Identifier(schema, table), name, sql.SQL(new_type), _using_cast(name, old_type, new_type)
+    )
+
+
 def _using_cast(name: sql.Identifier, old_type: str, new_type: str) -> sql.Composed:
     """PostgreSQL has no direct cast between boolean and smallint, numeric or bit: go through integer."""
     old_base, new_base = old_type.split("(", 1)[0], new_type.split("(", 1)[0]
@@ -709,31 +720,41 @@ def _destination_column_renames(
     return tuple(renames)
 
 
+def _previous_table(
+    table_change: dict[str, Any], statements: list[_Statement], parts: tuple[str, ...], connector: str, position: Any
+) -> _QualifiedName | None:
+    """The source (database or None, table) the table had before this statement renamed it, or None."""
+    if table_change.get("previousId"):
+        previous = _table_id_parts({"id": table_change["previousId"]}, connector=connector, position=position)
+        return (previous[-2] if len(previous) >= 2 else None, previous[-1])
+    return next(
+        (
+            (old_db, old_table)
+            for statement in statements
+            for old_db, old_table, new_db, new_table in statement.table_renames
+            if _names_table((new_db, new_table), parts)
+        ),
+        None,
+    )
+
+
+def _source_id(old: _QualifiedName | None, parts: tuple[str, ...]) -> str | None:
+    """A table named in the DDL text as a source id like `parts` (`db.table`), its database defaulting to theirs."""
+    if old is None:
+        return None
+    database, table = old
+    if len(parts) < 2:
+        return table
+    return ".".join((*parts[:-2], database or parts[-2], table))
+
+
 def _renamed_from(
-    table_change: dict[str, Any],
-    statements: list[_Statement],
-    parts: tuple[str, ...],
+    old: _QualifiedName | None,
     table: TableDef,
     letter_casing: str,
     destination_schema: str | None,
-    connector: str,
-    position: Any,
 ) -> tuple[str, str] | None:
     """The destination (schema, name) the table had before this statement renamed it, or None."""
-    old: _QualifiedName | None = None
-    if table_change.get("previousId"):
-        previous = _table_id_parts({"id": table_change["previousId"]}, connector=connector, position=position)
-        old = (previous[-2] if len(previous) >= 2 else None, previous[-1])
-    else:
-        old = next(
-            (
-                (old_db, old_table)
-                for statement in statements
-                for old_db, old_table, new_db, new_table in statement.table_renames
-                if _names_table((new_db, new_table), parts)
-            ),
-            None,
-        )
     if old is None:
         return None
     old_db, old_table = old

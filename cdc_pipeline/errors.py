@@ -51,3 +51,7 @@ class ConnectorBusyError(CdcError):
 
 class ConnectorPausedError(CdcError):
     """The connector is paused (or waits for review after a schema sync): no fetch cycle starts."""
+
+
+class MappingRuleError(CdcError):
+    """An object mapping rule is malformed, or the destination cannot follow the rules."""

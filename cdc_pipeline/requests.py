@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from cdc_pipeline import control, offsets
+from cdc_pipeline import control, objmap, offsets
 from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 
@@ -202,10 +202,19 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         return f"{state} -> restarting; its next cycle starts the engine with snapshot mode {argument}", True
     try:
         reloaded = load_config(config.path)
-        reloaded.connector(name)
+        connector = reloaded.connector(name)
     except ConfigError as exc:
         raise _Rejected(f"the connectors file does not read: {exc}") from None
-    return f"{config.path} re-read: the connector's next cycle uses its rules", False
+    # A running cycle keeps the rules it started with: renaming under it is not allowed.
+    _require_no_running_cycle(conn, name)
+    try:
+        object_map = objmap.reload_mapping(conn, schema, connector)
+    except CdcError as exc:
+        raise _Rejected(f"the destination cannot follow the mapping rules: {exc}") from None
+    finally:
+        control.release_run_lock(conn, name)
+    return (f"{config.path} re-read and {len(object_map.rules)} mapping rules applied to the destination (renames and "
+            "type changes); the next cycle uses them"), False
 
 
 def _require_no_running_cycle(conn: psycopg.Connection, connector: str) -> None:

@@ -10,8 +10,9 @@ the key columns of each schema with `KEY_POSITION_PARAMETER`, since a value sche
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -29,6 +30,9 @@ from cdc_pipeline.typemap import (
     dest_identifier,
     postgres_array_element,
 )
+
+if TYPE_CHECKING:
+    from cdc_pipeline.objmap import ObjectMap
 
 log = logging.getLogger(__name__)
 
@@ -173,14 +177,24 @@ def table_def_from_event_schema(fields: Sequence[FieldSpec], key_fields: Sequenc
 
 def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema: str, table: str,
                          fields: Sequence[FieldSpec], key_fields: Sequence[str] | None = None, *,
-                         source_table: str, position: object = None) -> DestinationTable:
+                         source_table: str, position: object = None, object_map: ObjectMap | None = None,
+                         on_change: Callable[[TableDef], None] | None = None) -> DestinationTable:
     """Makes the destination table match the events' value schema, then returns what the catalog says of it.
 
     For sources without DDL events (PostgreSQL) a missing table is created, with the record key (by
     default the columns the runner marked) as primary key, and a table whose columns differ is altered
-    before the rows are applied; nothing runs when they already match. For the others a missing table
-    is an error: their DDL events create tables.
+    before the rows are applied; nothing runs when they already match. Column names and types follow
+    `object_map`'s rules, and `on_change` is given the table definition created or altered. For the
+    others a missing table is an error: their DDL events create tables.
     """
+    def mapped(wanted: TableDef) -> TableDef:
+        return replace(object_map.map_table_def(wanted) if object_map else wanted, schema=schema, name=table)
+
+    def column_name(name: str) -> str:
+        if object_map:
+            return object_map.column_name(source_table, name)
+        return dest_identifier(name, connector.letter_casing)
+
     existing = destination_table(cur, schema, table)
     if connector.type not in SCHEMA_FROM_EVENTS_TYPES:
         if existing is None:
@@ -190,20 +204,20 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
         return existing
     if existing is None:
         keys = key_fields_of(fields) if key_fields is None else list(key_fields)
-        wanted = table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table)
+        wanted = mapped(table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table))
         if not keys:
             log.warning("%s: the change events of %s carry no key: %s.%s is created without a primary key",
                         connector.name, source_table, schema, table)
-        statements = create_table_sql(replace(wanted, schema=schema, name=table))
+        statements = create_table_sql(wanted)
         action = "created"
     else:
         destination_key = existing.primary_key[1] if existing.primary_key else ()
-        keys = [spec.name for spec in fields if dest_identifier(spec.name, connector.letter_casing) in destination_key]
+        keys = [spec.name for spec in fields if column_name(spec.name) in destination_key]
         wanted = _keep_chosen_types(
-            table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table), existing)
+            mapped(table_def_from_event_schema(fields, keys, connector=connector, source_table=source_table)), existing)
         if not _differs(wanted, existing):
             return existing
-        statements = alter_table_sql(replace(wanted, schema=schema, name=table), existing.columns)
+        statements = alter_table_sql(wanted, existing.columns)
         action = "altered"
     try:
         for statement in statements:
@@ -213,6 +227,8 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
                               connector=connector.name, table=source_table, position=position) from exc
     log.info("%s: %s %s.%s from the value schema of %s (%d statements) at %s", connector.name, action, schema,
              table, source_table, len(statements), position)
+    if on_change is not None:
+        on_change(wanted)
     altered = destination_table(cur, schema, table)
     assert altered is not None
     return altered

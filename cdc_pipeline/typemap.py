@@ -228,6 +228,8 @@ class ColumnDef:
     CURRENT_DATE); source defaults PostgreSQL cannot express are dropped with a warning. `identity` is the
     source auto-increment flag. `implicit_default_sql` is the value MySQL/MariaDB give existing rows when a
     NOT NULL column without a DEFAULT is added (0, '', the first ENUM value...), or None when there is none.
+    `source_length` and `source_scale` are the source column's; `type_map_type` is the type the type map gave
+    when a datatype mapping rule (see `objmap`) replaced it in `pg_type`.
     """
 
     name: str
@@ -238,6 +240,9 @@ class ColumnDef:
     identity: bool
     source_type: str
     implicit_default_sql: str | None = None
+    source_length: int | None = None
+    source_scale: int | None = None
+    type_map_type: str | None = None
 
 
 def dest_identifier(name: str, letter_casing: str) -> str:
@@ -317,6 +322,8 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
         implicit_default_sql=(
             _implicit_default_sql(pg_type, source_type, column) if connector_type in ("mariadb", "mysql") else None
         ),
+        source_length=_int_or_none(column.get("length")),
+        source_scale=_int_or_none(column.get("scale")),
     )
 
 

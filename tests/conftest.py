@@ -135,6 +135,12 @@ class Pipeline:
 @pytest.fixture
 def pipeline(mariadb: MariaDbServer, destination_pg: PostgresServer, spark, tmp_path: Path,
              monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    return new_pipeline(mariadb, destination_pg, tmp_path, monkeypatch)
+
+
+def new_pipeline(mariadb: MariaDbServer, destination_pg: PostgresServer, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A connector with its own source and destination databases, its environment set through `monkeypatch`."""
     suffix = uuid.uuid4().hex[:8]
     pipe = Pipeline(mariadb, destination_pg, name=f"c_{suffix}", source_db=f"src_{suffix}",
                     dest_db=f"dst_{suffix}", config_path=tmp_path / "connectors.yaml")

@@ -157,7 +157,7 @@ def test_schemasync_restart_is_for_a_connector_without_an_offset(ctl):
 
 
 def test_reload_objmap_rereads_the_connectors_file(ctl):
-    _accepted(ctl.ask(requests.RELOAD_OBJMAP))
+    assert "mapping rules applied to the destination" in _accepted(ctl.ask(requests.RELOAD_OBJMAP))
     ctl.write_config(snapshot_mode="sometimes")
 
     assert "snapshot_mode" in _rejected(ctl.ask(requests.RELOAD_OBJMAP))

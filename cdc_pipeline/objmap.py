@@ -1,0 +1,725 @@
+"""Object mapping rules: what a source table, column and type become in the destination, and transform
+expressions the destination runs on converted values.
+
+Rules belong to a connector and live in the control schema (`objmap`); `add_rule` refuses one that does not
+parse. `ObjectMap` holds one connector's rules for a fetch cycle: DDL changes go through `map_change`, DML
+through `table_name`, `column_name` and `transforms`. What each source column became is recorded with the DDL
+(`objmap_columns`), which is what `reload_mapping` compares the rules with: it renames the tables and columns
+whose mapped name changed and retypes the columns whose mapped type changed, keeping their data. The attribute
+view (`objmap_attributes`) shows each source column beside its destination column and transform.
+
+A transform is one SQL expression. It runs in the destination, set-wise, on the staged converted values: `%d`
+becomes a reference to the value (typed as the destination column, or its text inside a string literal), never
+the value spliced into SQL text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc_pipeline.catalog import destination_table
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.ddl import DdlChange, TableDef, parse_table_id, rename_table_sql, retype_column_sql
+from cdc_pipeline.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
+from cdc_pipeline.errors import ConversionError, MappingRuleError
+from cdc_pipeline.events import EventRef
+from cdc_pipeline.typemap import ColumnDef, canonical_pg_type, dest_identifier
+
+log = logging.getLogger(__name__)
+
+TABLE = "table"
+COLUMN = "column"
+DATATYPE = "datatype"
+TRANSFORM = "transform"
+KINDS = (TABLE, COLUMN, DATATYPE, TRANSFORM)
+
+KEEP_LENGTH = -1
+NO_LENGTH = 0
+
+_MYSQL_TYPES = frozenset({"mariadb", "mysql"})
+_PG_TYPE = re.compile(
+    r"[a-z_][a-z0-9_]*(\s*\.\s*[a-z_][a-z0-9_]*)?(\s+[a-z_][a-z0-9_]*)*"
+    r"(\s*\(\s*\w+\s*(,\s*\w+\s*)?\))?(\s+with(out)?\s+time\s+zone)?(\s*\[\])*",
+    re.IGNORECASE,
+)
+_SOURCE_TYPE = re.compile(r"[a-z][a-z0-9_ ]*", re.IGNORECASE)
+_GEOMETRY_LOGICAL = frozenset({
+    "io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Geography", "io.debezium.data.geometry.Point",
+})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One mapping rule of a connector: its kind, source object and destination object, as stored."""
+
+    kind: str
+    source: str
+    destination: str
+
+
+# Types without a length: a source length (MariaDB's display width of INT(11), say) is not kept for them.
+_TYPES_WITHOUT_LENGTH = frozenset({
+    "smallint", "integer", "int", "bigint", "int2", "int4", "int8", "real", "double precision", "float4", "float8",
+    "text", "boolean", "bool", "date", "bytea", "json", "jsonb", "uuid", "xml", "inet", "cidr", "money",
+})
+
+
+@dataclass(frozen=True)
+class TypeMapping:
+    """A datatype rule's destination: a PostgreSQL type and a length (-1 the source's, 0 none)."""
+
+    pg_type: str
+    length: int
+
+    def apply(self, source_length: int | None, source_scale: int | None) -> str:
+        if self.length > 0:
+            return f"{self.pg_type}({self.length})"
+        if (self.length == KEEP_LENGTH and source_length is not None and source_length > 0
+                and self.pg_type.lower() not in _TYPES_WITHOUT_LENGTH):
+            if source_scale is not None and source_scale > 0:
+                return f"{self.pg_type}({source_length},{source_scale})"
+            return f"{self.pg_type}({source_length})"
+        return self.pg_type
+
+
+@dataclass(frozen=True)
+class _Placeholder:
+    letter: str  # "d" the converted value, "w" a geometry's WKB, "s" its SRID
+
+
+@dataclass(frozen=True)
+class _StringWithPlaceholders:
+    pieces: tuple[str | _Placeholder, ...]
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A parsed transform expression: SQL text with placeholders (`%d`, `%w`, `%s`) and string literals that
+    hold placeholders, which become concatenations of the literal's text and the value's text."""
+
+    expression: str
+    parts: tuple[str | _Placeholder | _StringWithPlaceholders, ...]
+
+    @property
+    def uses_geometry(self) -> bool:
+        return any(letter in ("w", "s") for letter in self._letters())
+
+    def _letters(self) -> Iterable[str]:
+        for part in self.parts:
+            if isinstance(part, _Placeholder):
+                yield part.letter
+            elif isinstance(part, _StringWithPlaceholders):
+                yield from (piece.letter for piece in part.pieces if isinstance(piece, _Placeholder))
+
+
+def parse_transform(expression: str) -> Transform:
+    """Parses a transform expression; refuses more than one expression (`;`), comments, dollar quotes, E'' strings,
+    unbalanced quotes or parentheses and placeholders other than %d, %w, %s and %%."""
+    parts: list[str | _Placeholder | _StringWithPlaceholders] = []
+    text: list[str] = []
+    depth = 0
+    index = 0
+
+    def flush() -> None:
+        if text:
+            parts.append("".join(text))
+            text.clear()
+
+    while index < len(expression):
+        char = expression[index]
+        if char == "'":
+            if index > 0 and expression[index - 1] in "eE" and (index < 2 or not expression[index - 2].isalnum()):
+                raise MappingRuleError(f"transform {expression!r}: E'' strings are not supported")
+            literal, index = _read_literal(expression, index)
+            if any(isinstance(piece, _Placeholder) for piece in literal):
+                flush()
+                parts.append(_StringWithPlaceholders(literal))
+            else:
+                text.append(_quote("".join(str(piece) for piece in literal)))
+            continue
+        if char == '"':
+            end = expression.find('"', index + 1)
+            while end >= 0 and expression.startswith('""', end):
+                end = expression.find('"', end + 2)
+            if end < 0:
+                raise MappingRuleError(f"transform {expression!r}: unterminated quoted identifier")
+            text.append(expression[index:end + 1])
+            index = end + 1
+            continue
+        if char == "%":
+            letter = expression[index + 1:index + 2]
+            if letter == "%":
+                text.append("%")
+            elif letter in ("d", "w", "s"):
+                flush()
+                parts.append(_Placeholder(letter))
+            else:
+                raise MappingRuleError(f"transform {expression!r}: unknown placeholder %{letter} (use %d, %w, %s or %%)")
+            index += 2
+            continue
+        if char == ";":
+            raise MappingRuleError(f"transform {expression!r}: a transform is one expression, without ';'")
+        if char == "$" or expression.startswith("--", index) or expression.startswith("/*", index):
+            raise MappingRuleError(f"transform {expression!r}: comments and dollar quotes are not supported")
+        if char in "()":
+            depth += 1 if char == "(" else -1
+            if depth < 0:
+                raise MappingRuleError(f"transform {expression!r}: unbalanced parentheses")
+        text.append(char)
+        index += 1
+    if depth:
+        raise MappingRuleError(f"transform {expression!r}: unbalanced parentheses")
+    flush()
+    if not expression.strip():
+        raise MappingRuleError("a transform needs an expression")
+    return Transform(expression, tuple(parts))
+
+
+def _read_literal(expression: str, start: int) -> tuple[tuple[str | _Placeholder, ...], int]:
+    """The pieces of the string literal opening at `start` ('' is a quote), and the index after it."""
+    pieces: list[str | _Placeholder] = []
+    chars: list[str] = []
+    index = start + 1
+    while index < len(expression):
+        char = expression[index]
+        if char == "'":
+            if expression.startswith("''", index):
+                chars.append("'")
+                index += 2
+                continue
+            if chars:
+                pieces.append("".join(chars))
+            return tuple(pieces), index + 1
+        if char == "%" and expression[index + 1:index + 2] in ("d", "w", "s"):
+            if chars:
+                pieces.append("".join(chars))
+                chars = []
+            pieces.append(_Placeholder(expression[index + 1]))
+            index += 2
+            continue
+        if char == "%" and expression[index + 1:index + 2] == "%":
+            chars.append("%")
+            index += 2
+            continue
+        chars.append(char)
+        index += 1
+    raise MappingRuleError(f"transform {expression!r}: unterminated string literal")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def parse_type_mapping(destination: str) -> TypeMapping:
+    """`pgtype|length` (or `pgtype`, no length): -1 keeps the source length, 0 none, n > 0 that length."""
+    pg_type, _, length_text = destination.partition("|")
+    pg_type = " ".join(pg_type.split())
+    if not _PG_TYPE.fullmatch(pg_type):
+        raise MappingRuleError(f"datatype destination {destination!r}: {pg_type!r} is not a PostgreSQL type name")
+    try:
+        length = int(length_text) if length_text.strip() else NO_LENGTH
+    except ValueError:
+        raise MappingRuleError(f"datatype destination {destination!r}: the length must be an integer "
+                               f"(-1 keeps the source length, 0 none)") from None
+    if length < KEEP_LENGTH:
+        raise MappingRuleError(f"datatype destination {destination!r}: the length must be -1, 0 or positive")
+    if "(" in pg_type and length != NO_LENGTH:
+        raise MappingRuleError(f"datatype destination {destination!r}: the type has its modifiers already; "
+                               f"give length 0")
+    return TypeMapping(pg_type, length)
+
+
+def _parse_source_type(source: str) -> tuple[str, bool]:
+    """`type|autoincrement` (`point|false`): the source type name, upper case, and the auto-increment flag."""
+    type_name, _, flag = source.partition("|")
+    type_name = " ".join(type_name.split()).upper()
+    if not _SOURCE_TYPE.fullmatch(type_name):
+        raise MappingRuleError(f"datatype source {source!r}: {type_name!r} is not a source type name")
+    if flag.strip().lower() not in ("true", "false"):
+        raise MappingRuleError(f"datatype source {source!r}: the auto-increment flag after '|' is true or false")
+    return type_name, flag.strip().lower() == "true"
+
+
+def _object_parts(text: str, counts: Sequence[int], what: str) -> tuple[str, ...]:
+    try:
+        parts = parse_table_id(text.strip())
+    except ValueError as exc:
+        raise MappingRuleError(f"{text!r} is not {what}: {exc}") from None
+    if len(parts) not in counts:
+        raise MappingRuleError(f"{text!r} is not {what}")
+    return parts
+
+
+def _source_object(parts: tuple[str, ...], connector: ConnectorConfig, table_parts: int) -> str:
+    """The source object in the pipeline's spelling of source tables: `db.table` for MariaDB/MySQL, `schema.table`
+    for the others (whose rules may name the database first)."""
+    if len(parts) == table_parts + 1:
+        if connector.type in _MYSQL_TYPES:
+            raise MappingRuleError(f"{'.'.join(parts)!r}: a {connector.type} table is db.table")
+        if parts[0].casefold() != connector.database.casefold():
+            raise MappingRuleError(f"{'.'.join(parts)!r} names database {parts[0]!r}, not the connector's "
+                                   f"{connector.database!r}")
+        parts = parts[1:]
+    elif connector.type in _MYSQL_TYPES and parts[0].casefold() != connector.database.casefold():
+        raise MappingRuleError(f"{'.'.join(parts)!r} names database {parts[0]!r}, not the connector's "
+                               f"{connector.database!r}")
+    return ".".join(parts)
+
+
+def _normalized_source(connector: ConnectorConfig, kind: str, source: str) -> str:
+    """A rule's source object as stored: `db.table[.column]` (`schema.table[.column]` for PostgreSQL, SQL Server and
+    Oracle sources) or `TYPE|autoincrement`."""
+    if kind == DATATYPE and "|" in source:
+        type_name, autoincrement = _parse_source_type(source)
+        return f"{type_name}|{str(autoincrement).lower()}"
+    if kind == TABLE:
+        return _source_object(_object_parts(source, (2, 3), "a table (db.table or db.schema.table)"), connector, 2)
+    return _source_object(_object_parts(source, (3, 4), "a column (db.table.column)"), connector, 3)
+
+
+def _checked_kind(connector: ConnectorConfig, kind: str) -> str:
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise MappingRuleError(f"unknown rule kind {kind!r}: one of {', '.join(KINDS)}", connector=connector.name)
+    return kind
+
+
+def parse_rule(connector: ConnectorConfig, kind: str, source: str, destination: str) -> Rule:
+    """Checks a rule of the connector and returns it as stored; raises MappingRuleError with the reason."""
+    kind = _checked_kind(connector, kind)
+    destination = destination.strip()
+    try:
+        normalized = _normalized_source(connector, kind, source)
+        if kind == TABLE:
+            destination = ".".join(_object_parts(destination, (1, 2), "a destination table (table or schema.table)"))
+        elif kind == COLUMN:
+            destination = _object_parts(destination, (1,), "a column name")[0]
+        elif kind == DATATYPE:
+            mapping = parse_type_mapping(destination)
+            destination = f"{mapping.pg_type}|{mapping.length}"
+        else:
+            parse_transform(destination)
+    except MappingRuleError as exc:
+        raise MappingRuleError(f"{kind} rule refused: {exc.message}", connector=connector.name) from None
+    return Rule(kind, normalized, destination)
+
+
+def _key(*names: str) -> str:
+    return ".".join(names).casefold()
+
+
+def _source_type_key(source_type: str, autoincrement: bool) -> str:
+    return f"{' '.join(source_type.split('(', 1)[0].split()).upper()}|{str(autoincrement).lower()}"
+
+
+class ObjectMap:
+    """One connector's mapping rules, as a fetch cycle applies them; without rules every name and type is the
+    default (the connector's destination schema or the source database, the letter casing, the type map).
+
+    Source objects match without regard to letter case.
+    """
+
+    def __init__(self, connector: ConnectorConfig, rules: Iterable[Rule] = ()) -> None:
+        self.connector = connector
+        self.rules = tuple(rules)
+        by_kind: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+        for rule in self.rules:
+            by_kind[rule.kind][rule.source.casefold()] = rule.destination
+        self._tables = by_kind[TABLE]
+        self._columns = by_kind[COLUMN]
+        self._types = {source: parse_type_mapping(destination) for source, destination in by_kind[DATATYPE].items()}
+        self._transforms = {source: parse_transform(destination)
+                            for source, destination in by_kind[TRANSFORM].items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def default_table_name(self, source_table: str) -> tuple[str, str]:
+        parts = source_table.split(".")
+        casing = self.connector.letter_casing
+        return self.connector.destination_schema or dest_identifier(parts[0], casing), dest_identifier(parts[-1], casing)
+
+    def table_name(self, source_table: str, default: tuple[str, str] | None = None) -> tuple[str, str]:
+        """The destination (schema, table) of a source table (`db.table`)."""
+        schema, table = default or self.default_table_name(source_table)
+        mapped = self._tables.get(_key(source_table))
+        if mapped is None:
+            return schema, table
+        parts = parse_table_id(mapped)
+        return (parts[0], parts[1]) if len(parts) == 2 else (schema, parts[0])
+
+    def column_name(self, source_table: str, column: str, default: str | None = None) -> str:
+        """The destination name of a source column (a destination-spelled default maps as its source name)."""
+        mapped = self._columns.get(_key(source_table, column))
+        if mapped is not None:
+            return mapped
+        return default if default is not None else dest_identifier(column, self.connector.letter_casing)
+
+    def column_type(self, source_table: str, column: str, source_type: str, autoincrement: bool,
+                    source_length: int | None, source_scale: int | None) -> str | None:
+        """The mapped type of a source column (its own rule first, then one for its source type), or None."""
+        mapping = self._types.get(_key(source_table, column)) or self._types.get(
+            _source_type_key(source_type, autoincrement).casefold())
+        return None if mapping is None else mapping.apply(source_length, source_scale)
+
+    def transform(self, source_table: str, column: str) -> Transform | None:
+        return self._transforms.get(_key(source_table, column))
+
+    def map_column(self, source_table: str, column: ColumnDef) -> ColumnDef:
+        name = self.column_name(source_table, column.source_name, column.name)
+        mapped_type = self.column_type(source_table, column.source_name, column.source_type, column.identity,
+                                       column.source_length, column.source_scale)
+        if mapped_type is None or canonical_pg_type(mapped_type) == canonical_pg_type(column.pg_type):
+            return dataclasses.replace(column, name=name)
+        # The source default and the implicit value were rendered for the type map's type.
+        return dataclasses.replace(column, name=name, pg_type=mapped_type, type_map_type=column.pg_type,
+                                   default_sql=None, implicit_default_sql=None)
+
+    def map_table_def(self, table: TableDef) -> TableDef:
+        """The table definition with mapped table, column names and types (keys follow their columns)."""
+        schema, name = self.table_name(table.source_id, (table.schema, table.name))
+        columns = tuple(self.map_column(table.source_id, column) for column in table.columns)
+        names = [column.name for column in columns]
+        duplicates = sorted({column for column in names if names.count(column) > 1})
+        if duplicates:
+            raise MappingRuleError(f"mapping rules give several columns the name(s) {', '.join(duplicates)}",
+                                   connector=self.connector.name, table=table.source_id)
+        renamed = {old.name: new.name for old, new in zip(table.columns, columns)}
+        return dataclasses.replace(
+            table, schema=schema, name=name, columns=columns,
+            primary_key=tuple(renamed.get(key, key) for key in table.primary_key),
+            unique_keys=tuple((key, tuple(renamed.get(column, column) for column in key_columns))
+                              for key, key_columns in table.unique_keys),
+        )
+
+    def map_change(self, change: DdlChange) -> DdlChange:
+        """A DDL change in mapped names and types: the table, its columns, renames and keys."""
+        schema, name = self.table_name(change.source_table, (change.schema, change.name))
+        if change.table is None:
+            return dataclasses.replace(change, schema=schema, name=name)
+        table = self.map_table_def(change.table)
+        renamed_from = change.renamed_from
+        if renamed_from is not None and change.previous_source_table is not None:
+            renamed_from = self.table_name(change.previous_source_table, renamed_from)
+            if renamed_from == (schema, name):
+                renamed_from = None
+        renamed = {old.name: new.name for old, new in zip(change.table.columns, table.columns)}
+        column_renames = [(self.column_name(change.source_table, old, old), renamed.get(new, new))
+                          for old, new in change.column_renames]
+        if change.previous_source_table is not None:
+            # Rules of the table's old source name named its columns until now.
+            column_renames += [(self.column_name(change.previous_source_table, old.source_name, old.name), new.name)
+                               for old, new in zip(change.table.columns, table.columns)]
+        return dataclasses.replace(
+            change, table=table, schema=schema, name=name, renamed_from=renamed_from,
+            column_renames=tuple((old, new) for old, new in column_renames if old != new),
+            unique_added=tuple((key, tuple(renamed.get(column, column) for column in key_columns))
+                               for key, key_columns in change.unique_added),
+        )
+
+    def transforms(self, source_table: str, columns: Sequence[ColumnPlan]) -> tuple[list[ColumnPlan], dict[str, Transform]]:
+        """The DML columns of a segment, and the transforms of those that have one, by destination name.
+
+        A geometry column whose transform reads `%w` or `%s` is staged in its text form (`SRID=n;` and the hex
+        WKB), whatever its destination type, so that both can be taken from it.
+        """
+        planned: list[ColumnPlan] = []
+        found: dict[str, Transform] = {}
+        for column in columns:
+            transform = self.transform(source_table, column.source_name)
+            if transform is not None:
+                found[column.dest_name] = transform
+                if transform.uses_geometry:
+                    if column.spec.logical not in _GEOMETRY_LOGICAL:
+                        raise ConversionError(f"the transform {transform.expression!r} of column {column.source_name!r} "
+                                              f"uses %w or %s, but the column is not a geometry",
+                                              connector=self.connector.name, table=source_table)
+                    column = dataclasses.replace(column, convert=_as_text(column.convert))
+            planned.append(column)
+        return planned, found
+
+
+def _as_text(convert: Converter) -> Converter:
+    def to_text(value: Any, spec: Any, pg_type: str) -> Any:
+        return convert(value, spec, "text")
+    return to_text
+
+
+_SRID_PREFIX = r"^SRID=[0-9]+;"
+
+
+def _placeholder_sql(letter: str, value: sql.Composable, pg_type: str, *, as_text: bool) -> sql.Composable:
+    if letter == "d":
+        return value if as_text else sql.SQL("CAST({} AS {})").format(value, sql.SQL(pg_type))
+    if letter == "w":
+        hex_wkb = sql.SQL("regexp_replace({}, {}, '')").format(value, sql.Literal(_SRID_PREFIX))
+        return hex_wkb if as_text else sql.SQL("decode({}, 'hex')").format(hex_wkb)
+    srid = sql.SQL("substring({} from {})").format(value, sql.Literal("^SRID=([0-9]+);"))
+    return (sql.SQL("coalesce({}, '0')").format(srid) if as_text
+            else sql.SQL("coalesce(CAST({} AS integer), 0)").format(srid))
+
+
+def transform_sql(transform: Transform, value: sql.Composable, pg_type: str, *, with_parameters: bool) -> sql.Composed:
+    """The transform over `value` (the staged text of a converted value), cast to the destination type.
+
+    `with_parameters`: the statement also has parameters, so a percent sign of the expression is doubled.
+    """
+    def raw(text: str) -> sql.SQL:
+        return sql.SQL(text.replace("%", "%%") if with_parameters else text)
+
+    pieces: list[sql.Composable] = []
+    for part in transform.parts:
+        if isinstance(part, str):
+            pieces.append(raw(part))
+        elif isinstance(part, _Placeholder):
+            pieces.append(_placeholder_sql(part.letter, value, pg_type, as_text=False))
+        else:
+            texts = [raw(_quote(piece)) if isinstance(piece, str)
+                     else _placeholder_sql(piece.letter, value, pg_type, as_text=True)
+                     for piece in part.pieces]
+            pieces.append(sql.SQL("({})").format(sql.SQL(" || ").join(texts)))
+    return sql.SQL("CAST(({}) AS {})").format(sql.Composed(pieces), sql.SQL(_result_type(pg_type)))
+
+
+_CHARACTER_TYPES = frozenset({"character varying", "character", "varchar", "char", "bpchar"})
+
+
+def _result_type(pg_type: str) -> str:
+    """What a transform's result is cast to: the column's type, but text for a character type, so that a result
+    too long for the column fails on assignment instead of being cut short by the explicit cast."""
+    return "text" if pg_type.split("(", 1)[0].strip().lower() in _CHARACTER_TYPES else pg_type
+
+
+def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform],
+                  alias: str) -> dict[str, sql.Composable]:
+    """Each column's destination value read from a staging table: the staged column, or its transform."""
+    return {column.dest_name: (transform_sql(transforms[column.dest_name], sql.Identifier(alias, column.dest_name),
+                                             column.pg_type, with_parameters=False)
+                               if column.dest_name in transforms else sql.Identifier(alias, column.dest_name))
+            for column in columns}
+
+
+def parameter_value(column: ColumnPlan, transform: Transform | None) -> sql.Composable:
+    """A column's destination value from one bound parameter (`%s`, its converted text)."""
+    if transform is None:
+        return sql.SQL("CAST(%s AS {})").format(sql.SQL(column.pg_type))
+    return sql.SQL("(SELECT {} FROM (SELECT CAST(%s AS text) AS v) AS _value)").format(
+        transform_sql(transform, sql.Identifier("_value", "v"), column.pg_type, with_parameters=True))
+
+
+def transform_error(cur: psycopg.Cursor, frame: DataFrame, columns: Sequence[ColumnPlan],
+                    transforms: Mapping[str, Transform], *, connector: str, table: str, target: str,
+                    refs: Mapping[int, EventRef]) -> ConversionError | None:
+    """After a DML segment failed (its savepoint rolled back): the transform that fails on a value of the segment,
+    with the first event carrying the value and its position; None when every transform takes every value.
+
+    Runs on the failure path only: one Spark job per transformed column for its distinct values, then the
+    transform over halves of them, a savepoint each, until one value is left.
+    """
+    for column in columns:
+        transform = transforms.get(column.dest_name)
+        if transform is None:
+            continue
+        # The values transformed: after images, and before images where rows are looked up by them.
+        after = F.when(F.col("op") != "d", copy_line("after", [column]))
+        before = F.when(F.col("op").isin("u", "d"), copy_line("before", [column]))
+        texts = (frame.select(F.explode(F.array(after, before)).alias("text")).where(F.col("text").isNotNull())
+                 .distinct().collect())
+        values = [parse_copy_line(row.text)[0] for row in texts]
+        query = sql.SQL("SELECT {} FROM unnest(CAST(%s AS text[])) AS _value(v)").format(
+            transform_sql(transform, sql.Identifier("_value", "v"), column.pg_type, with_parameters=True))
+        failure = _failure(cur, query, values)
+        if failure is None:
+            continue
+        while len(values) > 1:
+            half = values[:len(values) // 2]
+            message = _failure(cur, query, half)
+            if message is not None:
+                values, failure = half, message
+            else:
+                values = values[len(values) // 2:]
+        value = values[0]
+        failure = _failure(cur, query, values) or failure
+        events = [refs[seq] for seq in events_with_value(frame, RejectedValue(column, value)) if seq in refs]
+        where = f"event {events[0].seq} of the batch (op {events[0].op})" if events else "an event of the batch"
+        return ConversionError(
+            f"cannot apply changes to {target}: the transform {transform.expression!r} of column "
+            f"{column.dest_name!r} (source column {column.source_name!r}) failed on the value "
+            f"{'NULL' if value is None else repr(value)} of {where}: {failure}",
+            connector=connector, table=table, position=events[0].position if events else None)
+    return None
+
+
+def _failure(cur: psycopg.Cursor, query: sql.Composed, values: list[str | None]) -> str | None:
+    try:
+        with cur.connection.transaction():
+            cur.execute(query, (values,))
+    except psycopg.Error as exc:
+        return exc.diag.message_primary or str(exc)
+    return None
+
+
+# The control tables: rules, and what each source column became.
+
+def _rules_table(schema: str) -> sql.Identifier:
+    return sql.Identifier(schema, "objmap")
+
+
+def add_rule(conn: psycopg.Connection, schema: str, connector: str, rule: Rule) -> None:
+    """Adds the rule, or replaces the connector's rule of that kind for that source object."""
+    with conn.transaction():
+        conn.execute(sql.SQL(
+            """INSERT INTO {} (connector, kind, source_object, destination_object) VALUES (%s, %s, %s, %s)
+               ON CONFLICT (connector, kind, lower(source_object)) DO UPDATE SET
+                 source_object = EXCLUDED.source_object, destination_object = EXCLUDED.destination_object,
+                 updated_at = now()""").format(_rules_table(schema)),
+            (connector, rule.kind, rule.source, rule.destination))
+
+
+def delete_rule(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, kind: str, source: str) -> bool:
+    """Deletes the connector's rule of that kind for that source object; False when there was none."""
+    kind = _checked_kind(connector, kind)
+    source = _normalized_source(connector, kind, source)
+    with conn.transaction():
+        deleted = conn.execute(sql.SQL(
+            "DELETE FROM {} WHERE connector = %s AND kind = %s AND lower(source_object) = lower(%s)").format(
+            _rules_table(schema)), (connector.name, kind, source)).rowcount
+    return deleted > 0
+
+
+def read_rules(conn: psycopg.Connection | psycopg.Cursor, schema: str, connector: str | None = None) -> list[Rule]:
+    """The rules of a connector (all connectors' when None), by kind and source object."""
+    rows = conn.execute(sql.SQL(
+        """SELECT kind, source_object, destination_object FROM {} WHERE %(c)s::text IS NULL OR connector = %(c)s
+           ORDER BY connector, kind, lower(source_object)""").format(_rules_table(schema)), {"c": connector}).fetchall()
+    return [Rule(*row) for row in rows]
+
+
+def list_rules(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(sql.SQL(
+            """SELECT connector, kind, source_object, destination_object, updated_at FROM {}
+               WHERE %(c)s::text IS NULL OR connector = %(c)s ORDER BY connector, kind, lower(source_object)""").format(
+            _rules_table(schema)), {"c": connector}))
+
+
+def read_attributes(conn: psycopg.Connection, schema: str, connector: str) -> list[dict[str, Any]]:
+    """The attribute view's rows of a connector, by source table and column position."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(sql.SQL(
+            """SELECT source_table, source_column, source_type, dest_schema, dest_table, dest_column, dest_type,
+                      transform FROM {} WHERE connector = %s ORDER BY source_table, position""").format(
+            sql.Identifier(schema, "objmap_attributes")), (connector,)))
+
+
+def record_columns(cur: psycopg.Cursor, schema: str, connector: str, table: TableDef) -> None:
+    """Records what each source column of a created or altered table became (in the batch's transaction)."""
+    forget_columns(cur, schema, connector, table.source_id)
+    with cur.copy(sql.SQL(
+            """COPY {} (connector, source_table, source_column, position, source_type, source_length, source_scale,
+                        autoincrement, type_map_type, dest_schema, dest_table, dest_column, dest_type)
+               FROM STDIN""").format(sql.Identifier(schema, "objmap_columns"))) as copy:
+        for position, column in enumerate(table.columns, start=1):
+            copy.write_row((connector, table.source_id, column.source_name, position, column.source_type,
+                            column.source_length, column.source_scale, column.identity,
+                            column.type_map_type or column.pg_type, table.schema, table.name, column.name,
+                            column.pg_type))
+
+
+def forget_columns(cur: psycopg.Cursor, schema: str, connector: str, source_table: str) -> None:
+    cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = %s").format(
+        sql.Identifier(schema, "objmap_columns")), (connector, source_table))
+
+
+@dataclass
+class _RecordedColumn:
+    source_table: str
+    source_column: str
+    source_type: str
+    source_length: int | None
+    source_scale: int | None
+    autoincrement: bool
+    type_map_type: str
+    dest_schema: str
+    dest_table: str
+    dest_column: str
+    dest_type: str
+
+
+def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorConfig) -> ObjectMap:
+    """Re-reads the connector's rules and brings the destination in line with them, in one transaction: a table
+    or column whose mapped name changed is renamed, a column whose mapped type changed is altered (its values
+    cast). Does nothing when nothing changed. Returns the rules as the next fetch cycle applies them.
+    """
+    columns_table = sql.Identifier(schema, "objmap_columns")
+    with conn.transaction(), conn.cursor() as cur:
+        object_map = ObjectMap(connector, read_rules(cur, schema, connector.name))
+        rows = cur.execute(sql.SQL(
+            """SELECT source_table, source_column, source_type, source_length, source_scale, autoincrement,
+                      type_map_type, dest_schema, dest_table, dest_column, dest_type
+               FROM {} WHERE connector = %s ORDER BY source_table, position FOR UPDATE""").format(columns_table),
+            (connector.name,)).fetchall()
+        by_table: dict[str, list[_RecordedColumn]] = {}
+        for row in rows:
+            by_table.setdefault(row[0], []).append(_RecordedColumn(*row))
+        for source_table, recorded in by_table.items():
+            for column, (dest_schema, dest_table, dest_column, dest_type) in _follow_rules(
+                    cur, object_map, source_table, recorded).items():
+                cur.execute(sql.SQL(
+                    """UPDATE {} SET dest_schema = %s, dest_table = %s, dest_column = %s, dest_type = %s
+                       WHERE connector = %s AND source_table = %s AND source_column = %s""").format(columns_table),
+                    (dest_schema, dest_table, dest_column, dest_type, connector.name, source_table, column))
+    return object_map
+
+
+def _follow_rules(cur: psycopg.Cursor, object_map: ObjectMap, source_table: str,
+                  recorded: list[_RecordedColumn]) -> dict[str, tuple[str, str, str, str]]:
+    """Renames and retypes one table as the rules now say; returns the columns whose record changed."""
+    connector = object_map.connector.name
+    current = (recorded[0].dest_schema, recorded[0].dest_table)
+    schema, table = object_map.table_name(source_table)
+    existing = destination_table(cur, *current)
+    if (schema, table) != current and existing is not None:
+        if destination_table(cur, schema, table) is not None:
+            raise MappingRuleError(f"cannot rename {current[0]}.{current[1]} to {schema}.{table}: that table exists",
+                                   connector=connector, table=source_table)
+        for statement in rename_table_sql(current[0], current[1], table, new_schema=schema):
+            cur.execute(statement)
+        log.info("%s: renamed %s.%s to %s.%s (mapping rules of %s)", connector, *current, schema, table, source_table)
+    wanted = {column.source_column: object_map.column_name(source_table, column.source_column) for column in recorded}
+    names = list(wanted.values())
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise MappingRuleError(f"mapping rules give several columns the name(s) {', '.join(duplicates)}",
+                               connector=connector, table=source_table)
+    columns = dict(existing.columns) if existing is not None else {}
+    changed: dict[str, tuple[str, str, str, str]] = {}
+    for column in recorded:
+        name = wanted[column.source_column]
+        pg_type = object_map.column_type(source_table, column.source_column, column.source_type, column.autoincrement,
+                                         column.source_length, column.source_scale) or column.type_map_type
+        if name != column.dest_column and column.dest_column in columns:
+            if name in columns:
+                raise MappingRuleError(f"cannot rename column {column.dest_column!r} of {schema}.{table} to {name!r}: "
+                                       f"that column exists", connector=connector, table=source_table)
+            cur.execute(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                sql.Identifier(schema, table), sql.Identifier(column.dest_column), sql.Identifier(name)))
+            columns[name] = columns.pop(column.dest_column)
+            log.info("%s: renamed column %s of %s.%s to %s", connector, column.dest_column, schema, table, name)
+        if canonical_pg_type(pg_type) != canonical_pg_type(column.dest_type) and name in columns:
+            cur.execute(retype_column_sql(schema, table, name, canonical_pg_type(columns[name]), pg_type))
+            log.info("%s: column %s of %s.%s is now %s", connector, name, schema, table, pg_type)
+        if (schema, table, name, pg_type) != (column.dest_schema, column.dest_table, column.dest_column,
+                                              column.dest_type):
+            changed[column.source_column] = (schema, table, name, pg_type)
+    return changed
