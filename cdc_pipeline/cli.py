@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("name", nargs="?")
     state.add_argument("--json", action="store_true")
     state.set_defaults(handler=_cmd_state)
-    objmap_parser = commands.add_parser("objmap", help="object mapping rules of a connector: add, del, list, show, reload")
+    objmap_parser = commands.add_parser("objmap",
+                                        help="object mapping rules of a connector: add, del, list, show, reload")
     actions = objmap_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add (or replace) a rule: KIND table|column|datatype|transform")
     add.add_argument("name")
