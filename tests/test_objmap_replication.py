@@ -160,7 +160,14 @@ def test_reload_renames_the_table_and_a_column_and_retypes_with_the_data_kept(ma
     for rule in (("table", f"{db}.employee", "hr.personnel"), ("column", f"{db}.employee.nm", "name_text"),
                  ("datatype", f"{db}.employee.age", "integer|0")):
         assert objmap(mapped, "add", *rule) == 0
+    with psycopg.connect(mapped.dest_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE hr.personnel (id integer)")
 
+    assert objmap(mapped, "reload") == 2, "a rename onto an existing table is refused"
+    assert column_types(mapped, "hr", "staff")["full_name"] == "character varying(20)", "and nothing changed"
+
+    with psycopg.connect(mapped.dest_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE hr.personnel")
     assert objmap(mapped, "reload") == 0
 
     assert not table_exists(mapped, "hr", "staff")
