@@ -608,7 +608,8 @@ class BatchApplier:
             updates = [name for name in written if name not in key_names]
             on_conflict = sql.SQL("DO NOTHING") if not updates else sql.SQL("DO UPDATE SET {}").format(
                 sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
-            cur.execute(sql.SQL("INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s ON CONFLICT ({key}) {action}").format(
+            cur.execute(sql.SQL(
+                "INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s ON CONFLICT ({key}) {action}").format(
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 values=sql.SQL(", ").join(values[name] for name in written),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))

@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", requests.RESUME, "resume a paused connector", None),
         ("set-offset", requests.SET_OFFSET, "move a paused connector's Debezium offset (JSON)", "offset"),
         ("restart", requests.RESTART, "start the connector's engine again with a snapshot mode", "snapshot_mode"),
-        ("reload-objmap", requests.RELOAD_OBJMAP, "re-read the connector's rules from the connectors file", None),
+        ("reload-objmap", requests.RELOAD_OBJMAP, "re-read the connectors file and apply the mapping rules (renames, retypes)", None),
     )
     for command, kind, help_text, argument in request_commands:
         sub = commands.add_parser(command, help=f"request: {help_text}")
@@ -295,9 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--serve", action="store_true",
                          help="first serve the pending requests here, as the Dagster sensor would (no run is launched)")
     listing.set_defaults(handler=_cmd_requests)
-
-
-    objmap_parser = commands.add_parser("objmap", help="object mapping rules of a connector: add, del, list, show, reload")
+    objmap_parser = commands.add_parser("objmap",
+                                        help="object mapping rules of a connector: add, del, list, show, reload")
     actions = objmap_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add (or replace) a rule: KIND table|column|datatype|transform")
     add.add_argument("name")

@@ -164,7 +164,8 @@ def parse_transform(expression: str) -> Transform:
                 flush()
                 parts.append(_Placeholder(letter))
             else:
-                raise MappingRuleError(f"transform {expression!r}: unknown placeholder %{letter} (use %d, %w, %s or %%)")
+                raise MappingRuleError(
+                    f"transform {expression!r}: unknown placeholder %{letter} (use %d, %w, %s or %%)")
             index += 2
             continue
         if char == ";":
@@ -347,7 +348,8 @@ class ObjectMap:
     def default_table_name(self, source_table: str) -> tuple[str, str]:
         parts = source_table.split(".")
         casing = self.connector.letter_casing
-        return self.connector.destination_schema or dest_identifier(parts[0], casing), dest_identifier(parts[-1], casing)
+        schema = self.connector.destination_schema or dest_identifier(parts[0], casing)
+        return schema, dest_identifier(parts[-1], casing)
 
     def table_name(self, source_table: str, default: tuple[str, str] | None = None) -> tuple[str, str]:
         """The destination (schema, table) of a source table (`db.table`)."""
@@ -427,7 +429,8 @@ class ObjectMap:
                                for key, key_columns in change.unique_added),
         )
 
-    def transforms(self, source_table: str, columns: Sequence[ColumnPlan]) -> tuple[list[ColumnPlan], dict[str, Transform]]:
+    def transforms(self, source_table: str,
+                   columns: Sequence[ColumnPlan]) -> tuple[list[ColumnPlan], dict[str, Transform]]:
         """The DML columns of a segment, and the transforms of those that have one, by destination name.
 
         A geometry column whose transform reads `%w` or `%s` is staged in its text form (`SRID=n;` and the hex
@@ -441,8 +444,8 @@ class ObjectMap:
                 found[column.dest_name] = transform
                 if transform.uses_geometry:
                     if column.spec.logical not in _GEOMETRY_LOGICAL:
-                        raise ConversionError(f"the transform {transform.expression!r} of column {column.source_name!r} "
-                                              f"uses %w or %s, but the column is not a geometry",
+                        raise ConversionError(f"the transform {transform.expression!r} of column "
+                                              f"{column.source_name!r} uses %w or %s, but the column is not a geometry",
                                               connector=self.connector.name, table=source_table)
                     column = dataclasses.replace(column, convert=_as_text(column.convert))
             planned.append(column)

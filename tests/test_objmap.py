@@ -99,7 +99,8 @@ def test_create_uses_mapped_table_column_names_and_types() -> None:
     assert mapped.table.primary_key == ("id",)
     assert mapped.table.columns[2].type_map_type == "bytea"
     statement = create_table_sql(mapped.table)[1].as_string(None)
-    assert statement.startswith('CREATE TABLE IF NOT EXISTS "hr"."staff" (') and '"full_name" character varying(20)' in statement
+    assert statement.startswith('CREATE TABLE IF NOT EXISTS "hr"."staff" (')
+    assert '"full_name" character varying(20)' in statement
 
 
 def test_a_generic_type_rule_matches_the_auto_increment_flag_and_a_column_rule_wins() -> None:

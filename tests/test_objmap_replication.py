@@ -39,7 +39,8 @@ def column_types(pipeline: Pipeline, schema: str, table: str) -> dict[str, str]:
 
 
 def table_exists(pipeline: Pipeline, schema: str, table: str) -> bool:
-    return pipeline.dest_query("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL", (schema, table))[0][0]
+    return pipeline.dest_query("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL",
+                               (schema, table))[0][0]
 
 
 def raised_by_ten_percent(value: Decimal | None) -> Decimal | None:
@@ -93,7 +94,8 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
         "id": "integer", "full_name": "character varying(20)", "age": "bigint", "salary": "numeric(10,2)",
         "loc": "text", "dept": "character varying(10)"}
     assert staff_rows(mapped) == expected_staff(mapped)
-    assert staff_rows(mapped)[0][1:5] == ("ann-x", 30, Decimal("110.00"), "0:0101000000000000000000f03f0000000000000040")
+    assert staff_rows(mapped)[0][1:5] == (
+        "ann-x", 30, Decimal("110.00"), "0:0101000000000000000000f03f0000000000000040")
     assert sorted(mapped.dest_rows("notes")) == [("A", 1), ("B", 2), ("C", 3)]
 
     mapped.source([
@@ -121,7 +123,8 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
         (f"{db}.employee", "id", "INT", "hr", "staff", "id", "integer", None),
         (f"{db}.employee", "nm", "VARCHAR", "hr", "staff", "full_name", "character varying(20)", "'%d' || '-x'"),
     ]
-    assert (f"{db}.employee", "loc", "POINT", "hr", "staff", "loc", "text", "%s || ':' || encode(%w, 'hex')") in attributes
+    assert (f"{db}.employee", "loc", "POINT", "hr", "staff", "loc", "text",
+            "%s || ':' || encode(%w, 'hex')") in attributes
     assert (f"{db}.employee", "bonus", "INT", "hr", "staff", "bonus", "integer", None) in attributes
     assert (f"{db}.notes", "body", "VARCHAR", db, "notes", "body", "character varying(50)", "upper(%d)") in attributes
     assert objmap(mapped, "show") == 0
@@ -144,11 +147,19 @@ def test_a_failing_transform_fails_the_batch_with_column_value_and_position(mapp
     assert not table_exists(mapped, db, "ratio") or mapped.dest_rows("ratio") == [], "the batch was rolled back"
     assert mapped.dest_query("SELECT dept FROM hr.staff WHERE id = 3") == [("ops",)], "nothing after it applied"
 
-    assert objmap(mapped, "del", "transform", f"{db}.ratio.d") == 0
-    mapped.sync()
-
-    assert mapped.dest_rows("ratio") == [(1, 4), (2, 0)], "the same events, retried without the rule"
+    # Under the skip strategy the event whose transform fails is set aside; the rest of the batch applies.
+    mapped.write_config(error_strategy="skip")
+    assert main(["sync", mapped.name]) == 0
+    assert mapped.dest_rows("ratio") == [(1, 25)]
     assert mapped.dest_query("SELECT dept FROM hr.staff WHERE id = 3") == [("sales",)]
+    letters = mapped.dest_query("SELECT error FROM cdc.dead_letters WHERE connector = %s AND status = 'pending'",
+                                (mapped.name,))
+    assert len(letters) == 1 and "division by zero" in letters[0][0]
+
+    assert objmap(mapped, "del", "transform", f"{db}.ratio.d") == 0
+    assert main(["dead-letters", "retry", mapped.name]) == 0
+    assert mapped.dest_rows("ratio") == [(1, 25), (2, 0)], "the dead letter applied once the rule is gone"
+    mapped.write_config()
 
 
 def test_reload_renames_the_table_and_a_column_and_retypes_with_the_data_kept(mapped: Pipeline) -> None:
@@ -157,7 +168,14 @@ def test_reload_renames_the_table_and_a_column_and_retypes_with_the_data_kept(ma
     for rule in (("table", f"{db}.employee", "hr.personnel"), ("column", f"{db}.employee.nm", "name_text"),
                  ("datatype", f"{db}.employee.age", "integer|0")):
         assert objmap(mapped, "add", *rule) == 0
+    with psycopg.connect(mapped.dest_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE hr.personnel (id integer)")
 
+    assert objmap(mapped, "reload") == 2, "a rename onto an existing table is refused"
+    assert column_types(mapped, "hr", "staff")["full_name"] == "character varying(20)", "and nothing changed"
+
+    with psycopg.connect(mapped.dest_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE hr.personnel")
     assert objmap(mapped, "reload") == 0
 
     assert not table_exists(mapped, "hr", "staff")
@@ -192,7 +210,8 @@ def test_a_postgresql_source_table_derived_from_its_events_follows_the_rules(pg_
     with psycopg.connect(pg_pipeline.dest_dsn) as conn:
         columns = conn.execute(
             """SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
-               WHERE attrelid = 'sales.goods'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum""").fetchall()
+               WHERE attrelid = 'sales.goods'::regclass AND attnum > 0 AND NOT attisdropped
+               ORDER BY attnum""").fetchall()
         rows = conn.execute("SELECT id, title, price, qty FROM sales.goods ORDER BY id").fetchall()
         attributes = conn.execute(
             """SELECT source_table, source_column, dest_schema, dest_table, dest_column, dest_type, transform
