@@ -175,6 +175,10 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             if counts.first_source_ms is None:
                 counts.first_source_ms = source_ms
             counts.last_source_ms = source_ms
+        if ref.debezium_ts_ms is not None:
+            if counts.first_debezium_ms is None:
+                counts.first_debezium_ms = ref.debezium_ts_ms
+            counts.last_debezium_ms = ref.debezium_ts_ms
         snapshot_table: str | None = None
         if ref.kind == SCHEMA_CHANGE:
             payload = ref.schema_change or {}

@@ -109,6 +109,8 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS snapshot_began_at timestamptz",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS snapshot_ended_at timestamptz",
     "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS reset_at timestamptz",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS first_debezium_ts timestamptz",
+    "ALTER TABLE {schema}.stats ADD COLUMN IF NOT EXISTS last_debezium_ts timestamptz",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS phase text",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_snapshot_mode text",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS jvm_memory jsonb",
@@ -285,6 +287,8 @@ class BatchCounts:
     bad_events: int = 0  # events the `skip` error strategy moved to the dead letters instead of applying them
     first_source_ms: int | None = None
     last_source_ms: int | None = None
+    first_debezium_ms: int | None = None  # when Debezium processed the batch's first and last change
+    last_debezium_ms: int | None = None
 
     COUNTERS = ("events", "ddls", "inserts", "snapshot_rows", "updates", "deletes", "other_events", "redelivered",
                 "truncates", "zero_dates", "transactions", "bad_events")
@@ -296,6 +300,10 @@ class BatchCounts:
             self.first_source_ms = min(filter(None, (self.first_source_ms, other.first_source_ms)))
         if other.last_source_ms is not None:
             self.last_source_ms = max(filter(None, (self.last_source_ms, other.last_source_ms)))
+        if other.first_debezium_ms is not None:
+            self.first_debezium_ms = min(filter(None, (self.first_debezium_ms, other.first_debezium_ms)))
+        if other.last_debezium_ms is not None:
+            self.last_debezium_ms = max(filter(None, (self.last_debezium_ms, other.last_debezium_ms)))
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.COUNTERS}
@@ -318,20 +326,23 @@ def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, count
     values = counts.as_dict()
     names = sql.SQL(", ").join(map(sql.Identifier, BatchCounts.COUNTERS))
     cur.execute(sql.SQL(
-        """INSERT INTO {table} AS s (connector, batches, {names}, first_source_ts, last_source_ts, first_applied_at,
-             last_applied_at)
+        """INSERT INTO {table} AS s (connector, batches, {names}, first_source_ts, last_source_ts, first_debezium_ts,
+             last_debezium_ts, first_applied_at, last_applied_at)
            VALUES (%(connector)s, 1, {values}, to_timestamp(%(first_ms)s / 1000.0), to_timestamp(%(last_ms)s / 1000.0),
-             now(), now())
+             to_timestamp(%(first_dbz_ms)s / 1000.0), to_timestamp(%(last_dbz_ms)s / 1000.0), now(), now())
            ON CONFLICT (connector) DO UPDATE SET batches = s.batches + 1, {added},
              first_source_ts = coalesce(s.first_source_ts, EXCLUDED.first_source_ts),
              last_source_ts = coalesce(EXCLUDED.last_source_ts, s.last_source_ts),
+             first_debezium_ts = coalesce(s.first_debezium_ts, EXCLUDED.first_debezium_ts),
+             last_debezium_ts = coalesce(EXCLUDED.last_debezium_ts, s.last_debezium_ts),
              first_applied_at = coalesce(s.first_applied_at, EXCLUDED.first_applied_at),
              last_applied_at = now()""").format(
         table=sql.Identifier(schema, "stats"), names=names,
         values=sql.SQL(", ").join(map(sql.Placeholder, BatchCounts.COUNTERS)),
         added=sql.SQL(", ").join(sql.SQL("{0} = s.{0} + EXCLUDED.{0}").format(sql.Identifier(name))
                                  for name in BatchCounts.COUNTERS)),
-        {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms, **values})
+        {"connector": connector, "first_ms": counts.first_source_ms, "last_ms": counts.last_source_ms,
+         "first_dbz_ms": counts.first_debezium_ms, "last_dbz_ms": counts.last_debezium_ms, **values})
 
 
 SNAPSHOT_COUNTERS = ("events", "ddls", "snapshot_rows", "other_events")

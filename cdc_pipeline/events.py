@@ -70,6 +70,7 @@ class EventRef:
     raw_source: dict[str, Any]
     schema_change: dict[str, Any] | None = None
     offset: dict[str, Any] | None = None
+    debezium_ts_ms: int | None = None  # when Debezium processed the change (data changes and truncates)
 
     @cached_property
     def source(self) -> dict[str, str]:
@@ -93,7 +94,7 @@ def event_ref(entry: dict[str, Any]) -> EventRef:
     ref = EventRef(
         seq=entry["seq"], kind=entry["kind"], source_table=entry.get("table"), schema_id=entry.get("schema"),
         op=entry.get("op"), raw_source=entry.get("source") or {}, offset=entry.get("offset"),
-        schema_change=entry.get("change"),
+        schema_change=entry.get("change"), debezium_ts_ms=entry.get("ts_ms"),
     )
     if ref.schema_change is not None:
         ref.schema_change["source"] = ref.source
@@ -177,6 +178,8 @@ def index_entry(line: str) -> dict[str, Any]:
         else:
             op = value.get("op")
             entry["op"] = op
+            if value.get("ts_ms") is not None:
+                entry["ts_ms"] = value["ts_ms"]
             kind = DATA_CHANGE if op in DML_OPS else TRUNCATE if op == TRUNCATE_OP else OTHER
             if source is not None and source.get("table") is not None:
                 container = source.get("schema") if "schema" in source else source.get("db")
@@ -189,7 +192,8 @@ def index_entry(line: str) -> dict[str, Any]:
 def index_entry_of(ref: EventRef) -> dict[str, Any]:
     """The index entry an EventRef was made from (what a dead letter keeps of an event that is not a data change)."""
     entry: dict[str, Any] = {"seq": ref.seq, "kind": ref.kind, "source": ref.raw_source, "offset": ref.offset}
-    for key, value in (("table", ref.source_table), ("schema", ref.schema_id), ("op", ref.op)):
+    for key, value in (("table", ref.source_table), ("schema", ref.schema_id), ("op", ref.op),
+                       ("ts_ms", ref.debezium_ts_ms)):
         if value is not None:
             entry[key] = value
     if ref.schema_change is not None:

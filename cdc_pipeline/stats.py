@@ -22,6 +22,7 @@ FIELDS = (
     ("snapshot_tables", "snapshot tables"), ("snapshot_rows", "snapshot rows"),
     ("snapshot_began_at", "snapshot began"), ("snapshot_ended_at", "snapshot ended"),
     ("first_source_ts", "first source ts"), ("last_source_ts", "last source ts"),
+    ("first_debezium_ts", "first Debezium ts"), ("last_debezium_ts", "last Debezium ts"),
     ("first_applied_at", "first applied"), ("last_applied_at", "last applied"),
     ("lag_seconds", "replication lag (s)"), ("reset_at", "counting since reset at"),
 )
@@ -40,7 +41,8 @@ def read_stats(conn: psycopg.Connection, schema: str, connector: str | None = No
                   (SELECT count(*) FROM {progress} p WHERE p.connector = st.connector AND p.source_table <> ''
                      AND p.snapshot_rows > 0) AS snapshot_tables,
                   st.snapshot_rows, st.snapshot_began_at, st.snapshot_ended_at, st.first_source_ts,
-                  st.last_source_ts, st.first_applied_at, st.last_applied_at,
+                  st.last_source_ts, st.first_debezium_ts, st.last_debezium_ts, st.first_applied_at,
+                  st.last_applied_at,
                   round(extract(epoch FROM st.last_applied_at - st.last_source_ts)::numeric, 3)::float8 AS lag_seconds,
                   st.reset_at
            FROM {stats} st
@@ -56,8 +58,8 @@ def reset_stats(conn: psycopg.Connection, schema: str, connector: str) -> bool:
     tables a running snapshot replaced); returns whether it had any."""
     stats = sql.Identifier(schema, "stats")
     counters = ("batches", *control.BatchCounts.COUNTERS)
-    times = ("first_source_ts", "last_source_ts", "first_applied_at", "last_applied_at", "snapshot_began_at",
-             "snapshot_ended_at")
+    times = ("first_source_ts", "last_source_ts", "first_debezium_ts", "last_debezium_ts", "first_applied_at",
+             "last_applied_at", "snapshot_began_at", "snapshot_ended_at")
     with conn.transaction():
         updated = conn.execute(sql.SQL("UPDATE {} SET {}, {}, reset_at = now() WHERE connector = %s").format(
             stats, sql.SQL(", ").join(sql.SQL("{} = 0").format(sql.Identifier(name)) for name in counters),

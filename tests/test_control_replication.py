@@ -133,6 +133,9 @@ def test_restart_with_always_takes_the_snapshot_again_and_the_row_count_check_se
     assert (stats[0]["snapshot_rows"], stats[0]["snapshot_tables"], stats[0]["redelivered"]) == (
         4, 2, first["events"]), "the second snapshot superseded the first (its events count as re-delivered)"
     assert stats[0]["snapshot_ended_at"] is not None and stats[0]["batches"] >= 2
+    # Debezium processed each change after the source made it, and before it was applied.
+    assert stats[0]["first_source_ts"] <= stats[0]["first_debezium_ts"] <= stats[0]["last_debezium_ts"] \
+        <= stats[0]["last_applied_at"]
     reset = _cli(pipeline, "stats", "--reset", pipeline.name)
     assert reset.returncode == 0, reset.stderr
     stats = json.loads(_cli(pipeline, "stats", pipeline.name, "--json").stdout)

@@ -101,6 +101,10 @@ final class EventSerializer {
             else {
                 String op = schema.field("op") == null ? null : value.getString("op");
                 entry.put("op", op);
+                Object processedAt = schema.field("ts_ms") == null ? null : value.get("ts_ms");
+                if (processedAt != null) {
+                    entry.put("ts_ms", ((Number) processedAt).longValue());  // when Debezium processed the change
+                }
                 if (op != null && DATA_OPS.contains(op)) {
                     kind = KIND_DATA_CHANGE;
                 }
