@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from assets.connector_asset import build_connector_asset
-from cdc_pipeline import control, requests
+from cdc_pipeline import control, offsets, requests
 from cdc_pipeline.cli import _root_cause, run_sync
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import ConnectorPausedError
@@ -73,6 +73,10 @@ def test_set_offset_while_paused_and_start_offset_replay_from_the_given_position
     pipeline.source("INSERT INTO items VALUES (3, 'c')")
     assert pipeline.sync()["inserts"] == 1
     offset = _debezium_offset(pipeline)
+    [(key,)] = pipeline.dest_query("SELECT offset_key FROM cdc.debezium_offsets WHERE connector = %s",
+                                   (pipeline.name,))
+    assert key == offsets.offset_key(pipeline.name, "mariadb", pipeline.source_db), \
+        "a connector that never ran gets its offset under the key the engine reads"
     pipeline.source(["INSERT INTO items VALUES (4, 'd'), (5, 'e')", "UPDATE items SET v = 'B' WHERE id = 2",
                      "DELETE FROM items WHERE id = 1"])
     assert _counts(pipeline.sync()) == (2, 1, 1, 0)
