@@ -175,7 +175,7 @@ def test_a_pause_ends_the_running_cycle_at_a_batch_boundary_and_stays(pipeline):
     try:
         deadline = time.monotonic() + 240
         while not pipeline.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0] or not pipeline.dest_query(
-                "SELECT events FROM cdc.stats WHERE connector = %s AND events > 0", (pipeline.name,)):
+                "SELECT 1 FROM cdc.stats WHERE connector = %s AND snapshot_rows > 0", (pipeline.name,)):
             assert run.poll() is None, f"the cycle ended before it could be paused: {run.communicate()}"
             assert time.monotonic() < deadline, "no batch was applied in time"
             time.sleep(0.1)
