@@ -1,6 +1,7 @@
 """The control plane on real cycles (MariaDB -> Debezium -> Spark -> PostgreSQL): pause, set offset and resume
 replay from the given position; a run's start_offset does the same; restart with `always` takes the snapshot
-again; `schemasync` creates the tables and pauses; the row-count check; stats across processes and their reset."""
+again; `schemasync` creates the tables and pauses; a pause ends a running cycle; the row-count check; stats across
+processes and their reset."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from assets.connector_asset import build_connector_asset
-from cdc_pipeline import control, requests
+from cdc_pipeline import control, offsets, requests
 from cdc_pipeline.cli import _root_cause, run_sync
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import ConnectorPausedError
@@ -73,6 +75,10 @@ def test_set_offset_while_paused_and_start_offset_replay_from_the_given_position
     pipeline.source("INSERT INTO items VALUES (3, 'c')")
     assert pipeline.sync()["inserts"] == 1
     offset = _debezium_offset(pipeline)
+    [(key,)] = pipeline.dest_query("SELECT offset_key FROM cdc.debezium_offsets WHERE connector = %s",
+                                   (pipeline.name,))
+    assert key == offsets.offset_key(pipeline.name, "mariadb", pipeline.source_db), \
+        "a connector that never ran gets its offset under the key the engine reads"
     pipeline.source(["INSERT INTO items VALUES (4, 'd'), (5, 'e')", "UPDATE items SET v = 'B' WHERE id = 2",
                      "DELETE FROM items WHERE id = 1"])
     assert _counts(pipeline.sync()) == (2, 1, 1, 0)
@@ -163,3 +169,26 @@ def test_schemasync_creates_the_tables_then_pauses_for_review(pipeline):
     assert pipeline.dest_rows("items") == [(2, "after review")]
     state = json.loads(_cli(pipeline, "state", pipeline.name, "--json", "--verbose").stdout)[0]
     assert state["state"] == control.SYNCING and state["jvm_memory"]["heap_used"] > 0
+
+
+def test_a_pause_ends_the_running_cycle_at_a_batch_boundary_and_stays(pipeline):
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('v', seq) FROM seq_1_to_30000"])
+    pipeline.write_config(batch_size=500, apply_batch_events=500)
+    run = pipeline.sync_cli()
+    try:
+        deadline = time.monotonic() + 240
+        while not pipeline.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0] or not pipeline.dest_query(
+                "SELECT 1 FROM cdc.stats WHERE connector = %s AND snapshot_rows > 0", (pipeline.name,)):
+            assert run.poll() is None, f"the cycle ended before it could be paused: {run.communicate()}"
+            assert time.monotonic() < deadline, "no batch was applied in time"
+            time.sleep(0.1)
+        _ask(pipeline, requests.PAUSE)
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, stderr
+    [(rows,)] = pipeline.dest_query(sql.SQL("SELECT count(*) FROM {}").format(
+        sql.Identifier(pipeline.source_db, "items")))
+    assert 0 < rows < 30000, "the cycle ended before the snapshot was done"
+    assert _state(pipeline)["state"] == control.PAUSED and _state(pipeline)["phase"] is None

@@ -97,7 +97,8 @@ def _unreachable_destination(tmp_path):
 def test_schedule_requests_a_run_when_the_connector_is_idle(tmp_path):
     schedule, _ = _schedule_and_job(tmp_path)
     with instance_for_test() as instance:
-        result = schedule(build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)))
+        with build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)) as context:
+            result = schedule(context)
     assert isinstance(result, RunRequest)
 
 
@@ -109,7 +110,8 @@ def test_schedule_skips_while_a_run_of_the_connector_is_in_progress(tmp_path):
         other = DagsterRun(job_name="sync_billing", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED)
         instance.add_run(other)
 
-        result = schedule(build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)))
+        with build_schedule_context(instance=instance, resources=_unreachable_destination(tmp_path)) as context:
+            result = schedule(context)
 
     assert isinstance(result, SkipReason)
     assert run_id in result.skip_message

@@ -17,7 +17,9 @@ import yaml
 from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
 
 from assets.control_job import control_job
-from assets.definitions import build_definitions
+from assets.request_sensor import build_request_sensor
+from assets.schedules import build_sync_schedule
+from assets.sync_job import build_sync_job
 from cdc_pipeline import control, offsets, requests
 from cdc_pipeline.config import load_config
 from resources.destination import DestinationResource
@@ -186,17 +188,20 @@ def test_one_pending_request_per_connector_also_from_psql(ctl):
 
 def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
     resources = {"destination": DestinationResource(config_path=str(ctl.path))}
+    sensor = build_request_sensor(str(ctl.path), [build_sync_job(ctl.config.connector(ctl.name), str(ctl.path))])
     with instance_for_test() as instance:
-        sensor = build_definitions(ctl.config).resolve_sensor_def("cdc_requests")
-        idle = sensor(build_sensor_context(instance=instance, resources=resources))
-        assert isinstance(idle, SkipReason)
+        def evaluate(cursor=None):
+            with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+                return sensor(context)
+
+        assert isinstance(evaluate(), SkipReason)
 
         paused_id = requests.submit_request(ctl.conn, "cdc", ctl.name, requests.PAUSE)
-        result = sensor(build_sensor_context(instance=instance, resources=resources, cursor="0"))
+        result = evaluate("0")
         assert result.run_requests == [] and result.cursor == str(paused_id)
 
         resumed_id = requests.submit_request(ctl.conn, "cdc", ctl.name, requests.RESUME)
-        result = sensor(build_sensor_context(instance=instance, resources=resources, cursor=str(paused_id)))
+        result = evaluate(str(paused_id))
 
     [run] = result.run_requests
     assert (run.job_name, run.run_key) == (f"sync_{ctl.name}", f"request-{resumed_id}")
@@ -207,11 +212,16 @@ def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
 
 def test_schedule_skips_while_the_connector_is_paused(ctl):
     resources = {"destination": DestinationResource(config_path=str(ctl.path))}
+    connector = ctl.config.connector(ctl.name)
+    schedule = build_sync_schedule(connector, build_sync_job(connector, str(ctl.path)))
     with instance_for_test() as instance:
-        schedule = build_definitions(ctl.config).resolve_schedule_def(f"sync_{ctl.name}_schedule")
-        assert isinstance(schedule(build_schedule_context(instance=instance, resources=resources)), RunRequest)
+        def evaluate():
+            with build_schedule_context(instance=instance, resources=resources) as context:
+                return schedule(context)
+
+        assert isinstance(evaluate(), RunRequest)
         _accepted(ctl.ask(requests.PAUSE))
-        skipped = schedule(build_schedule_context(instance=instance, resources=resources))
+        skipped = evaluate()
 
     assert isinstance(skipped, SkipReason)
     assert f"connector {ctl.name} is paused" in skipped.skip_message
