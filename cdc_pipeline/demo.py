@@ -40,7 +40,7 @@ from psycopg import sql
 
 from cdc_pipeline.cli import format_summary, run_sync
 from cdc_pipeline.config import CONFIG_PATH_ENV, redact_dsn
-from cdc_pipeline.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
+from cdc_pipeline.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port, quote_mysql
 
 logger = logging.getLogger(__name__)
 
@@ -540,11 +540,6 @@ def print_next_steps(demo_dir: Path) -> None:
     print(f"  set -a; . {env_file}; set +a; .venv/bin/dagster dev -w {WORKSPACE_FILE}")
     print("Stop the demo servers with:")
     print("  make demo-stop   (runs: python -m cdc_pipeline.demo stop)")
-
-
-def quote_mysql(identifier: str) -> str:
-    """A MariaDB identifier in backquotes, embedded backquotes doubled."""
-    return "`" + identifier.replace("`", "``") + "`"
 
 
 if __name__ == "__main__":

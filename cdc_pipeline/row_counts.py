@@ -11,6 +11,7 @@ from psycopg import sql
 from cdc_pipeline.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.servers import quote_mysql
 from cdc_pipeline.typemap import dest_identifier
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -78,8 +79,8 @@ def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
         counts = {}
         for source_table in filter(lambda name: captures(connector, name), tables):
             database, _, table = source_table.partition(".")
-            quoted = ".".join("`" + part.replace("`", "``") + "`" for part in (database, table))
-            cur.execute(f"SELECT COUNT(*) FROM {quoted}")  # noqa: S608 - identifiers quoted above
+            # pymysql has no identifier composition like psycopg.sql: the names are backquoted by quote_mysql.
+            cur.execute("SELECT COUNT(*) FROM " + quote_mysql(database) + "." + quote_mysql(table))
             counts[source_table] = int(cur.fetchone()[0])
     return counts
 
