@@ -14,6 +14,7 @@ from typing import Any, Callable
 import psycopg
 import pytest
 from psycopg import sql
+from value_compare import assert_rows_equal
 
 pytestmark = pytest.mark.integration
 
@@ -232,24 +233,8 @@ NORMALISE: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
 
 def assert_same_values(pipeline, table: str, kinds: dict[str, str]) -> int:
     """Compares every value of every row; returns how many values were compared."""
-    source, dest = _source_rows(pipeline, table), _dest_rows(pipeline, table)
-    assert [row["id"] for row in dest] == [row["id"] for row in source]
-    assert source, "the source table is empty"
-    differences = []
-    for source_row, dest_row in zip(source, dest):
-        assert set(dest_row) == set(source_row)
-        for name, source_value in source_row.items():
-            expected, actual = NORMALISE[kinds[name]](source_value, dest_row[name])
-            if expected != actual:
-                differences.append(f"id {source_row['id']} {name}: source {_short(source_value)} -> "
-                                   f"expected {_short(expected)}, destination {_short(actual)}")
-    assert not differences, "\n".join(differences)
-    return sum(len(row) for row in source)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
+    return assert_rows_equal(_source_rows(pipeline, table), _dest_rows(pipeline, table), "id",
+                             lambda name: NORMALISE[kinds[name]])
 
 
 def _zero_timestamps(pipeline, ids: list[int], nullable_only: bool = False) -> int:
