@@ -20,7 +20,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline import control, objmap
+from cdc_pipeline import control, faults, objmap
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import (
@@ -342,6 +342,7 @@ class BatchApplier:
             control.record_batch_applied(
                 cur, self.control_schema, self.connector.name, plan.counts,
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
+            faults.pause_point(faults.IN_TRANSACTION)
         return plan.counts
 
     def _apply_step(self, cur: psycopg.Cursor, plan: BatchPlan, step: DdlStep | DmlStep | TruncateStep | SnapshotStep

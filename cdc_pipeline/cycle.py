@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control, objmap, offsets
+from cdc_pipeline import control, faults, objmap, offsets
 from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
@@ -378,6 +378,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
         if batch is not None:
+            faults.pause_point(faults.FETCHED)
             stats.first_fetch_at = stats.first_fetch_at or now
             if group and group_events + batch.size > connector.apply_batch_events:
                 yield group
@@ -449,6 +450,7 @@ def convert_dml(session: ConnectorSession, plans: Iterable[BatchPlan]) -> Iterat
     for plan in plans:
         with session.phase(control.PHASE_CONVERTING, "convert"):
             attach_dml_frames(plan)
+        faults.pause_point(faults.CONVERTED)
         yield plan
 
 
@@ -507,4 +509,5 @@ def apply_with_retries(session: ConnectorSession, applier: BatchApplier, plan: B
 def mark_batches_complete(session: ConnectorSession, batch_ids: list[int]) -> int:
     """Marks applied batches complete so the engine's offset advances past them; returns the event count."""
     assert session.runner is not None
+    faults.pause_point(faults.COMMITTED)
     return sum(session.runner.mark_complete(batch_id) for batch_id in batch_ids)

@@ -1,0 +1,47 @@
+"""Pause points: a run told so by its environment stops dead at a named stage, so a fault test can kill it there.
+
+`CDC_PIPELINE_PAUSE_AT=<stage>` (or `<stage>@<n>`: the nth time the run reaches it; the first by default) makes
+the run write the stage's name to the file named by `CDC_PIPELINE_PAUSE_FILE` and then sleep until it is killed.
+Without `CDC_PIPELINE_PAUSE_AT` (always, outside the fault tests) a pause point does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+PAUSE_AT_ENV = "CDC_PIPELINE_PAUSE_AT"
+PAUSE_FILE_ENV = "CDC_PIPELINE_PAUSE_FILE"
+# A Debezium batch was popped from the runner; nothing of it is parsed yet.
+FETCHED = "fetched"
+# A batch is planned and its DML steps have their Spark frames; its destination transaction has not begun.
+CONVERTED = "converted"
+# A batch's steps, applied position and counts are written; its destination transaction is not committed.
+IN_TRANSACTION = "in_transaction"
+# The cycle's batches are committed; none is marked complete in the runner (Debezium's offset has not moved).
+COMMITTED = "committed"
+STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, COMMITTED)
+
+_reached: Counter = Counter()
+
+
+def pause_point(stage: str) -> None:
+    """Pauses the process for good when the environment asks for this stage (and this occurrence of it)."""
+    wanted = os.environ.get(PAUSE_AT_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition("@")
+    if name not in STAGES:
+        raise ValueError(f"{PAUSE_AT_ENV}={wanted!r}: the stage must be one of {', '.join(STAGES)}")
+    if name != stage:
+        return
+    _reached[stage] += 1
+    if _reached[stage] != int(nth or 1):
+        return
+    marker = os.environ.get(PAUSE_FILE_ENV)
+    if marker:
+        Path(marker).write_text(stage)
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,123 @@
+"""A run killed with SIGKILL at each stage of a fetch cycle (a pause point holds it there until the kill): the next
+runs leave the destination equal to the source, a keyless table's duplicates included, and count every event once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cdc_pipeline import faults
+
+pytestmark = pytest.mark.integration
+
+PAUSE_DEADLINE_SECONDS = 240
+READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3))"
+AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), amount INT)"  # no key, duplicate rows
+STATS = ("events", "snapshot_rows", "inserts", "updates", "deletes", "redelivered")
+STREAM = [
+    "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_3000",
+    "UPDATE readings SET value = -value WHERE id % 4 = 0",
+    "DELETE FROM readings WHERE id % 9 = 0",
+    # 30 distinct rows, each about 33 times: an update or delete must touch one copy only.
+    "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_1000",
+    "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 150",
+    "DELETE FROM audit_log WHERE amount = 1 LIMIT 100",
+]
+
+
+def _stats(pipeline) -> dict[str, int]:
+    rows = pipeline.dest_query(f"SELECT {', '.join(STATS)} FROM cdc.stats WHERE connector = %s", (pipeline.name,))
+    return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
+
+
+def _source_changes(pipeline, statements: list[str]) -> list[int]:
+    with pipeline.mariadb.connect(pipeline.source_db) as connection, connection.cursor() as cursor:
+        return [cursor.execute(statement) for statement in statements]
+
+
+def _kill_at(pipeline, pause_at: str, tmp_path: Path) -> dict[str, int]:
+    """Runs `cdc-pipeline sync` until it pauses at `pause_at`, kills its process group with SIGKILL; returns the
+    stats the kill left."""
+    marker = tmp_path / "paused"
+    env = {faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)}
+    pipeline.env.update(env)
+    try:
+        run = pipeline.sync_cli()
+    finally:
+        for key in env:
+            del pipeline.env[key]
+    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
+    try:
+        while not marker.exists():
+            assert run.poll() is None, f"the run ended before it paused at {pause_at}: {run.communicate()}"
+            assert time.monotonic() < deadline, f"the run did not reach {pause_at} within {PAUSE_DEADLINE_SECONDS} s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    assert marker.read_text() == pause_at.partition("@")[0]
+    return _stats(pipeline)
+
+
+def _assert_exact(pipeline, stats: dict[str, int], expected: dict[str, int]) -> None:
+    pipeline.assert_same("readings")
+    assert Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log")), \
+        "the keyless table holds the source's rows, each as many times"
+    assert {key: stats[key] for key in expected} == expected, "every event is counted once"
+    state = pipeline.dest_query("SELECT state, phase, last_error FROM cdc.connector_state WHERE connector = %s",
+                                (pipeline.name,))
+    assert state == [("syncing", None, None)], "the last cycle succeeded and none runs"
+
+
+# `@2`: the kill comes after the cycle's first transaction committed, so part of the stream was applied before it.
+@pytest.mark.parametrize("pause_at", [f"{faults.FETCHED}@4", f"{faults.CONVERTED}@2", f"{faults.IN_TRANSACTION}@2",
+                                      faults.COMMITTED])
+def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = _stats(pipeline)
+    inserts, updates, deletes, log_inserts, log_updates, log_deletes = _source_changes(pipeline, STREAM)
+    stream_events = inserts + updates + deletes + log_inserts + log_updates + log_deletes
+    # Debezium batches of 300 events at most, applied in transactions of 900 at most.
+    pipeline.write_config(batch_size=300, apply_batch_events=900)
+
+    killed = _kill_at(pipeline, pause_at, tmp_path)
+
+    applied = killed["events"] - baseline["events"]
+    if pause_at.startswith(faults.COMMITTED):
+        assert applied == stream_events, "every batch was committed before the kill, none marked complete"
+    elif pause_at.startswith((faults.CONVERTED, faults.IN_TRANSACTION)):
+        assert 0 < applied < stream_events, "the first transaction was committed, the one the kill hit was not"
+    else:
+        assert applied < stream_events
+    pipeline.write_config()
+    pipeline.sync()
+
+    stats = _stats(pipeline)
+    _assert_exact(pipeline, stats, {
+        "events": baseline["events"] + stream_events, "inserts": inserts + log_inserts,
+        "updates": updates + log_updates, "deletes": deletes + log_deletes, "redelivered": baseline["redelivered"] + applied})
+
+
+def test_snapshot_killed_between_commit_and_marking_complete(pipeline, tmp_path):
+    pipeline.source([READINGS, AUDIT_LOG])
+    _source_changes(pipeline, STREAM[:1] + STREAM[3:4])
+    rows = len(pipeline.source_rows("readings")) + len(pipeline.source_rows("audit_log"))
+    pipeline.write_config(batch_size=300, apply_batch_events=900)
+
+    killed = _kill_at(pipeline, faults.COMMITTED, tmp_path)
+
+    assert killed["snapshot_rows"] == rows, "the whole snapshot was committed, and Debezium recorded no offset"
+    _source_changes(pipeline, ["DELETE FROM readings WHERE id <= 10", "DELETE FROM audit_log WHERE amount = 2 LIMIT 5"])
+    pipeline.write_config()
+    pipeline.sync()
+
+    stats = _stats(pipeline)
+    rows_now = len(pipeline.source_rows("readings")) + len(pipeline.source_rows("audit_log"))
+    _assert_exact(pipeline, stats, {"snapshot_rows": rows_now, "redelivered": killed["events"], "deletes": 0})
