@@ -49,6 +49,7 @@ DEFAULT_APPLY_BATCH_EVENTS = 20_000
 MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
+DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 60.0
 DEFAULT_RETRY_ATTEMPTS = 3
 MAX_RETRY_ATTEMPTS = 20
 DEFAULT_RETRY_BACKOFF_SECONDS = 1.0
@@ -75,6 +76,7 @@ _CONNECTOR_FIELDS = (
     "max_events_per_run",
     "max_seconds_per_run",
     "idle_timeout_seconds",
+    "source_lost_timeout_seconds",
     "letter_casing",
     "destination_schema",
     "debezium",
@@ -176,6 +178,8 @@ class ConnectorConfig:
     debezium: Mapping[str, str] = field(hash=False)
     retry_attempts: int = 3  # error_strategy retry: applications of a failing batch before the run fails
     retry_backoff_seconds: float = 1.0  # ... waiting this long before the first retry, doubling up to a minute
+    # A run whose streaming connection to the source is lost and not regained for this long fails.
+    source_lost_timeout_seconds: float = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
 
     def redacted(self) -> dict[str, Any]:
         """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""
@@ -327,6 +331,8 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         retry_attempts=section.integer("retry_attempts", default=DEFAULT_RETRY_ATTEMPTS, minimum=1,
                                        maximum=MAX_RETRY_ATTEMPTS),
         retry_backoff_seconds=section.positive_number("retry_backoff_seconds", default=DEFAULT_RETRY_BACKOFF_SECONDS),
+        source_lost_timeout_seconds=section.positive_number("source_lost_timeout_seconds",
+                                                            default=DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS),
     )
 
 

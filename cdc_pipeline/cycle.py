@@ -370,6 +370,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     last_batch_at = started
     streaming_since: float | None = None
     polling_since: float | None = None
+    source_lost_since: float | None = None
     while True:
         if session.halted():
             log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
@@ -404,6 +405,10 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                     or now - polling_since >= 3 * connector.idle_timeout_seconds):
                 break
         elif runner.is_streaming():
+            if source_lost_since is not None:
+                log.warning("%s: the log reader is connected to the source again after %.1f s", connector.name,
+                            now - source_lost_since)
+                source_lost_since = None
             if streaming_since is None:
                 session.record_streaming()
             # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
@@ -413,6 +418,20 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         elif runner.state in ("STOPPED", "FAILED"):
             runner.raise_if_failed()
             break
+        elif streaming_since is not None:
+            # It streamed and is not connected now: the source went away (a restart, the network). Debezium's
+            # log reader reconnects by itself; a run that waits too long fails instead of looking idle.
+            if source_lost_since is None:
+                source_lost_since = now
+                log.warning("%s: the log reader lost its connection to the source; waiting up to %.0f s for "
+                            "Debezium to reconnect", connector.name, connector.source_lost_timeout_seconds)
+            elif now - source_lost_since >= connector.source_lost_timeout_seconds:
+                raise RunnerError(
+                    f"lost the streaming connection to the source {connector.hostname}:{connector.port} and Debezium "
+                    f"did not reconnect within {connector.source_lost_timeout_seconds:.0f} s "
+                    f"(source_lost_timeout_seconds): check that the source runs and is reachable; the next run "
+                    "resumes from the last batch marked complete",
+                    connector=connector.name)
         elif not runner.is_polling() and now - started > ENGINE_START_TIMEOUT_SECONDS:
             raise RunnerError(f"the Debezium engine did not start polling within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
                               f"(state {runner.state})", connector=connector.name)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote
 
 import psycopg
@@ -169,17 +169,9 @@ class MariaDbServer:
         self._write_config()
         try:
             self._install_system_tables(install_db)
-            with open(self.log_file, "ab") as log:
-                self._process = subprocess.Popen(
-                    [str(mariadbd), f"--defaults-file={self.config_file}"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.work_dir,
-                    start_new_session=True,
-                )
+            self._spawn(mariadbd)
             _register(self)
-            self._wait_until_ready()
+            self._wait_until_ready(INITIAL_ROOT_PASSWORD)
             self._remove_anonymous_users()
             if self.root_password:
                 self._set_root_password()
@@ -235,6 +227,35 @@ class MariaDbServer:
         logger.info("MariaDB on port %d stopped", self.port)
         if self.remove_on_stop:
             _remove_work_dir(self.work_dir)
+
+    def restart(self, while_down: Callable[[], None] | None = None) -> None:
+        """Shuts the server down cleanly (open connections are cut), calls while_down, starts it again: same port,
+        data and binlog."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            raise RuntimeError(f"MariaDB on port {self.port} is not running (or was not started by this object)")
+        process.terminate()
+        process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        try:
+            if while_down is not None:
+                while_down()
+        finally:
+            executables = _mariadb_executables()
+            assert executables is not None, "the binaries of the server that just ran"
+            self._spawn(executables[0])
+            self._wait_until_ready(self.root_password)
+        logger.info("MariaDB on port %d restarted", self.port)
+
+    def _spawn(self, mariadbd: Path) -> None:
+        with open(self.log_file, "ab") as log:
+            self._process = subprocess.Popen(
+                [str(mariadbd), f"--defaults-file={self.config_file}"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+                start_new_session=True,
+            )
 
     def execute(self, sql: str | list[str], database: str | None = None) -> None:
         """Run one statement or a list of statements as root, in autocommit mode."""
@@ -319,7 +340,7 @@ class MariaDbServer:
             command.append("--user=root")
         _run_command(command, cwd=self.work_dir, timeout=START_TIMEOUT_SECONDS)
 
-    def _wait_until_ready(self) -> None:
+    def _wait_until_ready(self, password: str) -> None:
         import pymysql
 
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
@@ -327,7 +348,7 @@ class MariaDbServer:
             if self._process is None or self._process.poll() is not None:
                 raise RuntimeError("mariadbd exited")
             try:
-                self._connect(None, password=INITIAL_ROOT_PASSWORD).close()
+                self._connect(None, password=password).close()
                 return
             except pymysql.err.OperationalError as error:
                 if error.args and error.args[0] == MYSQL_ACCESS_DENIED:

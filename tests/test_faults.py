@@ -1,5 +1,5 @@
-"""Faults in the middle of a run: the destination PostgreSQL restarts while batches commit. The run fails with a
-clear error, nothing is lost or applied twice, and the next runs finish the job exactly (every count once)."""
+"""Faults in the middle of a run: the destination PostgreSQL or the source MariaDB restarts while batches commit.
+Nothing is lost or applied twice, and the runs that follow finish the job exactly (every count once)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc_pipeline.servers import start_postgres
-from conftest import CAPTURE_PASSWORD, Pipeline
+from cdc_pipeline.servers import start_mariadb, start_postgres
+from conftest import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +41,25 @@ def own_destination(mariadb, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         server.stop()
 
 
+@pytest.fixture
+def own_source(destination_pg, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A pipeline whose source MariaDB is its own, so the test may restart it."""
+    server = start_mariadb()
+    try:
+        server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+        yield new_pipeline(server, destination_pg, tmp_path, monkeypatch)
+    finally:
+        server.stop()
+
+
+def _wait_for_a_commit(pipeline, run, baseline: dict[str, int]) -> None:
+    deadline = time.monotonic() + 240
+    while _stats(pipeline)["events"] == baseline["events"]:
+        assert run.poll() is None, f"the run ended before the restart: {run.communicate()}"
+        assert time.monotonic() < deadline, "no batch was applied within 240 s"
+        time.sleep(0.05)
+
+
 def _stats(pipeline) -> dict[str, int]:
     rows = pipeline.dest_query(f"SELECT {', '.join(STATS)} FROM cdc.stats WHERE connector = %s", (pipeline.name,))
     return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
@@ -62,11 +81,7 @@ def test_destination_restarted_mid_run(own_destination):
     pipeline.write_config(batch_size=500, apply_batch_events=2000)
 
     run = pipeline.sync_cli()
-    deadline = time.monotonic() + 240
-    while _stats(pipeline)["events"] == baseline["events"]:
-        assert run.poll() is None, f"the run ended before the restart: {run.communicate()}"
-        assert time.monotonic() < deadline, "no batch was applied within 240 s"
-        time.sleep(0.05)
+    _wait_for_a_commit(pipeline, run, baseline)
     pipeline.destination.restart()
     _, stderr = run.communicate(timeout=300)
     assert run.returncode == 1, "the run fails when its destination goes away"
@@ -79,3 +94,66 @@ def test_destination_restarted_mid_run(own_destination):
     state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
                                 (pipeline.name,))
     assert state == [("syncing", None)], "the last cycle succeeded: the error is cleared"
+
+
+SOURCE_STREAM = [
+    "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_8000",
+    "UPDATE readings SET value = -value WHERE id % 4 = 0",
+    "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_2000",
+]
+AFTER_RESTART = [  # written after the restart, into the source's next binlog file
+    "DELETE FROM readings WHERE id % 9 = 0",
+    "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 300",
+    "DELETE FROM audit_log WHERE amount = 1 LIMIT 200",
+]
+
+
+def _assert_source_changes_counted_once(pipeline, baseline: dict[str, int]) -> None:
+    pipeline.catch_up("readings", "audit_log")
+    stats = _stats(pipeline)
+    assert (stats["inserts"] - baseline["inserts"], stats["updates"], stats["deletes"]) == (
+        10000, 2000 + 300, 888 + 200), "every change is counted once"
+    state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
+                                (pipeline.name,))
+    assert state == [("syncing", None)]
+
+
+def test_source_restarted_mid_run(own_source):
+    pipeline = own_source
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = _stats(pipeline)
+    pipeline.source(SOURCE_STREAM)
+    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20)
+
+    run = pipeline.sync_cli()
+    _wait_for_a_commit(pipeline, run, baseline)
+    pipeline.mariadb.restart()
+    pipeline.source(AFTER_RESTART)
+    stdout, stderr = run.communicate(timeout=300)
+
+    assert run.returncode == 0, stderr
+    assert "13388 events" in stdout, "Debezium reconnected and the run went on with the changes made after the restart"
+    _assert_source_changes_counted_once(pipeline, baseline)
+
+
+def test_source_down_longer_than_the_run_waits(own_source):
+    pipeline = own_source
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = _stats(pipeline)
+    pipeline.source(SOURCE_STREAM)
+    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20,
+                          source_lost_timeout_seconds=8)
+
+    run = pipeline.sync_cli()
+    _wait_for_a_commit(pipeline, run, baseline)
+    outcome: list[str] = []
+    pipeline.mariadb.restart(while_down=lambda: outcome.extend(run.communicate(timeout=300)))
+    pipeline.source(AFTER_RESTART)
+
+    assert run.returncode == 1, "the run fails while the source is down"
+    assert "did not reconnect within 8 s (source_lost_timeout_seconds)" in outcome[1]
+    error = pipeline.dest_query("SELECT last_error FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))
+    assert "did not reconnect" in error[0][0]
+    _assert_source_changes_counted_once(pipeline, baseline)
