@@ -28,6 +28,10 @@ from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
 CONNECTOR_TAG = "cdc/connector"
+# Dagster's run retry tags (read by the daemon when the instance has run_retries enabled).
+MAX_RETRIES_TAG = "dagster/max_retries"
+RETRY_STRATEGY_TAG = "dagster/retry_strategy"
+ALL_STEPS = "ALL_STEPS"
 
 
 @op(description="Pops batches of change events from the Debezium engine (lazily) until the source is idle or "
@@ -116,5 +120,14 @@ def build_sync_job(connector: ConnectorConfig, config_path: Optional[str] = None
             "io_manager": mem_io_manager,
         },
         executor_def=in_process_executor,
-        tags={CONNECTOR_TAG: connector.name},
+        tags={CONNECTOR_TAG: connector.name, **run_retry_tags(connector)},
     )
+
+
+def run_retry_tags(connector: ConnectorConfig) -> dict[str, str]:
+    """Dagster's run retry tags matching the connector's `run_retries` (by default 2 under error_strategy retry,
+    else 0, whatever the instance's default): a retry runs every step again, since the engine lives in the run."""
+    tags = {MAX_RETRIES_TAG: str(connector.run_retries)}
+    if connector.run_retries:
+        tags[RETRY_STRATEGY_TAG] = ALL_STEPS
+    return tags

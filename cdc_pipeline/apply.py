@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Collection, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Collection, Iterable
 
 import psycopg
 from psycopg import sql
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -50,6 +52,7 @@ from cdc_pipeline.events import (
     EventRef,
     FieldSpec,
     ParsedBatch,
+    fail_on_malformed,
     index_entry_of,
     offset_order,
 )
@@ -60,9 +63,13 @@ log = logging.getLogger(__name__)
 
 _COPY_CHUNK = 1 << 20
 SKIP = "skip"
-# What a step may fail with because of its events (a value the destination refuses, a conversion, a transform);
-# py4j reports Spark's failures as Py4JJavaError.
-SKIPPABLE_ERRORS = (psycopg.Error, CdcError, Py4JJavaError)
+# Spark's failures: PySpark's own exceptions, or Py4JJavaError from a call made through py4j directly.
+SPARK_ERRORS = (PySparkException, Py4JJavaError)
+# What a step may fail with because of its events (a value the destination refuses, a conversion, a transform).
+SKIPPABLE_ERRORS = (psycopg.Error, CdcError, *SPARK_ERRORS)
+# The message of Spark's raise_error (a malformed event line) and the seq it names.
+_RAISED_IN_SPARK = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
+_SEQ_IN_MESSAGE = re.compile(r"\(seq (\d+)\b")
 # Merge-line expressions kept per applier (one per table version; a connector rarely has more live at once).
 _EXPRESSION_CACHE_SIZE = 256
 
@@ -290,7 +297,9 @@ def attach_dml_frames(plan: BatchPlan) -> None:
 
     The events DataFrame holds the batch's data changes only. When one segment has them all (one table, one
     schema: the usual batch) it is the segment's frame as is. Otherwise the parsed rows are cached and each
-    segment takes those of its schema id (a value schema belongs to one table) within its seq range.
+    segment takes those of its schema id (a value schema belongs to one table) within its seq range, and the
+    malformed lines in that range (they have no schema id; see `parse_events`): they fail the segment naming their
+    seq, so they are never lost.
     """
     segments = [step for step in plan.steps if isinstance(step, DmlStep)]
     data_changes = sum(1 for ref in plan.parsed.refs if ref.kind == DATA_CHANGE)
@@ -300,8 +309,9 @@ def attach_dml_frames(plan: BatchPlan) -> None:
     events = plan.parsed.events
     for step in segments:
         step.fields = plan.parsed.fields(step.schema_id)
-        step.frame = events if whole else events.where(
-            (F.col("schema_id") == step.schema_id) & F.col("seq").between(step.first_seq, step.last_seq))
+        step.frame = fail_on_malformed(events if whole else events.where(
+            F.col("seq").between(step.first_seq, step.last_seq)
+            & ((F.col("schema_id") == step.schema_id) | F.col("schema_id").isNull())))
 
 
 class BatchApplier:
@@ -316,6 +326,7 @@ class BatchApplier:
         self._staging_seq = 0
         self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
+        self._set_aside_seqs: set[int] = set()
 
     def apply(self, plan: BatchPlan, *, dead_letter: int | None = None) -> control.BatchCounts:
         """Applies every step and records the batch's position, all in one transaction; returns the counts.
@@ -326,6 +337,7 @@ class BatchApplier:
         and its counts move from the bad events to its kind; the applied position stays where it is.
         """
         self._batch_refs = plan.parsed.refs
+        self._set_aside_seqs = set()
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             for step in plan.steps:
@@ -359,16 +371,13 @@ class BatchApplier:
 
     def _apply_step_or_set_aside(self, cur: psycopg.Cursor, plan: BatchPlan,
                                  step: DdlStep | DmlStep | TruncateStep | SnapshotStep) -> None:
-        try:
-            with self.conn.transaction():  # a savepoint: a failure undoes this step only
-                self._apply_step(cur, plan, step)
+        error = self._try_in_savepoint(cur, plan, step, lambda: self._apply_step(cur, plan, step))
+        if error is None:
             return
-        except SKIPPABLE_ERRORS as exc:
-            self._raise_unless_event_error(exc, step)
-            error: BaseException = exc
         if isinstance(step, DmlStep):
             refs = [ref for ref in plan.parsed.refs if ref.kind == DATA_CHANGE and ref.source_table == step.source_table
-                    and ref.schema_id == step.schema_id and step.first_seq <= ref.seq <= step.last_seq]
+                    and ref.schema_id == step.schema_id and step.first_seq <= ref.seq <= step.last_seq
+                    and ref.seq not in self._set_aside_seqs]
             self._set_aside_failures(cur, plan, step, refs, error)
         else:
             self._set_aside(cur, plan, step.ref, error)
@@ -398,12 +407,30 @@ class BatchApplier:
                                ops=Counter(ref.op for ref in part), last_ref=part[-1], fields=step.fields,
                                frame=step.frame.where(F.col("seq").between(part[0].seq, part[-1].seq))
                                if step.frame is not None else None)
+            error = self._try_in_savepoint(cur, plan, sub_step, lambda: self._apply_step(cur, plan, sub_step))
+            if error is not None:
+                self._set_aside_failures(cur, plan, sub_step, [ref for ref in part if ref.seq not in
+                                                               self._set_aside_seqs], error)
+
+    def _try_in_savepoint(self, cur: psycopg.Cursor, plan: BatchPlan, step: object, apply: Callable[[], None]
+                          ) -> BaseException | None:
+        """Runs `apply` in a savepoint (a failure undoes it only); returns the event error it failed with, or None.
+
+        An error naming its event (a malformed line: `ConversionError.seq`) sets that event aside at once and
+        tries again without it.
+        """
+        while True:
             try:
                 with self.conn.transaction():
-                    plan.counts.zero_dates += self._apply_dml(cur, sub_step)
+                    apply()
+                return None
             except SKIPPABLE_ERRORS as exc:
-                self._raise_unless_event_error(exc, sub_step)
-                self._set_aside_failures(cur, plan, sub_step, part, exc)
+                self._raise_unless_event_error(exc, step)
+                seq = getattr(exc, "seq", None)
+                ref = next((ref for ref in plan.parsed.refs if ref.seq == seq), None)
+                if ref is None or seq in self._set_aside_seqs:
+                    return exc
+                self._set_aside(cur, plan, ref, exc)
 
     def _set_aside(self, cur: psycopg.Cursor, plan: BatchPlan, ref: EventRef, error: BaseException) -> None:
         """Moves one event to the dead letters (same transaction) and counts it as a bad event, not as applied."""
@@ -414,6 +441,7 @@ class BatchApplier:
         else:
             raw_event, value_schema = json.dumps(index_entry_of(ref), default=str), None
         message = str(error)
+        self._set_aside_seqs.add(ref.seq)
         letter_id = control.add_dead_letter(cur, self.control_schema, control.DeadLetter(
             connector=self.connector.name, source_table=ref.source_table, op=ref.op, position=ref.position,
             raw_event=raw_event, value_schema=value_schema, error=message))
@@ -512,6 +540,8 @@ class BatchApplier:
             objmap.record_columns(cur, schema, name, change.table)
 
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
+        if self._set_aside_seqs and step.frame is not None:
+            step = replace(step, frame=step.frame.where(~F.col("seq").isin(sorted(self._set_aside_seqs))))
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
         destination = ensure_table_matches(
@@ -521,7 +551,7 @@ class BatchApplier:
         columns = plan_columns(step.fields, destination.columns,
                                lambda name: self.object_map.column_name(step.source_table, name),
                                connector=self.connector.name, table=step.source_table,
-                               dest_types=destination.types)
+                               dest_types=destination.types, position=position)
         columns, transforms = self.object_map.transforms(step.source_table, columns)
         key = list(destination.primary_key[1]) if destination.primary_key else []
         try:
@@ -530,6 +560,18 @@ class BatchApplier:
                 if key:
                     return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
                 return self._apply_keyless(cur, schema, table, step, columns, transforms)
+        except SPARK_ERRORS as exc:
+            message, seq = spark_failure(exc)
+            ref = next((ref for ref in self._batch_refs if ref.seq == seq), None)
+            if ref is None:
+                raise ConversionError(f"cannot convert changes to {schema}.{table} (events {step.first_seq}.."
+                                      f"{step.last_seq} of the batch): {message}", connector=self.connector.name,
+                                      table=step.source_table, position=position) from exc
+            # The event's own table, from the runner's index: a malformed line has none of its own.
+            named = ConversionError(f"cannot convert event {seq} of the batch (op {ref.op}): {message}",
+                                    connector=self.connector.name, table=ref.source_table, position=ref.position)
+            named.seq = seq
+            raise named from exc
         except psycopg.Error as exc:
             refs = {ref.seq: ref for ref in self._batch_refs}
             failed = transforms and objmap.transform_error(
@@ -704,6 +746,19 @@ class BatchApplier:
         cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
             target, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values[name] for name in names),
             staging))
+
+
+def spark_failure(error: BaseException) -> tuple[str, int | None]:
+    """What a failed Spark job says in one line (the message an expression raised, if one did), and the seq of the
+    event it names, if any."""
+    if isinstance(error, Py4JJavaError):
+        text = str(error.java_exception.getMessage() or error.java_exception.toString())
+    else:
+        text = str(error)
+    raised = _RAISED_IN_SPARK.search(text)
+    message = raised.group(1) if raised else text.strip().splitlines()[0] if text.strip() else repr(error)
+    seq = _SEQ_IN_MESSAGE.search(message)
+    return message, int(seq.group(1)) if seq else None
 
 
 def _match_columns(names: list[str], left: str, values: dict[str, sql.Composable]) -> sql.Composed:

@@ -50,6 +50,9 @@ MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
 DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 60.0
+# Dagster run retries of a failed sync run: by default only under error_strategy retry.
+DEFAULT_RUN_RETRIES = {"retry": 2}
+MAX_RUN_RETRIES = 10
 DEFAULT_RETRY_ATTEMPTS = 3
 MAX_RETRY_ATTEMPTS = 20
 DEFAULT_RETRY_BACKOFF_SECONDS = 1.0
@@ -72,6 +75,7 @@ _CONNECTOR_FIELDS = (
     "error_strategy",
     "retry_attempts",
     "retry_backoff_seconds",
+    "run_retries",
     "schedule",
     "max_events_per_run",
     "max_seconds_per_run",
@@ -178,6 +182,8 @@ class ConnectorConfig:
     debezium: Mapping[str, str] = field(hash=False)
     retry_attempts: int = 3  # error_strategy retry: applications of a failing batch before the run fails
     retry_backoff_seconds: float = 1.0  # ... waiting this long before the first retry, doubling up to a minute
+    # Times Dagster launches a failed sync run again (the run tag dagster/max_retries).
+    run_retries: int = 0
     # A run whose streaming connection to the source is lost and not regained for this long fails.
     source_lost_timeout_seconds: float = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
 
@@ -307,6 +313,7 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
     section.reject_unknown_fields(_CONNECTOR_FIELDS, "a connector")
     section.require(_REQUIRED_CONNECTOR_FIELDS)
     connector_type = section.choice("type", CONNECTOR_TYPES)
+    error_strategy = section.choice("error_strategy", ERROR_STRATEGIES, default="exit")
     return ConnectorConfig(
         name=name,
         type=connector_type,
@@ -320,7 +327,7 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         batch_size=section.integer("batch_size", default=DEFAULT_BATCH_SIZE, minimum=1, maximum=MAX_BATCH_SIZE),
         apply_batch_events=section.integer("apply_batch_events", default=DEFAULT_APPLY_BATCH_EVENTS, minimum=1,
                                            maximum=MAX_APPLY_BATCH_EVENTS),
-        error_strategy=section.choice("error_strategy", ERROR_STRATEGIES, default="exit"),
+        error_strategy=error_strategy,
         schedule=section.cron("schedule", default=DEFAULT_SCHEDULE),
         max_events_per_run=section.integer("max_events_per_run", default=DEFAULT_MAX_EVENTS_PER_RUN, minimum=1),
         max_seconds_per_run=section.positive_number("max_seconds_per_run", default=DEFAULT_MAX_SECONDS_PER_RUN),
@@ -331,6 +338,8 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         retry_attempts=section.integer("retry_attempts", default=DEFAULT_RETRY_ATTEMPTS, minimum=1,
                                        maximum=MAX_RETRY_ATTEMPTS),
         retry_backoff_seconds=section.positive_number("retry_backoff_seconds", default=DEFAULT_RETRY_BACKOFF_SECONDS),
+        run_retries=section.integer("run_retries", default=DEFAULT_RUN_RETRIES.get(error_strategy, 0), minimum=0,
+                                    maximum=MAX_RUN_RETRIES),
         source_lost_timeout_seconds=section.positive_number("source_lost_timeout_seconds",
                                                             default=DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS),
     )

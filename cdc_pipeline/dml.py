@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import psycopg
 from pyspark.sql import Column, DataFrame, Window
@@ -395,7 +395,8 @@ CATEGORY_NAMES: dict[str, str] = {
 
 
 def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of: Callable[[str], str], *,
-                 connector: str, table: str, dest_types: Mapping[str, ColumnType] | None = None) -> list[ColumnPlan]:
+                 connector: str, table: str, dest_types: Mapping[str, ColumnType] | None = None,
+                 position: Any = None) -> list[ColumnPlan]:
     """Matches each event column with its destination column and picks its converter.
 
     `dest_types` (from `catalog.destination_table`) lets columns of types the pipeline did not create
@@ -407,7 +408,8 @@ def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of:
         if dest_name not in dest_columns:
             raise ConversionError(
                 f"column {spec.name!r} of the change events has no destination column {dest_name!r} "
-                f"(destination columns: {', '.join(dest_columns)})", connector=connector, table=table)
+                f"(destination columns: {', '.join(dest_columns)})", connector=connector, table=table,
+                position=position)
         convert = converter_for(spec)
         if convert is None:
             log.warning("No converter for %s.%s (%s, %s): passing its text through", table, spec.name, spec.type,

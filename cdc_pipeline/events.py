@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -115,7 +115,7 @@ class ParsedBatch:
         """The JSON line of one data change, as the runner wrote it (one Spark job: for dead letters only)."""
         if self.lines is None:
             raise ValueError("the batch keeps no lines")
-        rows = self.lines.where(F.get_json_object("line", "$.seq") == str(seq)).limit(1).collect()
+        rows = self.lines.where(_line_seq() == seq).limit(1).collect()
         if not rows:
             raise ValueError(f"event {seq} is not among the batch's data changes")
         return rows[0].line
@@ -141,18 +141,38 @@ class ParsedBatch:
 def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
     """The batch's index as EventRefs in source order, and the row images of its data-change lines (the runner
     ships those apart), parsed lazily in Spark."""
-    parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"))
+    parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"), _line_seq().alias("line_seq"), "line")
     value = F.col("e.value")
     events = parsed.select(
         F.lit(batch.batch_id).alias("batch_id"),
-        F.col("e.seq").alias("seq"),
+        # From the line's first field, so that a step (and the skip strategy's halving) finds a malformed line too.
+        F.coalesce("line_seq", F.raise_error(F.concat(F.lit("an event line without its seq: "),
+                                                      F.substring("line", 1, 200)))).alias("seq"),
         F.col("e.schema").alias("schema_id"),
         value["op"].alias("op"),
         value["before"].alias("before"),
         value["after"].alias("after"),
+        # A line that is not the JSON it should be parses to nulls: `fail_on_malformed` makes it fail where it is
+        # used, never go missing.
+        (F.col("e.seq").isNull() | (F.col("e.seq") != F.col("line_seq")) | value["op"].isNull()).alias("malformed"),
     )
     refs = sorted((event_ref(entry) for entry in batch.index), key=lambda ref: ref.seq)
     return ParsedBatch(batch=batch, events=events, refs=refs, lines=data_lines)
+
+
+def fail_on_malformed(frame: DataFrame) -> DataFrame:
+    """The frame (of `ParsedBatch.events`), failing with the event's seq when it holds a malformed line.
+
+    Applied to a step's rows after they are chosen, so that only the step holding the line fails, and not a cached
+    batch's other steps."""
+    return frame.withColumn("op", F.when(F.col("malformed"), F.raise_error(F.concat(
+        F.lit("malformed event line (seq "), F.col("seq").cast("string"), F.lit(" of runner batch "),
+        F.col("batch_id").cast("string"), F.lit(")")))).otherwise(F.col("op")))
+
+
+def _line_seq() -> Column:
+    """The seq of a runner line read from its first field (`{"seq":N,...`), without parsing the rest."""
+    return F.regexp_extract("line", r'^\{"seq":(\d+)[,}]', 1).try_cast(T.LongType())
 
 
 _UNINDEXED_SOURCE_FIELDS = frozenset({"version", "connector", "name", "ts_us", "ts_ns"})

@@ -104,6 +104,7 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     assert connector.max_events_per_run == 100000
     assert connector.max_seconds_per_run == 300.0
     assert connector.idle_timeout_seconds == 5.0
+    assert (connector.run_retries, connector.source_lost_timeout_seconds) == (0, 60.0)
     assert connector.letter_casing == "lowercase"
     assert connector.destination_schema is None
     assert dict(connector.debezium) == {}
@@ -132,6 +133,8 @@ def test_every_field_set_explicitly(tmp_path: Path) -> None:
             max_events_per_run: 10
             max_seconds_per_run: 12.5
             idle_timeout_seconds: 0.5
+            source_lost_timeout_seconds: 9
+            run_retries: 4
             letter_casing: asis
             destination_schema: Sales
             debezium:
@@ -150,6 +153,7 @@ def test_every_field_set_explicitly(tmp_path: Path) -> None:
     assert (connector.batch_size, connector.max_events_per_run) == (500, 10)
     assert (connector.max_seconds_per_run, connector.idle_timeout_seconds) == (12.5, 0.5)
     assert connector.schedule == "*/5 * * * *"
+    assert (connector.run_retries, connector.source_lost_timeout_seconds) == (4, 9.0)
     assert connector.destination_schema == "Sales"
     assert dict(connector.debezium) == {
         "plugin.name": "pgoutput",
@@ -276,6 +280,8 @@ def test_malformed_variable_reference_is_an_error(text: str) -> None:
         ("debezium", ["a"], "debezium", "mapping"),
         ("debezium", {"column.include.list": ["a"]}, "debezium.column.include.list", "string, number or boolean"),
         ("prot", 3306, "prot", "did you mean 'port'"),
+        ("run_retries", 11, "run_retries", "between 0 and 10"),
+        ("source_lost_timeout_seconds", 0, "source_lost_timeout_seconds", "> 0"),
     ],
 )
 def test_bad_connector_field_names_connector_and_field(

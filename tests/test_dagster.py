@@ -152,3 +152,13 @@ def test_a_second_concurrent_cycle_of_the_same_connector_is_refused(pipeline):
 
     assert exit_code == 1
     assert state == []
+
+
+def test_the_project_instance_enables_run_retries(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((Path(__file__).resolve().parent.parent / "dagster_home" / "dagster.yaml")
+                                       .read_text())
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 0, \
+            "retries come from each sync job's dagster/max_retries tag (the connector's run_retries)"

@@ -121,3 +121,32 @@ def test_a_poison_event_under_each_error_strategy(pipeline, caplog):
     assert [row["status"] for row in _letters(pipeline, "--all")] == ["retried", "discarded"]
     assert [row for row in pipeline.source_rows("orders") if row[0] != 900] == pipeline.dest_rows("orders")
     assert _stats(pipeline)["bad_events"] == 1
+
+
+def test_dagster_retries_a_failed_run_as_the_connector_says(pipeline):
+    from dagster import DagsterInstance
+    from dagster._daemon.auto_run_reexecution.auto_run_reexecution import get_reexecution_strategy, should_retry
+
+    from assets.sync_job import build_sync_job
+    from cdc_pipeline.config import load_config
+
+    pipeline.source(ORDERS)
+    pipeline.sync()
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute(LIMIT.format(schema=f'"{pipeline.source_db}"'))
+    pipeline.source(CHANGES)
+
+    decisions = {}
+    for strategy in ("retry", "exit"):
+        pipeline.write_config(error_strategy=strategy, retry_attempts=1)
+        job = build_sync_job(load_config(pipeline.config_path).connector(pipeline.name), str(pipeline.config_path))
+        # The project's instance settings (dagster_home/dagster.yaml) enable run retries.
+        with DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
+            result = job.execute_in_process(instance=instance, raise_on_error=False)
+            run = instance.get_run_by_id(result.run_id)
+            decisions[strategy] = (result.success, should_retry(run, instance), run.tags.get("dagster/max_retries"),
+                                   get_reexecution_strategy(run, instance))
+    retry_strategy = decisions["retry"][3]
+    assert decisions["retry"][:3] == (False, True, "2") and retry_strategy.value == "ALL_STEPS", \
+        "under retry the daemon launches the failed run again, all of its steps"
+    assert decisions["exit"] == (False, False, "0", None), "under exit the next scheduled run retries the batch"
