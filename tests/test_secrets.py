@@ -35,3 +35,56 @@ def test_passwords_stay_out_of_logs_and_run_storage(pipeline):
         "SELECT s::text FROM cdc.connector_state s UNION ALL SELECT a::text FROM cdc.applied_positions a"))
     assert CAPTURE_PASSWORD not in control_text and DEST_PASSWORD not in control_text
     pipeline.assert_same("t")
+
+
+WRITER = "cdc_writer"
+WRITER_PASSWORD = "writer-pw-93d0aa"
+# The rights the README lists for the destination role: nothing else, not even what PUBLIC gets by default.
+WRITER_RIGHTS = "GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {db} TO " + WRITER
+
+
+def test_a_destination_role_with_only_the_listed_rights_replicates_and_stores_no_secret(pipeline):
+    """Snapshot, stream, a dead letter and the control commands as a role holding only the README's rights; then
+    no table of the destination database holds a password (offsets, schema history, state, stats, dead letters,
+    the replicated rows)."""
+    from cdc_pipeline import cli
+
+    destination = pipeline.destination
+    destination.execute([f"DROP ROLE IF EXISTS {WRITER}",
+                         f"CREATE ROLE {WRITER} LOGIN PASSWORD '{WRITER_PASSWORD}'",
+                         f'REVOKE ALL ON DATABASE "{pipeline.dest_db}" FROM PUBLIC',
+                         WRITER_RIGHTS.format(db=f'"{pipeline.dest_db}"')])
+    pipeline.env["TEST_DEST_DSN"] = destination.dsn(pipeline.dest_db, user=WRITER, password=WRITER_PASSWORD)
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), n INT)",
+                     "INSERT INTO t VALUES (1, 'x', 1), (2, 'y', 2)"])
+    pipeline.write_config(error_strategy="skip")
+
+    run = pipeline.sync_cli()
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err[-3000:]
+    destination.execute(f'ALTER TABLE "{pipeline.source_db}".t ADD CONSTRAINT small_n CHECK (n < 100)',
+                        dbname=pipeline.dest_db)
+    pipeline.source(["INSERT INTO t VALUES (3, 'z', 3), (4, 'poison', 500)", "UPDATE t SET v = 'x2' WHERE id = 1"])
+    run = pipeline.sync_cli()
+    out2, err2 = run.communicate(timeout=600)
+    assert run.returncode == 0, err2[-3000:]
+    for command in (["dead-letters", "list", pipeline.name], ["stats", pipeline.name], ["pause", pipeline.name]):
+        assert cli.main(command) == 0
+
+    assert pipeline.dest_rows("t") == [row for row in pipeline.source_rows("t") if row[0] != 4]
+    tables = pipeline.dest_query(
+        "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+        "AND table_schema NOT IN ('pg_catalog', 'information_schema')")
+    assert {"dead_letters", "debezium_offsets", "debezium_schema_history", "connector_state", "requests"} <= {
+        name for _, name in tables}
+    owners = pipeline.dest_query("SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class c JOIN pg_namespace n "
+                                 "ON n.oid = c.relnamespace WHERE n.nspname IN ('cdc', %s)", (pipeline.source_db,))
+    assert owners == [(WRITER,)], "the role owns what it created"
+    letters = pipeline.dest_query("SELECT raw_event FROM cdc.dead_letters")
+    assert len(letters) == 1 and "poison" in letters[0][0]
+    for schema, name in tables:
+        text = str(pipeline.dest_query(f'SELECT x::text FROM "{schema}"."{name}" x'))
+        for secret in (CAPTURE_PASSWORD, WRITER_PASSWORD):
+            assert secret not in text, f"{secret!r} is stored in {schema}.{name}"
+    for secret in (CAPTURE_PASSWORD, WRITER_PASSWORD):
+        assert secret not in out + err + out2 + err2
