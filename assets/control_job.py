@@ -28,7 +28,7 @@ class ControlRequestConfig(Config):
     kind: RequestKind = Field(description="pause, resume, set_offset (while paused), restart or reload_objmap.")
     argument: Optional[str] = Field(
         default=None, description="set_offset: the offset as JSON; restart: the snapshot mode (initial, initial_only, "
-                                  "no_data, always, never, when_needed, schemasync).")
+                                  "no_data, always, never, when_needed, recovery, schemasync).")
 
 
 @op(description="Adds the request to the requests table; the cdc_requests sensor serves it (done or rejected "

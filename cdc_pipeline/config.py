@@ -35,7 +35,7 @@ CONNECTOR_TYPES = ("mariadb", "mysql", "postgres", "sqlserver", "oracle")
 DEFAULT_PORTS: Mapping[str, int] = MappingProxyType(
     {"mariadb": 3306, "mysql": 3306, "postgres": 5432, "sqlserver": 1433, "oracle": 1521}
 )
-SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "always", "never", "when_needed", "schemasync")
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "always", "never", "when_needed", "recovery", "schemasync")
 ERROR_STRATEGIES = ("exit", "retry", "skip")
 LETTER_CASINGS = ("lowercase", "asis")
 

@@ -81,9 +81,11 @@ _ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compi
      "snapshot replaces each table's rows"),
     (r"replication slot .* does not exist|slot .* has been invalidated",
      "the replication slot is gone: take a new snapshot: run once with snapshot_mode always, then set it back"),
-    (r"schema history .* (missing|corrupt)|db history topic or its content is fully or partially missing",
-     "the schema history in the control schema is missing or incomplete: take a new snapshot: run once with "
-     "snapshot_mode always, then set it back"),
+    (r"schema history .* (missing|corrupt)|db history topic (is missing|or its content is fully or partially missing)",
+     "the schema history in the control schema is missing or incomplete: run once with snapshot_mode recovery, "
+     "then set it back (it rebuilds the history from the tables as they are now and streams on from the stored "
+     "offset; if a table's schema changed since that offset, remove the connector's offsets and take a new "
+     "snapshot instead)"),
     (r"communications link failure|connection refused|unknown host|could not connect|unable to connect|"
      r"connect timed out|no route to host|name or service not known",
      "the source is not reachable: check that it runs and that `hostname` and `port` point at it from this "
@@ -134,6 +136,9 @@ SNAPSHOT_MODES = {
     "always": "always",
     "never": "never",
     "when_needed": "when_needed",
+    # The schema history rebuilt from the tables as they are now (no rows), then streaming from the stored offset:
+    # for a lost schema history, when no table changed its schema since that offset.
+    "recovery": "recovery",
     # The destination tables only: the schema snapshot, no rows and no streaming (the connector then pauses for
     # review; resumed, it streams from the schema snapshot's position).
     "schemasync": "configuration_based",

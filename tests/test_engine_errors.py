@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 
 from cdc_pipeline import cli
@@ -33,6 +34,8 @@ def _state(pipeline) -> tuple:
     ("ERROR: replication slot \"debezium\" does not exist", "replication slot is gone"),
     ("The db history topic or its content is fully or partially missing. Please check database schema history "
      "topic configuration and re-execute the snapshot.", "schema history"),
+    ("io.debezium.DebeziumException: The db history topic is missing. You may attempt to recover it by "
+     "reconfiguring the connector to recovery.", "schema history"),
 ])
 def test_known_engine_failures_say_what_to_do(message: str, hint: str) -> None:
     explained = engine_failure(message)
@@ -92,3 +95,21 @@ def test_a_purged_binlog_says_to_snapshot_again_and_a_new_snapshot_recovers(pipe
     pipeline.sync()
     pipeline.assert_same("items")
     assert _state(pipeline) == ("syncing", None), "a cycle that succeeds leaves the connector syncing, error cleared"
+
+
+def test_a_missing_schema_history_says_to_run_recovery_and_recovery_restores_it(pipeline):
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'one'), (2, 'two')"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO items VALUES (3, 'three')", "DELETE FROM items WHERE id = 2"])
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM cdc.debezium_schema_history WHERE connector = %s", (pipeline.name,))
+
+    message = _failure(pipeline)
+    assert "schema history" in message and "snapshot" in message
+    assert _state(pipeline)[0] == "stopped" and "schema history" in _state(pipeline)[1]
+    assert pipeline.dest_rows("items") == [(1, "one"), (2, "two")], "nothing after the stored offset was applied"
+
+    pipeline.write_config(snapshot_mode="recovery")
+    pipeline.sync()
+    pipeline.assert_same("items")
+    assert _state(pipeline) == ("syncing", None)
