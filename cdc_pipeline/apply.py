@@ -54,7 +54,7 @@ from cdc_pipeline.events import (
     ParsedBatch,
     fail_on_malformed,
     index_entry_of,
-    offset_order,
+    redelivery_test,
 )
 from cdc_pipeline.schema_infer import ensure_table_matches
 from cdc_pipeline.spark import collect_lines
@@ -158,7 +158,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
-    applied_order = offset_order(applied_offset)
+    redelivered = redelivery_test(applied_offset)
     snapshot_steps: dict[str, SnapshotStep] = {}
     placed_snapshot_steps: set[str] = set()
     snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's
@@ -172,11 +172,9 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             steps.append(segment)
 
     for ref in parsed.refs:
-        if applied_order is not None:
-            order = offset_order(ref.offset)
-            if order is not None and order <= applied_order:
-                counts.redelivered += 1
-                continue
+        if redelivered is not None and redelivered(ref.offset):
+            counts.redelivered += 1
+            continue
         source_ms = ref.source_ts_ms
         if source_ms is not None:
             if counts.first_source_ms is None:

@@ -24,7 +24,7 @@ from cdc_pipeline import control, faults, objmap, offsets
 from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.events import EventRef, ParsedBatch, offset_order, parse_events
+from cdc_pipeline.events import EventRef, ParsedBatch, parse_events, redelivery_test
 from cdc_pipeline.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
@@ -283,13 +283,12 @@ class ConnectorSession:
     def count_transactions(self, plan: BatchPlan) -> None:
         """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches
         counts once; re-delivered events count none)."""
-        applied = offset_order(self.applied_offset)
+        redelivered = redelivery_test(self.applied_offset)
         for ref in plan.parsed.refs:
             key = _transaction_key(ref)
             if key is None or key == self._last_transaction:
                 continue
-            order = offset_order(ref.offset)
-            if applied is not None and order is not None and order <= applied:
+            if redelivered is not None and redelivered(ref.offset):
                 continue
             self._last_transaction = key
             plan.counts.transactions += 1

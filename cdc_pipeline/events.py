@@ -14,7 +14,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -243,7 +243,7 @@ def offset_order(offset: dict[str, Any] | None) -> tuple[int | str, int, int, in
 
     Debezium's MySQL/MariaDB offsets grow strictly from record to record while streaming, which is what lets
     re-delivered records be recognised. Snapshot offsets (all records share one position) and offsets of
-    other sources have no such order here: None, and nothing is skipped by them.
+    other sources have no such order here: None.
     """
     if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
         return None
@@ -251,3 +251,43 @@ def offset_order(offset: dict[str, Any] | None) -> tuple[int | str, int, int, in
     suffix = file_name.rsplit(".", 1)[-1]
     return (int(suffix) if suffix.isdigit() else file_name, int(offset["pos"]), int(offset.get("event") or 0),
             int(offset.get("row") or 0))
+
+
+def _pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | None:
+    """(txId, lsn, lsn_commit) of a PostgreSQL streaming record's offset, or None (snapshot or other source)."""
+    if not offset or offset.get("snapshot") or offset.get("last_snapshot_record") is not None \
+            or "lsn" not in offset or "txId" not in offset:
+        return None
+    return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
+
+
+def redelivery_test(applied: dict[str, Any] | None) -> Callable[[dict[str, Any] | None], bool] | None:
+    """A test telling, from a record's Debezium offset, whether it is at or before `applied` (the offset of the
+    last record a committed batch applied): a re-delivery after a crash between the commit and the offset flush.
+    None when `applied` has no such order (nothing then counts as re-delivered).
+
+    Binlog offsets (MariaDB/MySQL) grow strictly while streaming. PostgreSQL's stream comes in commit order, each
+    transaction whole: a record is re-delivered when it belongs to the applied record's transaction (`txId`) at
+    or before its `lsn` (a transaction's changes have growing LSNs), or to a transaction before it, which its
+    `lsn_commit` (the commit LSN of the transaction before the record's) tells: lower than the applied record's.
+    Snapshot records never count: they are tracked per table (`SnapshotStep`).
+    """
+    binlog = offset_order(applied)
+    if binlog is not None:
+        def binlog_test(offset: dict[str, Any] | None) -> bool:
+            order = offset_order(offset)
+            return order is not None and order <= binlog
+        return binlog_test
+    pg = _pg_stream_offset(applied)
+    if pg is not None:
+        tx_id, lsn, lsn_commit = pg
+
+        def pg_test(offset: dict[str, Any] | None) -> bool:
+            record = _pg_stream_offset(offset)
+            if record is None:
+                return False
+            if record[0] == tx_id:
+                return record[1] <= lsn
+            return record[2] < lsn_commit
+        return pg_test
+    return None

@@ -5,8 +5,10 @@ and per test its own source database, destination database and connector, so tes
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,12 +20,38 @@ import pytest
 import yaml
 from psycopg import sql
 
+from cdc_pipeline import faults
 from cdc_pipeline.runner import build_runner
 from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 CAPTURE_USER = "dbz"
 CAPTURE_PASSWORD = "capture-secret-7f3a"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PAUSE_DEADLINE_SECONDS = 240
+
+
+def start_sync(name: str, *args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdc_pipeline.cli", "sync", name, *args],
+        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until it pauses at `pause_at` (see cdc_pipeline/faults.py), then kills its
+    process group with SIGKILL."""
+    run = start_sync(name, env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)})
+    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
+    try:
+        while not marker.exists():
+            assert run.poll() is None, f"the run ended before it paused at {pause_at}: {run.communicate()}"
+            assert time.monotonic() < deadline, f"the run did not reach {pause_at} within {PAUSE_DEADLINE_SECONDS} s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    assert marker.read_text() == pause_at.partition("@")[0]
 
 
 @pytest.fixture(scope="session")
@@ -110,10 +138,7 @@ class Pipeline:
 
     def sync_cli(self, *args: str, **popen: Any) -> subprocess.Popen:
         """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
-        return subprocess.Popen(
-            [sys.executable, "-m", "cdc_pipeline.cli", "sync", self.name, *args],
-            cwd=PROJECT_ROOT, env={**os.environ, **self.env}, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+        return start_sync(self.name, *args, env=self.env, **popen)
 
     def write_config(self, **overrides: Any) -> None:
         connector = {

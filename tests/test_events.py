@@ -9,7 +9,15 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_helpers import all_events_batch, fetched_batch, fixture_records, get_spark
 
-from cdc_pipeline.events import DATA_CHANGE, OTHER, SCHEMA_CHANGE, ParsedBatch, parse_events, row_image_fields
+from cdc_pipeline.events import (
+    DATA_CHANGE,
+    OTHER,
+    SCHEMA_CHANGE,
+    ParsedBatch,
+    parse_events,
+    redelivery_test,
+    row_image_fields,
+)
 
 PRODUCTS_SEQS = [7, 8, 9, 10, 11, 12, 24]
 CUSTOMERS_SEQS = [15, 16, 18, 20, 22]
@@ -157,3 +165,34 @@ def test_postgres_source_table_is_schema_and_table(spark: SparkSession) -> None:
         assert [(ref.kind, ref.source_table) for ref in parsed.refs] == [(DATA_CHANGE, "public.orders")]
     finally:
         parsed.release()
+
+
+def test_binlog_records_at_or_before_the_applied_one_are_redelivered() -> None:
+    redelivered = redelivery_test({"file": "mariadb-bin.000002", "pos": 400, "event": 2, "row": 1})
+    assert redelivered({"file": "mariadb-bin.000002", "pos": 400, "event": 2, "row": 1})
+    assert redelivered({"file": "mariadb-bin.000001", "pos": 9000, "event": 5})
+    assert not redelivered({"file": "mariadb-bin.000002", "pos": 400, "event": 2, "row": 2})
+    assert not redelivered({"file": "mariadb-bin.000010", "pos": 4})
+    assert not redelivered({"file": "mariadb-bin.000001", "pos": 4, "snapshot": True}), "snapshots are per table"
+
+
+def test_postgres_records_of_the_applied_transaction_or_earlier_ones_are_redelivered() -> None:
+    # The applied record: transaction 736, after the commit at LSN 2000 of the transaction before it.
+    redelivered = redelivery_test({"lsn": 2600, "txId": 736, "lsn_commit": 2000, "lsn_proc": 2600})
+    assert redelivered({"lsn": 2500, "txId": 736, "lsn_commit": 2000}), "earlier in the same transaction"
+    assert redelivered({"lsn": 2600, "txId": 736, "lsn_commit": 2000}), "the applied record itself"
+    assert not redelivered({"lsn": 2700, "txId": 736, "lsn_commit": 2000}), "later in the same transaction"
+    # The same transaction re-delivered from an engine start carries an older lsn_commit: txId and lsn decide.
+    assert redelivered({"lsn": 2500, "txId": 736, "lsn_commit": 1200})
+    assert not redelivered({"lsn": 2650, "txId": 736, "lsn_commit": 1200})
+    assert redelivered({"lsn": 1900, "txId": 735, "lsn_commit": 1200}), "a transaction committed before"
+    # A transaction committed after the applied one: its changes may have lower LSNs (they interleaved).
+    assert not redelivered({"lsn": 2300, "txId": 737, "lsn_commit": 3100})
+    assert not redelivered({"lsn": 2300, "txId": 737, "lsn_commit": 2000}), "no commit read since the engine start"
+    assert not redelivered({"lsn": 100, "txId": 700, "snapshot": True}), "snapshots are per table"
+
+
+def test_snapshot_and_unknown_applied_offsets_skip_nothing() -> None:
+    assert redelivery_test(None) is None
+    assert redelivery_test({"lsn": 10, "txId": 5, "snapshot": True, "last_snapshot_record": True}) is None
+    assert redelivery_test({"change_lsn": "00000027:00000758:0003", "commit_lsn": "00000027:00000758:0005"}) is None

@@ -4,19 +4,16 @@ runs leave the destination equal to the source, a keyless table's duplicates inc
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from cdc_pipeline import faults
+from conftest import kill_at
 
 pytestmark = pytest.mark.integration
 
-PAUSE_DEADLINE_SECONDS = 240
 READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3))"
 AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), amount INT)"  # no key, duplicate rows
 STATS = ("events", "snapshot_rows", "inserts", "updates", "deletes", "redelivered")
@@ -42,26 +39,8 @@ def _source_changes(pipeline, statements: list[str]) -> list[int]:
 
 
 def _kill_at(pipeline, pause_at: str, tmp_path: Path) -> dict[str, int]:
-    """Runs `cdc-pipeline sync` until it pauses at `pause_at`, kills its process group with SIGKILL; returns the
-    stats the kill left."""
-    marker = tmp_path / "paused"
-    env = {faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)}
-    pipeline.env.update(env)
-    try:
-        run = pipeline.sync_cli()
-    finally:
-        for key in env:
-            del pipeline.env[key]
-    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
-    try:
-        while not marker.exists():
-            assert run.poll() is None, f"the run ended before it paused at {pause_at}: {run.communicate()}"
-            assert time.monotonic() < deadline, f"the run did not reach {pause_at} within {PAUSE_DEADLINE_SECONDS} s"
-            time.sleep(0.05)
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
-    assert marker.read_text() == pause_at.partition("@")[0]
+    """Kills a run of the connector at `pause_at`; returns the stats the kill left."""
+    kill_at(pipeline.name, pause_at, tmp_path / "paused", env=pipeline.env)
     return _stats(pipeline)
 
 
