@@ -690,10 +690,14 @@ class BatchApplier:
 
     def _apply_keyless(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
                        columns: list[ColumnPlan], transforms: dict[str, objmap.Transform]) -> int:
-        """Without a key, changes apply in source order; an update or delete touches one row equal to its before image.
+        """Without a key, an insert adds a row and an update or delete takes away one row equal to its before image
+        (adding its after image). Returns how many zero dates were written as NULL. Values of transformed columns
+        are matched and written transformed.
 
-        Columns left out of an image (unchanged TOASTed values) are neither matched nor written. Returns how many
-        zero dates were written as NULL. Values of transformed columns are matched and written transformed.
+        The source made every change on the rows as they were then, so the table's rows as a multiset end up as
+        they were, plus the images added, minus those taken away, in whatever order that is done: set-wise
+        (`_apply_keyless_net`). Images with columns left out (unchanged TOASTed values, which the before row must
+        supply) are applied one event at a time, in source order, neither matching nor writing those columns.
         """
         placeholder = unavailable_placeholder(self.connector)
         rows = step.frame.select(
@@ -703,6 +707,10 @@ class BatchApplier:
             unchanged_columns("after", columns, placeholder).alias("unchanged_after"),
             zero_dates("after", columns).alias("zero_dates")).orderBy("seq").collect()
         target = sql.Identifier(schema, table)
+        zero_dates_written = sum(row.zero_dates for row in rows if row.op != "d")
+        if not any(row.op in ("u", "d") and (row.unchanged_before or row.unchanged_after) for row in rows):
+            self._apply_keyless_net(cur, target, columns, rows, transforms)
+            return self._zero_dates_written(step, zero_dates_written)
         names = [column.dest_name for column in columns]
         values = [objmap.parameter_value(column, transforms.get(column.dest_name)) for column in columns]
         pending_inserts: list[str] = []
@@ -729,7 +737,36 @@ class BatchApplier:
                             [*after, *before])
         if pending_inserts:
             self._insert_lines(cur, target, columns, pending_inserts, transforms)
-        return self._zero_dates_written(step, sum(row.zero_dates for row in rows if row.op != "d"))
+        return self._zero_dates_written(step, zero_dates_written)
+
+    def _apply_keyless_net(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[ColumnPlan],
+                           rows: list, transforms: dict[str, objmap.Transform]) -> None:
+        """Applies a keyless segment's net effect set-wise: per row image, the copies its events add less those they
+        take away; one DELETE takes away the images short of copies (a hash join on the rows' text), one COPY adds
+        the others."""
+        net: Counter = Counter()
+        for row in rows:
+            if row.op in ("c", "r", "u"):
+                net[row.after_line] += 1
+            if row.op in ("u", "d"):
+                net[row.before_line] -= 1
+        names = [column.dest_name for column in columns]
+        removed = [f"{line}\t{-copies}" for line, copies in net.items() if copies < 0]
+        if removed:
+            staging = self._staging(cur, target, names, transforms)
+            cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN _cdc_copies integer").format(staging))
+            self._copy(cur, staging, [*names, "_cdc_copies"], removed)
+            values = objmap.staged_values(columns, transforms, "s")
+            cur.execute(sql.SQL(
+                "DELETE FROM {t} WHERE ctid IN (SELECT m.ctid FROM ("
+                "SELECT t.ctid, s._cdc_copies, row_number() OVER (PARTITION BY s._cdc_image) AS _cdc_nth "
+                "FROM {t} AS t JOIN (SELECT s._cdc_copies, ROW({staged})::text AS _cdc_image FROM {s} AS s) AS s "
+                "ON ROW({current})::text = s._cdc_image) AS m WHERE m._cdc_nth <= m._cdc_copies)").format(
+                t=target, s=staging, staged=sql.SQL(", ").join(values[name] for name in names),
+                current=sql.SQL(", ").join(sql.Identifier("t", name) for name in names)))
+        added = [line for line, copies in net.items() for _ in range(copies)]
+        if added:
+            self._insert_lines(cur, target, columns, added, transforms)
 
     def _insert_lines(self, cur: psycopg.Cursor, target: sql.Identifier, columns: list[ColumnPlan], lines: list[str],
                       transforms: dict[str, objmap.Transform]) -> None:

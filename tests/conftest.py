@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 import pytest
@@ -38,19 +38,25 @@ def start_sync(name: str, *args: str, env: dict[str, str] | None = None, **popen
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:
-    """Runs `cdc-pipeline sync NAME` until it pauses at `pause_at` (see cdc_pipeline/faults.py), then kills its
-    process group with SIGKILL."""
-    run = start_sync(name, env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)})
+def kill_when(name: str, ready: Callable[[], bool], what: str, env: dict[str, str] | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until `ready()` holds, then kills its process group with SIGKILL."""
+    run = start_sync(name, env=env)
     deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
     try:
-        while not marker.exists():
-            assert run.poll() is None, f"the run ended before it paused at {pause_at}: {run.communicate()}"
-            assert time.monotonic() < deadline, f"the run did not reach {pause_at} within {PAUSE_DEADLINE_SECONDS} s"
+        while not ready():
+            assert run.poll() is None, f"the run ended before {what}: {run.communicate()}"
+            assert time.monotonic() < deadline, f"the run did not reach {what} within {PAUSE_DEADLINE_SECONDS} s"
             time.sleep(0.05)
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
+
+
+def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until it pauses at `pause_at` (see cdc_pipeline/faults.py), then kills its
+    process group with SIGKILL."""
+    kill_when(name, marker.exists, f"pausing at {pause_at}",
+              env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)})
     assert marker.read_text() == pause_at.partition("@")[0]
 
 

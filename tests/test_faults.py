@@ -3,6 +3,7 @@ Nothing is lost or applied twice, and the runs that follow finish the job exactl
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -65,43 +66,12 @@ def _stats(pipeline) -> dict[str, int]:
     return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
 
 
-def test_destination_restarted_mid_run(own_destination):
-    pipeline = own_destination
-    pipeline.source([READINGS, AUDIT_LOG])
-    pipeline.sync()
-    baseline = _stats(pipeline)
-    pipeline.source([
-        "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_8000",
-        "UPDATE readings SET value = -value WHERE id % 4 = 0",
-        "DELETE FROM readings WHERE id % 9 = 0",
-        "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_2000",
-        "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 300",
-        "DELETE FROM audit_log WHERE amount = 1 LIMIT 200",
-    ])
-    pipeline.write_config(batch_size=500, apply_batch_events=2000)
-
-    run = pipeline.sync_cli()
-    _wait_for_a_commit(pipeline, run, baseline)
-    pipeline.destination.restart()
-    _, stderr = run.communicate(timeout=300)
-    assert run.returncode == 1, "the run fails when its destination goes away"
-    assert f"sync of connector '{pipeline.name}' failed" in stderr
-
-    pipeline.catch_up("readings", "audit_log")
-    stats = _stats(pipeline)
-    assert (stats["inserts"] - baseline["inserts"], stats["updates"], stats["deletes"]) == (
-        10000, 2000 + 300, 888 + 200), "every change is counted once"
-    state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
-                                (pipeline.name,))
-    assert state == [("syncing", None)], "the last cycle succeeded: the error is cleared"
-
-
 SOURCE_STREAM = [
     "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_8000",
     "UPDATE readings SET value = -value WHERE id % 4 = 0",
     "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_2000",
 ]
-AFTER_RESTART = [  # written after the restart, into the source's next binlog file
+AFTER_RESTART = [  # the source restart test writes these after the restart, into the next binlog file
     "DELETE FROM readings WHERE id % 9 = 0",
     "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 300",
     "DELETE FROM audit_log WHERE amount = 1 LIMIT 200",
@@ -118,16 +88,40 @@ def _assert_source_changes_counted_once(pipeline, baseline: dict[str, int]) -> N
     assert state == [("syncing", None)]
 
 
-def test_source_restarted_mid_run(own_source):
-    pipeline = own_source
+def test_destination_restarted_mid_run(own_destination):
+    pipeline = own_destination
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = _stats(pipeline)
+    pipeline.source(SOURCE_STREAM + AFTER_RESTART)
+    pipeline.write_config(batch_size=500, apply_batch_events=2000)
+
+    run = pipeline.sync_cli()
+    _wait_for_a_commit(pipeline, run, baseline)
+    pipeline.destination.restart()
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 1, "the run fails when its destination goes away"
+    assert f"sync of connector '{pipeline.name}' failed" in stderr
+
+    _assert_source_changes_counted_once(pipeline, baseline)
+
+
+def _run_streaming(pipeline, **config) -> tuple[dict[str, int], subprocess.Popen]:
+    """Creates the tables and syncs them; then writes SOURCE_STREAM and starts a run of it that has committed a
+    batch. Returns the stats before the stream and the run."""
     pipeline.source([READINGS, AUDIT_LOG])
     pipeline.sync()
     baseline = _stats(pipeline)
     pipeline.source(SOURCE_STREAM)
-    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20)
-
+    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20, **config)
     run = pipeline.sync_cli()
     _wait_for_a_commit(pipeline, run, baseline)
+    return baseline, run
+
+
+def test_source_restarted_mid_run(own_source):
+    pipeline = own_source
+    baseline, run = _run_streaming(pipeline)
     pipeline.mariadb.restart()
     pipeline.source(AFTER_RESTART)
     stdout, stderr = run.communicate(timeout=300)
@@ -139,15 +133,7 @@ def test_source_restarted_mid_run(own_source):
 
 def test_source_down_longer_than_the_run_waits(own_source):
     pipeline = own_source
-    pipeline.source([READINGS, AUDIT_LOG])
-    pipeline.sync()
-    baseline = _stats(pipeline)
-    pipeline.source(SOURCE_STREAM)
-    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20,
-                          source_lost_timeout_seconds=8)
-
-    run = pipeline.sync_cli()
-    _wait_for_a_commit(pipeline, run, baseline)
+    baseline, run = _run_streaming(pipeline, source_lost_timeout_seconds=8)
     outcome: list[str] = []
     pipeline.mariadb.restart(while_down=lambda: outcome.extend(run.communicate(timeout=300)))
     pipeline.source(AFTER_RESTART)

@@ -5,9 +5,6 @@ bookkeeping on captured Debezium events.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -25,8 +22,8 @@ from cdc_pipeline.apply import (
     plan_batch,
 )
 from cdc_pipeline.config import ConnectorConfig, parse_config
+from conftest import kill_when
 
-KILL_DEADLINE_SECONDS = 240
 READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))"
 ACCOUNTS = "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR(20), balance DECIMAL(12,2))"
 AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), action VARCHAR(10), amount INT)"  # no key, duplicate rows
@@ -51,16 +48,7 @@ def _source_changes(pipeline, statements: list[str]) -> list[int]:
 
 def _kill_after_first_commit(pipeline, applied) -> dict[str, int]:
     """Starts `cdc-pipeline sync` and kills its process group with SIGKILL as soon as `applied(stats)` holds."""
-    run = pipeline.sync_cli()
-    deadline = time.monotonic() + KILL_DEADLINE_SECONDS
-    try:
-        while not applied(_stats(pipeline)):
-            assert run.poll() is None, f"the run ended before it could be killed: {run.communicate()}"
-            assert time.monotonic() < deadline, f"no batch was applied within {KILL_DEADLINE_SECONDS} s"
-            time.sleep(0.05)
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+    kill_when(pipeline.name, lambda: applied(_stats(pipeline)), "a batch applied", env=pipeline.env)
     return _stats(pipeline)
 
 
