@@ -45,7 +45,7 @@ demo-stop:
 	@test -x $(PY) && $(PY) -m cdc_pipeline.demo stop || true
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 unit-test: setup
 	$(PY) -m pytest -m "not integration"
