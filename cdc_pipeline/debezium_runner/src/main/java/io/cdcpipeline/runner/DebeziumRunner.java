@@ -6,7 +6,6 @@ import java.lang.management.MemoryUsage;
 
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
-import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -28,6 +27,7 @@ import io.debezium.engine.format.ChangeEventFormat;
  */
 public final class DebeziumRunner {
     private static final Logger LOGGER = LoggerFactory.getLogger(DebeziumRunner.class);
+    private static final MBeanServer MBEANS = ManagementFactory.getPlatformMBeanServer();
 
     private final RunnerParameters parameters;
     private final BatchManager batches;
@@ -127,20 +127,14 @@ public final class DebeziumRunner {
      * "Connected"); until then a quiet source means "not there yet", not "idle".
      */
     public boolean isStreaming() {
-        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
-        String topicPrefix = parameters.get("topic.prefix");
         try {
-            Set<ObjectName> names = server.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=streaming,*"), null);
-            for (ObjectName name : names) {
-                if (topicPrefix.equals(name.getKeyProperty("server")) && Boolean.TRUE.equals(server.getAttribute(name, "Connected"))) {
-                    return true;
-                }
-            }
+            ObjectName name = metricsName("streaming");
+            return name != null && Boolean.TRUE.equals(MBEANS.getAttribute(name, "Connected"));
         }
         catch (Exception e) {
-            LOGGER.debug("Cannot read the streaming metrics of {}", topicPrefix, e);
+            LOGGER.debug("Cannot read the streaming metrics of {}", parameters.get("topic.prefix"), e);
+            return false;
         }
-        return false;
     }
 
     /**
@@ -148,22 +142,30 @@ public final class DebeziumRunner {
      * they exist): a snapshot mode without streaming ends its cycle once the snapshot is done.
      */
     public String snapshotStatus() {
-        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
-        String topicPrefix = parameters.get("topic.prefix");
         try {
-            Set<ObjectName> names = server.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=snapshot,*"), null);
-            for (ObjectName name : names) {
-                if (topicPrefix.equals(name.getKeyProperty("server"))) {
-                    return "{\"running\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotRunning"))
-                            + ",\"completed\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotCompleted"))
-                            + ",\"aborted\":" + Boolean.TRUE.equals(server.getAttribute(name, "SnapshotAborted")) + "}";
-                }
+            ObjectName name = metricsName("snapshot");
+            if (name == null) {
+                return "{}";
             }
+            return "{\"running\":" + Boolean.TRUE.equals(MBEANS.getAttribute(name, "SnapshotRunning"))
+                    + ",\"completed\":" + Boolean.TRUE.equals(MBEANS.getAttribute(name, "SnapshotCompleted"))
+                    + ",\"aborted\":" + Boolean.TRUE.equals(MBEANS.getAttribute(name, "SnapshotAborted")) + "}";
         }
         catch (Exception e) {
-            LOGGER.debug("Cannot read the snapshot metrics of {}", topicPrefix, e);
+            LOGGER.debug("Cannot read the snapshot metrics of {}", parameters.get("topic.prefix"), e);
+            return "{}";
         }
-        return "{}";
+    }
+
+    /** The name of this engine's Debezium connector-metrics MBean of a context ("snapshot", "streaming"), or null. */
+    private ObjectName metricsName(String context) throws Exception {
+        String topicPrefix = parameters.get("topic.prefix");
+        for (ObjectName name : MBEANS.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=" + context + ",*"), null)) {
+            if (topicPrefix.equals(name.getKeyProperty("server"))) {
+                return name;
+            }
+        }
+        return null;
     }
 
     public String lastError() {
