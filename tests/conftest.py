@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 import pytest
@@ -117,6 +117,20 @@ class Pipeline:
     def dest_query(self, query: str, params: Any = None) -> list[tuple]:
         with psycopg.connect(self.dest_dsn) as conn:
             return conn.execute(query, params).fetchall()
+
+    def source_changes(self, statements: list[str]) -> list[int]:
+        """Runs the statements on the source; returns the rows each changed, as MariaDB counts them."""
+        with self.mariadb.connect(self.source_db) as connection, connection.cursor() as cursor:
+            return [cursor.execute(statement) for statement in statements]
+
+    def stats(self, columns: Sequence[str]) -> dict[str, int]:
+        """These counts of the connector's row of cdc.stats (zeros before the first run made it)."""
+        if not self.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0]:
+            return dict.fromkeys(columns, 0)
+        query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
+            sql.SQL(", ").join(map(sql.Identifier, columns)))
+        rows = self.dest_query(query, (self.name,))
+        return dict(zip(columns, map(int, rows[0]))) if rows else dict.fromkeys(columns, 0)
 
     def dest_table_exists(self, table: str) -> bool:
         return self.dest_query("SELECT to_regclass(%s) IS NOT NULL",

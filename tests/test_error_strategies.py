@@ -20,6 +20,7 @@ ORDERS = "CREATE TABLE orders (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHA
 # The destination refuses quantities of 1000 and more: an event carrying one is poison there.
 LIMIT = 'ALTER TABLE {schema}.orders ADD CONSTRAINT qty_limit CHECK (qty < 1000)'
 POISON_ID = 123
+STATS = ("inserts", "updates", "deletes", "bad_events")
 CHANGES = [
     f"INSERT INTO orders SELECT seq, IF(seq = {POISON_ID}, 5000, seq % 50), CONCAT('n', seq) FROM seq_1_to_200",
     "UPDATE orders SET qty = qty + 1, note = 'updated' WHERE id % 10 = 0",
@@ -38,12 +39,6 @@ def _assert_stopped_before_the_poison(pipeline) -> None:
     rows inserted before it, as inserted, and nothing from the poison on."""
     inserted = {(i, i % 50, f"n{i}") for i in range(1, POISON_ID)}
     assert set(pipeline.dest_rows("orders")) <= inserted
-
-
-def _stats(pipeline) -> dict:
-    rows = pipeline.dest_query("SELECT inserts, updates, deletes, bad_events FROM cdc.stats WHERE connector = %s",
-                               (pipeline.name,))
-    return dict(zip(("inserts", "updates", "deletes", "bad_events"), rows[0]))
 
 
 def _letters(pipeline, *args: str) -> list[dict]:
@@ -97,7 +92,7 @@ def test_a_poison_event_under_each_error_strategy(pipeline, caplog):
     assert (letter["source_table"], letter["op"], letter["status"]) == (f"{pipeline.source_db}.orders", "c", "pending")
     assert "qty_limit" in letter["error"] and letter["position"].get("pos")
     assert json.loads(letter["raw_event"])["value"]["after"]["qty"] == 5000
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     assert stats == {"inserts": 199, "updates": 20, "deletes": 5, "bad_events": 1}
     assert "qty_limit" in _cli(pipeline, "show", str(letter["id"]))
 
@@ -106,7 +101,7 @@ def test_a_poison_event_under_each_error_strategy(pipeline, caplog):
         conn.execute(f'ALTER TABLE "{pipeline.source_db}".orders DROP CONSTRAINT qty_limit')
     assert f"applied dead letters {letter['id']}" in _cli(pipeline, "retry")
     pipeline.assert_same("orders")
-    assert _stats(pipeline) == {"inserts": 200, "updates": 20, "deletes": 5, "bad_events": 0}
+    assert pipeline.stats(STATS) == {"inserts": 200, "updates": 20, "deletes": 5, "bad_events": 0}
     assert _letters(pipeline) == []
     assert "no pending dead letters" in _cli(pipeline, "retry")
 
@@ -120,7 +115,7 @@ def test_a_poison_event_under_each_error_strategy(pipeline, caplog):
     assert _letters(pipeline) == []
     assert [row["status"] for row in _letters(pipeline, "--all")] == ["retried", "discarded"]
     assert [row for row in pipeline.source_rows("orders") if row[0] != 900] == pipeline.dest_rows("orders")
-    assert _stats(pipeline)["bad_events"] == 1
+    assert pipeline.stats(STATS)["bad_events"] == 1
 
 
 def test_dagster_retries_a_failed_run_as_the_connector_says(pipeline):

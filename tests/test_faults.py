@@ -55,15 +55,10 @@ def own_source(destination_pg, spark, tmp_path: Path, monkeypatch: pytest.Monkey
 
 def _wait_for_a_commit(pipeline, run, baseline: dict[str, int]) -> None:
     deadline = time.monotonic() + 240
-    while _stats(pipeline)["events"] == baseline["events"]:
+    while pipeline.stats(STATS)["events"] == baseline["events"]:
         assert run.poll() is None, f"the run ended before the restart: {run.communicate()}"
         assert time.monotonic() < deadline, "no batch was applied within 240 s"
         time.sleep(0.05)
-
-
-def _stats(pipeline) -> dict[str, int]:
-    rows = pipeline.dest_query(f"SELECT {', '.join(STATS)} FROM cdc.stats WHERE connector = %s", (pipeline.name,))
-    return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
 
 
 SOURCE_STREAM = [
@@ -80,7 +75,7 @@ AFTER_RESTART = [  # the source restart test writes these after the restart, int
 
 def _assert_source_changes_counted_once(pipeline, baseline: dict[str, int]) -> None:
     pipeline.catch_up("readings", "audit_log")
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     assert (stats["inserts"] - baseline["inserts"], stats["updates"], stats["deletes"]) == (
         10000, 2000 + 300, 888 + 200), "every change is counted once"
     state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
@@ -92,7 +87,7 @@ def test_destination_restarted_mid_run(own_destination):
     pipeline = own_destination
     pipeline.source([READINGS, AUDIT_LOG])
     pipeline.sync()
-    baseline = _stats(pipeline)
+    baseline = pipeline.stats(STATS)
     pipeline.source(SOURCE_STREAM + AFTER_RESTART)
     pipeline.write_config(batch_size=500, apply_batch_events=2000)
 
@@ -111,7 +106,7 @@ def _run_streaming(pipeline, **config) -> tuple[dict[str, int], subprocess.Popen
     batch. Returns the stats before the stream and the run."""
     pipeline.source([READINGS, AUDIT_LOG])
     pipeline.sync()
-    baseline = _stats(pipeline)
+    baseline = pipeline.stats(STATS)
     pipeline.source(SOURCE_STREAM)
     pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20, **config)
     run = pipeline.sync_cli()

@@ -28,20 +28,10 @@ STREAM = [
 ]
 
 
-def _stats(pipeline) -> dict[str, int]:
-    rows = pipeline.dest_query(f"SELECT {', '.join(STATS)} FROM cdc.stats WHERE connector = %s", (pipeline.name,))
-    return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
-
-
-def _source_changes(pipeline, statements: list[str]) -> list[int]:
-    with pipeline.mariadb.connect(pipeline.source_db) as connection, connection.cursor() as cursor:
-        return [cursor.execute(statement) for statement in statements]
-
-
 def _kill_at(pipeline, pause_at: str, tmp_path: Path) -> dict[str, int]:
     """Kills a run of the connector at `pause_at`; returns the stats the kill left."""
     kill_at(pipeline.name, pause_at, tmp_path / "paused", env=pipeline.env)
-    return _stats(pipeline)
+    return pipeline.stats(STATS)
 
 
 def _assert_exact(pipeline, stats: dict[str, int], expected: dict[str, int]) -> None:
@@ -60,8 +50,8 @@ def _assert_exact(pipeline, stats: dict[str, int], expected: dict[str, int]) -> 
 def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
     pipeline.source([READINGS, AUDIT_LOG])
     pipeline.sync()
-    baseline = _stats(pipeline)
-    inserts, updates, deletes, log_inserts, log_updates, log_deletes = _source_changes(pipeline, STREAM)
+    baseline = pipeline.stats(STATS)
+    inserts, updates, deletes, log_inserts, log_updates, log_deletes = pipeline.source_changes(STREAM)
     stream_events = inserts + updates + deletes + log_inserts + log_updates + log_deletes
     # Debezium batches of 300 events at most, applied in transactions of 900 at most.
     pipeline.write_config(batch_size=300, apply_batch_events=900)
@@ -78,7 +68,7 @@ def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
     pipeline.write_config()
     pipeline.sync()
 
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     _assert_exact(pipeline, stats, {
         "events": baseline["events"] + stream_events, "inserts": inserts + log_inserts,
         "updates": updates + log_updates, "deletes": deletes + log_deletes, "redelivered": baseline["redelivered"] + applied})
@@ -86,17 +76,17 @@ def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
 
 def test_snapshot_killed_between_commit_and_marking_complete(pipeline, tmp_path):
     pipeline.source([READINGS, AUDIT_LOG])
-    _source_changes(pipeline, STREAM[:1] + STREAM[3:4])
+    pipeline.source_changes(STREAM[:1] + STREAM[3:4])
     rows = len(pipeline.source_rows("readings")) + len(pipeline.source_rows("audit_log"))
     pipeline.write_config(batch_size=300, apply_batch_events=900)
 
     killed = _kill_at(pipeline, faults.COMMITTED, tmp_path)
 
     assert killed["snapshot_rows"] == rows, "the whole snapshot was committed, and Debezium recorded no offset"
-    _source_changes(pipeline, ["DELETE FROM readings WHERE id <= 10", "DELETE FROM audit_log WHERE amount = 2 LIMIT 5"])
+    pipeline.source_changes(["DELETE FROM readings WHERE id <= 10", "DELETE FROM audit_log WHERE amount = 2 LIMIT 5"])
     pipeline.write_config()
     pipeline.sync()
 
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     rows_now = len(pipeline.source_rows("readings")) + len(pipeline.source_rows("audit_log"))
     _assert_exact(pipeline, stats, {"snapshot_rows": rows_now, "redelivered": killed["events"], "deletes": 0})

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from psycopg import sql
 from spark_helpers import fixture_records, parse_records
 
 from cdc_pipeline.apply import (
@@ -30,26 +29,10 @@ AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), action VARCHAR(10), amou
 STATS = ("events", "ddls", "snapshot_rows", "inserts", "updates", "deletes", "other_events", "redelivered")
 
 
-def _stats(pipeline) -> dict[str, int]:
-    """The connector's row of cdc.stats (zeros before the first run made it)."""
-    if not pipeline.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0]:
-        return dict.fromkeys(STATS, 0)
-    query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
-        sql.SQL(", ").join(map(sql.Identifier, STATS)))
-    rows = pipeline.dest_query(query, (pipeline.name,))
-    return dict(zip(STATS, map(int, rows[0]))) if rows else dict.fromkeys(STATS, 0)
-
-
-def _source_changes(pipeline, statements: list[str]) -> list[int]:
-    """Runs the statements on the source; returns the rows each changed, as MariaDB counts them."""
-    with pipeline.mariadb.connect(pipeline.source_db) as connection, connection.cursor() as cursor:
-        return [cursor.execute(statement) for statement in statements]
-
-
 def _kill_after_first_commit(pipeline, applied) -> dict[str, int]:
     """Starts `cdc-pipeline sync` and kills its process group with SIGKILL as soon as `applied(stats)` holds."""
-    kill_when(pipeline.name, lambda: applied(_stats(pipeline)), "a batch applied", env=pipeline.env)
-    return _stats(pipeline)
+    kill_when(pipeline.name, lambda: applied(pipeline.stats(STATS)), "a batch applied", env=pipeline.env)
+    return pipeline.stats(STATS)
 
 
 def _assert_ended_cleanly(pipeline) -> None:
@@ -62,8 +45,8 @@ def _assert_ended_cleanly(pipeline) -> None:
 def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     pipeline.source([READINGS, AUDIT_LOG])
     pipeline.sync()
-    baseline = _stats(pipeline)
-    inserts, doubled, deleted, late, logged, log_updates, log_deletes = _source_changes(pipeline, [
+    baseline = pipeline.stats(STATS)
+    inserts, doubled, deleted, late, logged, log_updates, log_deletes = pipeline.source_changes([
         "INSERT INTO readings SELECT seq, CONCAT('sensor-', seq % 17), seq / 7, "
         "TIMESTAMP('2024-01-01') + INTERVAL seq SECOND FROM seq_1_to_26000",
         "UPDATE readings SET value = value * 2 WHERE id % 3 = 0",
@@ -86,7 +69,7 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     pipeline.write_config(batch_size=2048, max_events_per_run=60_000)
 
     pipeline.catch_up("readings", "audit_log")
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     assert (stats["inserts"], stats["updates"], stats["deletes"]) == (
         inserts + late + logged, doubled + log_updates, deleted + log_deletes), "every change is counted once"
     assert stats["events"] - baseline["events"] == stream_events
@@ -98,7 +81,7 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
 def test_run_killed_mid_snapshot_is_taken_again_exactly(pipeline):
     tables = ["accounts", "archive", "audit_log"]
     pipeline.source([ACCOUNTS, "CREATE TABLE archive (id INT PRIMARY KEY, v INT)", AUDIT_LOG])
-    _source_changes(pipeline, [
+    pipeline.source_changes([
         "INSERT INTO accounts SELECT seq, CONCAT('owner-', seq % 97), seq / 3 FROM seq_1_to_10000",
         "INSERT INTO archive VALUES (1, 1), (2, 2), (3, 3)",
         # 120 distinct rows, each 166 or 167 times.
@@ -121,7 +104,7 @@ def test_run_killed_mid_snapshot_is_taken_again_exactly(pipeline):
     assert offsets == [], "Debezium had recorded no offset: the next run takes the snapshot again from its start"
     # Rows go away between the two snapshots: the destination must lose them too, also from a keyed table and from
     # a table the new snapshot reads no rows of.
-    _source_changes(pipeline, ["DELETE FROM accounts WHERE id % 1000 = 0",
+    pipeline.source_changes(["DELETE FROM accounts WHERE id % 1000 = 0",
                                "DELETE FROM archive",
                                "DELETE FROM audit_log WHERE amount = 3 LIMIT 50"])
     pipeline.write_config()
@@ -131,7 +114,7 @@ def test_run_killed_mid_snapshot_is_taken_again_exactly(pipeline):
     pipeline.assert_same("accounts", "archive")
     assert Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log"))
     rows_after_kill = {table: len(pipeline.source_rows(table)) for table in tables}
-    stats = _stats(pipeline)
+    stats = pipeline.stats(STATS)
     assert stats["snapshot_rows"] == sum(rows_after_kill.values()), "rows read again are not counted again"
     assert stats["redelivered"] == killed["events"], "what the killed run applied was delivered again"
     assert stats["ddls"] == len(tables)
