@@ -424,11 +424,14 @@ class BatchApplier:
                 return None
             except SKIPPABLE_ERRORS as exc:
                 self._raise_unless_event_error(exc, step)
-                seq = getattr(exc, "seq", None)
-                ref = next((ref for ref in plan.parsed.refs if ref.seq == seq), None)
-                if ref is None or seq in self._set_aside_seqs:
+                ref = self._batch_event(exc.seq) if isinstance(exc, ConversionError) else None
+                if ref is None or ref.seq in self._set_aside_seqs:
                     return exc
                 self._set_aside(cur, plan, ref, exc)
+
+    def _batch_event(self, seq: int | None) -> EventRef | None:
+        """The applying batch's event of this seq (failure paths only: a scan of the batch's index)."""
+        return next((ref for ref in self._batch_refs if ref.seq == seq), None)
 
     def _set_aside(self, cur: psycopg.Cursor, plan: BatchPlan, ref: EventRef, error: BaseException) -> None:
         """Moves one event to the dead letters (same transaction) and counts it as a bad event, not as applied."""
@@ -560,7 +563,7 @@ class BatchApplier:
                 return self._apply_keyless(cur, schema, table, step, columns, transforms)
         except SPARK_ERRORS as exc:
             message, seq = spark_failure(exc)
-            ref = next((ref for ref in self._batch_refs if ref.seq == seq), None)
+            ref = self._batch_event(seq)
             if ref is None:
                 raise ConversionError(f"cannot convert changes to {schema}.{table} (events {step.first_seq}.."
                                       f"{step.last_seq} of the batch): {message}", connector=self.connector.name,

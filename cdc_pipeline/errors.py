@@ -44,6 +44,10 @@ class RunnerError(CdcError):
 class ConversionError(CdcError):
     """A change event could not be converted into destination SQL."""
 
+    # The batch's event the error is about, when it names exactly one (a malformed line): the skip strategy sets
+    # that event aside without narrowing down.
+    seq: int | None = None
+
 
 class ConnectorBusyError(CdcError):
     """Another fetch cycle of the same connector is already running."""
