@@ -133,6 +133,8 @@ def test_set_offset_waits_for_the_running_cycle_to_end(ctl):
     with psycopg.connect(ctl.dsn, autocommit=True) as cycle:
         control.acquire_run_lock(cycle, ctl.name)
         assert "still running" in _rejected(ctl.ask(requests.SET_OFFSET, json.dumps(OFFSET)))
+        # Released explicitly: a closed connection's backend frees its locks only when it has exited, later.
+        control.release_run_lock(cycle, ctl.name)
     _accepted(ctl.ask(requests.SET_OFFSET, json.dumps(OFFSET)))
 
 
