@@ -144,7 +144,9 @@ def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
     parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"), _line_seq().alias("line_seq"), "line")
     value = F.col("e.value")
     events = parsed.select(
-        F.lit(batch.batch_id).alias("batch_id"),
+        # As text: Spark's generated code inlines a number literal, so a new class per batch would be compiled (and
+        # run interpreted until the JIT catches up); a string literal is a reference, and the code is reused.
+        F.lit(str(batch.batch_id)).alias("batch_id"),
         # From the line's first field, so that a step (and the skip strategy's halving) finds a malformed line too.
         F.coalesce("line_seq", F.raise_error(F.concat(F.lit("an event line without its seq: "),
                                                       F.substring("line", 1, 200)))).alias("seq"),
@@ -167,7 +169,7 @@ def fail_on_malformed(frame: DataFrame) -> DataFrame:
     batch's other steps."""
     return frame.withColumn("op", F.when(F.col("malformed"), F.raise_error(F.concat(
         F.lit("malformed event line (seq "), F.col("seq").cast("string"), F.lit(" of runner batch "),
-        F.col("batch_id").cast("string"), F.lit(")")))).otherwise(F.col("op")))
+        F.col("batch_id"), F.lit(")")))).otherwise(F.col("op")))
 
 
 def _line_seq() -> Column:

@@ -120,7 +120,7 @@ def test_row_images_keep_json_values_as_text(parsed: ParsedBatch) -> None:
     assert first["price"] == "19.99" and json.loads(first["attrs"]) == {"color": "red", "sizes": [1, 2]}
     assert rows[12].op == "d" and rows[12].after is None and rows[12].before["name"] == "car battery"
     assert rows[18].after == {"id": "3", "email": "c@x.io", "score": "4.50"}
-    assert {row.batch_id for row in rows.values()} == {parsed.batch_id}
+    assert {row.batch_id for row in rows.values()} == {str(parsed.batch_id)}
     assert parsed.refs[6].offset["pos"] == 2834
 
 
@@ -196,3 +196,23 @@ def test_snapshot_and_unknown_applied_offsets_skip_nothing() -> None:
     assert redelivery_test(None) is None
     assert redelivery_test({"lsn": 10, "txId": 5, "snapshot": True, "last_snapshot_record": True}) is None
     assert redelivery_test({"change_lsn": "00000027:00000758:0003", "commit_lsn": "00000027:00000758:0005"}) is None
+
+
+def test_the_parse_of_another_batch_reuses_the_generated_code(spark: SparkSession) -> None:
+    """Nothing batch-specific may be inlined into Spark's generated code: a class compiled anew per batch costs its
+    compile, and runs interpreted until the JVM compiles it in turn."""
+    from spark_helpers import parse_records
+
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    records = fixture_records()
+
+    def run(batch_id: int) -> list:
+        events = parse_records(records, batch_id=batch_id).events
+        return events.where("op IS NOT NULL").select("batch_id", "seq", "after").collect()
+
+    run(1)
+    before = compilations.getCount()
+    rows = run(2)
+
+    assert {row.batch_id for row in rows} == {"2"}
+    assert compilations.getCount() == before
