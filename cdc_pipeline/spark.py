@@ -21,6 +21,7 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
 }
 
 
