@@ -1,0 +1,23 @@
+"""`cdc-pipeline bench` on a few rows: every measurement runs and counts what it should (the rates themselves
+are for the command's output, never asserted)."""
+
+import pytest
+
+from cdc_pipeline import bench
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_measures_every_phase_after_its_warm_up():
+    results = bench.run(rows=600, batch_size=128, warmup_rows=100)
+
+    for phase, events in (("snapshot", 600), ("stream", 600)):
+        measured = results[phase]
+        assert measured["cycle"]["snapshot_rows" if phase == "snapshot" else "events"] == events
+        assert measured["cycle"]["inserts"] + measured["cycle"]["updates"] + measured["cycle"]["deletes"] == (
+            0 if phase == "snapshot" else events)
+        for rate in ("raw_capture_events_per_second", "parse_only_events_per_second",
+                     "pipeline_events_per_second", "apply_rows_per_second"):
+            assert measured[rate] > 0, (phase, rate)
+        assert measured["pipeline_to_capture_ratio"] > 0 and measured["parse_only_to_capture_ratio"] > 0
+        assert results["warmup"][phase]["events"] >= 100
