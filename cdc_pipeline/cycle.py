@@ -387,6 +387,10 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             group_events += batch.size
             events += batch.size
             last_batch_at = now
+            if streaming_since is None and session.streams and runner.is_streaming():
+                # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
+                session.record_streaming()
+                streaming_since = now
             if events >= connector.max_events_per_run:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
@@ -410,8 +414,8 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 source_lost_since = None
             if streaming_since is None:
                 session.record_streaming()
-            # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
-            streaming_since = streaming_since or now
+                # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
+                streaming_since = now
             if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
                 break
         elif runner.state in ("STOPPED", "FAILED"):
