@@ -1,9 +1,10 @@
 """A batch of Debezium change events: its index on the driver, and its row images parsed in Spark.
 
-The runner writes, next to each JSON line, an index entry with what planning needs (kind, table, op, source
-block, offset, and a schema change's payload), so the driver never collects events from Spark. The lines
-themselves are parsed in Spark only for their row images: every line has one envelope (seq, schema id, op,
-before, after), so one fixed Spark schema reads them all; row images are read as string maps, so one parse
+The runner writes, for each event, an index entry with what planning needs (kind, table, op, source block,
+offset, and a schema change's payload), so the driver never collects events from Spark, and for each data change
+a line for Spark with its row images only: seq, schema id, op, before, after (the whole line, with key, source
+block and offset, is made only for a dead letter: `ParsedBatch.data_line`). One fixed Spark schema reads them
+all (a whole line too); row images are read as string maps, so one parse
 serves every table and every version of its schema. The per-column types come from the batch's value schemas
 (see `FieldSpec`).
 """
@@ -112,7 +113,11 @@ class ParsedBatch:
     lines: DataFrame | None = None  # the data-change lines the events were parsed from
 
     def data_line(self, seq: int) -> str:
-        """The JSON line of one data change, as the runner wrote it (one Spark job: for dead letters only)."""
+        """The whole JSON line of one data change, as the runner writes it (for dead letters only): from the
+        runner, or for a batch without one (a replayed dead letter, a test's) from the lines Spark parsed."""
+        line = self.batch.line(seq)
+        if line is not None:
+            return line
         if self.lines is None:
             raise ValueError("the batch keeps no lines")
         rows = self.lines.where(_line_seq() == seq).limit(1).collect()

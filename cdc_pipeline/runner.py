@@ -236,8 +236,9 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
 
 @dataclass
 class FetchedBatch:
-    """Events popped from the runner: the Java list of their JSON lines, the value schemas they use, and their
-    index (one small dict an event, made by the runner: kind, table, op, source block, offset; see `EventRef`).
+    """Events popped from the runner: the Java list of the lines Spark parses (data changes, row images only), the
+    value schemas they use, and their index (one small dict an event, made by the runner: kind, table, op, source
+    block, offset; see `EventRef`).
 
     Usually one runner batch; `merge_batches` joins consecutive small ones (their ids in `member_ids`),
     so that one Spark job and one transaction serve them all.
@@ -252,6 +253,7 @@ class FetchedBatch:
     index: list[dict[str, Any]] = field(default_factory=list)
     java_data_lines: Any = None
     member_ids: tuple[int, ...] = ()
+    members: tuple["FetchedBatch", ...] = ()
 
     @property
     def batch_ids(self) -> tuple[int, ...]:
@@ -259,8 +261,20 @@ class FetchedBatch:
         return self.member_ids or (self.batch_id,)
 
     def data_lines(self) -> Any:
-        """The Java list of the JSON lines of data changes, all Spark parses (a py4j handle: they stay in the JVM)."""
+        """The Java list of the lines of data changes, all Spark parses (a py4j handle: they stay in the JVM).
+
+        Each holds the event's seq, schema id, op and row images only; `line` gives an event's whole line."""
         return self.java_data_lines if self.java_data_lines is not None else self.java_batch.dataLines()
+
+    def line(self, seq: int) -> str | None:
+        """The whole JSON line of event `seq` (key, row images, source block, offset), which the runner makes
+        only when asked; None when the batch has no runner behind it or no such event."""
+        for batch in self.members or (self,):
+            if batch.java_batch is not None:
+                line = batch.java_batch.line(seq)
+                if line is not None:
+                    return str(line)
+        return None
 
 
 def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
@@ -276,7 +290,8 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
         index=[entry for batch in batches for entry in batch.index], java_data_lines=lines,
-        member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids))
+        member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids),
+        members=tuple(member for batch in batches for member in batch.members or (batch,)))
 
 
 class DebeziumRunner:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -27,8 +28,16 @@ def test_index_entries_describe_their_lines(pipeline, spark):
         entries = [entry for batch in batches for entry in batch.index]
         lines = [str(line) for batch in batches for line in batch.java_batch.lines()]
         data_lines = [str(line) for batch in batches for line in batch.data_lines()]
+        by_seq = [str(batch.line(entry["seq"])) for batch in batches for entry in batch.index]
     assert entries == [index_entry(line) for line in lines]
-    assert data_lines == [line for line, entry in zip(lines, entries) if entry["kind"] == DATA_CHANGE]
+    assert by_seq == lines
+    # The lines Spark parses: a data change's seq, schema id, op and row images, as in its whole line.
+    whole = [line for line, entry in zip(lines, entries) if entry["kind"] == DATA_CHANGE]
+    assert [json.loads(line) for line in data_lines] == [
+        {"seq": event["seq"], "schema": event["schema"],
+         "value": {key: event["value"][key] for key in ("op", "before", "after")}}
+        for event in map(json.loads, whole)]
+    assert len(whole) == 3 and all(len(data) < len(line) / 2 for data, line in zip(data_lines, whole))
     kinds = Counter((entry["kind"], entry.get("op"), entry.get("table")) for entry in entries)
     table = f"{pipeline.source_db}.t"
     assert kinds[(DATA_CHANGE, "c", table)] == 1 and kinds[(DATA_CHANGE, "u", table)] == 1

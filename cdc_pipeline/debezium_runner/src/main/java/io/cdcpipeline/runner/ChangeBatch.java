@@ -8,6 +8,7 @@ import java.util.Set;
 
 import org.apache.kafka.connect.source.SourceRecord;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import io.debezium.engine.DebeziumEngine;
@@ -20,7 +21,8 @@ import io.debezium.engine.RecordChangeEvent;
 public final class ChangeBatch {
     private final List<RecordChangeEvent<SourceRecord>> records;
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
-    private final List<String> lines;
+    private final EventSerializer serializer;
+    private final long firstSeq;
     private final List<String> dataLines;
     private final String index;
     private final String schemas;
@@ -33,7 +35,8 @@ public final class ChangeBatch {
                 EventSerializer serializer, long firstSeq) {
         this.records = new ArrayList<>(records);
         this.committer = committer;
-        List<String> out = new ArrayList<>(records.size());
+        this.serializer = serializer;
+        this.firstSeq = firstSeq;
         List<String> data = new ArrayList<>(records.size());
         StringBuilder indexJson = new StringBuilder(records.size() * 256).append('[');
         Set<String> schemaIds = new LinkedHashSet<>();
@@ -46,29 +49,24 @@ public final class ChangeBatch {
             }
             ObjectNode entry = serializer.indexEntry(seq, record);
             indexJson.append(entry.toString());
-            String line = serializer.line(seq++, record);
-            out.add(line);
-            if (EventSerializer.KIND_DATA_CHANGE.equals(entry.path("kind").asText())) {
-                data.add(line);
+            JsonNode schemaId = entry.get("schema");
+            if (schemaId != null) {
+                schemaIds.add(schemaId.asText());
             }
+            if (EventSerializer.KIND_DATA_CHANGE.equals(entry.path("kind").asText())) {
+                data.add(serializer.dataLine(seq, record));
+            }
+            seq++;
             last = record;
         }
-        for (String line : out) {
-            int start = line.indexOf(",\"schema\":\"");
-            if (start > 0) {
-                int from = start + 11;
-                schemaIds.add(line.substring(from, line.indexOf('"', from)));
-            }
-        }
         StringBuilder schemaJson = new StringBuilder("{");
-        for (String schemaId : schemaIds) {
+        for (String id : schemaIds) {
             if (schemaJson.length() > 1) {
                 schemaJson.append(',');
             }
-            schemaJson.append('"').append(schemaId).append("\":").append(serializer.schemaJson(schemaId));
+            schemaJson.append('"').append(id).append("\":").append(serializer.schemaJson(id));
         }
         this.schemas = schemaJson.append('}').toString();
-        this.lines = Collections.unmodifiableList(out);
         this.dataLines = Collections.unmodifiableList(data);
         this.index = indexJson.append(']').toString();
         this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
@@ -84,15 +82,31 @@ public final class ChangeBatch {
     }
 
     public int size() {
-        return lines.size();
+        return records.size();
     }
 
-    /** The events as JSON lines, in source order. */
+    /** The events as whole JSON lines ({seq, topic, schema, key, value, partition, offset}), in source order. */
     public List<String> lines() {
-        return lines;
+        List<String> out = new ArrayList<>(records.size());
+        for (int i = 0; i < records.size(); i++) {
+            out.add(serializer.line(firstSeq + i, records.get(i).record()));
+        }
+        return out;
     }
 
-    /** The lines of data changes (op c, r, u or d) only, in source order: all that Spark parses. */
+    /** The whole JSON line of the event `seq`, or null when it is not in this batch. */
+    public String line(long seq) {
+        long position = seq - firstSeq;
+        if (position < 0 || position >= records.size()) {
+            return null;
+        }
+        return serializer.line(seq, records.get((int) position).record());
+    }
+
+    /**
+     * The lines Spark parses: those of data changes (op c, r, u or d) only, in source order, each holding just
+     * its seq, schema id, op and row images (see EventSerializer#dataLine).
+     */
     public List<String> dataLines() {
         return dataLines;
     }

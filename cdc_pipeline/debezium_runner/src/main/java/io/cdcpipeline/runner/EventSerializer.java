@@ -64,7 +64,28 @@ final class EventSerializer {
         schemaConverter.configure(schemaConfig, false);
     }
 
-    String line(long seq, SourceRecord record) {
+    /**
+     * The line Spark parses for a data change: {seq, schema, value: {op, before, after}}, all the row images need.
+     * A third of the whole line's size (no key, source block, offset or partition), so that handing it to Spark
+     * and parsing it cost less; the whole line is made only when asked for (a dead letter keeps it).
+     */
+    synchronized String dataLine(long seq, SourceRecord record) {
+        Schema schema = record.valueSchema();
+        Struct value = (Struct) record.value();
+        return "{\"seq\":" + seq
+                + ",\"schema\":" + json(schemaId(schema, record.keySchema()))
+                + ",\"value\":{\"op\":" + json(value.getString("op"))
+                + ",\"before\":" + image(record.topic(), schema, value, "before")
+                + ",\"after\":" + image(record.topic(), schema, value, "after")
+                + "}}";
+    }
+
+    private String image(String topic, Schema schema, Struct value, String name) {
+        Field field = schema.field(name);
+        return field == null ? "null" : payload(topic, field.schema(), value.get(field));
+    }
+
+    synchronized String line(long seq, SourceRecord record) {
         StringBuilder out = new StringBuilder(512);
         out.append("{\"seq\":").append(seq)
                 .append(",\"topic\":").append(json(record.topic()))
@@ -82,7 +103,7 @@ final class EventSerializer {
      * the source block (nulls and the connector's name and version left out), the offset, and for a schema
      * change its payload. The pipeline reads a batch's entries as one JSON array (see {@link ChangeBatch#index}).
      */
-    ObjectNode indexEntry(long seq, SourceRecord record) {
+    synchronized ObjectNode indexEntry(long seq, SourceRecord record) {
         ObjectNode entry = mapper.createObjectNode();
         entry.put("seq", seq);
         String kind = KIND_OTHER;
@@ -162,7 +183,7 @@ final class EventSerializer {
         return change;
     }
 
-    String schemaJson(String id) {
+    synchronized String schemaJson(String id) {
         return jsonById.get(id);
     }
 
