@@ -370,6 +370,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     streaming_since: float | None = None
     polling_since: float | None = None
     source_lost_since: float | None = None
+    streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
     while True:
         if session.halted():
             log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
@@ -387,10 +388,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             group_events += batch.size
             events += batch.size
             last_batch_at = now
-            if streaming_since is None and session.streams and runner.is_streaming():
+            if not streamed and session.streams:
                 # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
-                session.record_streaming()
-                streaming_since = now
+                streamed = runner.is_streaming()
             if events >= connector.max_events_per_run:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
@@ -413,15 +413,16 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                             now - source_lost_since)
                 source_lost_since = None
             if streaming_since is None:
+                # Recorded once the queue is drained: a snapshot's batches may still be queued when streaming starts.
                 session.record_streaming()
-                # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
-                streaming_since = now
+            # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
+            streaming_since = streaming_since or now
             if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
                 break
         elif runner.state in ("STOPPED", "FAILED"):
             runner.raise_if_failed()
             break
-        elif streaming_since is not None:
+        elif streaming_since is not None or streamed:
             # It streamed and is not connected now: the source went away (a restart, the network). Debezium's
             # log reader reconnects by itself; a run that waits too long fails instead of looking idle.
             if source_lost_since is None:
