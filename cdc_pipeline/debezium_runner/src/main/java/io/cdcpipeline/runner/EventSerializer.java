@@ -27,7 +27,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.debezium.data.VariableScaleDecimal;
 
 /**
- * Turns a Debezium record into one JSON line: {seq, topic, schema, key, value, partition, offset}.
+ * Turns a Debezium record into JSON: for a data change, the line Spark parses ({seq, schema, value: {op, before,
+ * after}}); on demand, the whole line {seq, topic, schema, key, value, partition, offset} (a dead letter keeps it).
  * Payloads are written without their schema; each distinct value schema gets a short id, and a batch
  * carries the schemas its lines use once, so the lines stay small and Spark parses them with one fixed schema.
  * Decimals (Connect Decimal and Debezium's VariableScaleDecimal) are written as JSON strings in plain notation:
