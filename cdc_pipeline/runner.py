@@ -240,7 +240,7 @@ class FetchedBatch:
     value schemas they use, and their index (one small dict an event, made by the runner: kind, table, op, source
     block, offset; see `EventRef`).
 
-    Usually one runner batch; `merge_batches` joins consecutive small ones (their ids in `member_ids`),
+    Usually one runner batch; `merge_batches` joins consecutive small ones (kept in `members`),
     so that one Spark job and one transaction serve them all.
     """
 
@@ -252,13 +252,12 @@ class FetchedBatch:
     last_partition: dict[str, Any] | None
     index: list[dict[str, Any]] = field(default_factory=list)
     java_data_lines: Any = None
-    member_ids: tuple[int, ...] = ()
-    members: tuple["FetchedBatch", ...] = ()
+    members: tuple["FetchedBatch", ...] = ()  # the runner batches a merged batch joins, in order
 
     @property
     def batch_ids(self) -> tuple[int, ...]:
         """The runner batch ids to mark complete once this is applied, in order."""
-        return self.member_ids or (self.batch_id,)
+        return tuple(member.batch_id for member in self.members) or (self.batch_id,)
 
     def data_lines(self) -> Any:
         """The Java list of the lines of data changes, all Spark parses (a py4j handle: they stay in the JVM).
@@ -290,7 +289,6 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
         index=[entry for batch in batches for entry in batch.index], java_data_lines=lines,
-        member_ids=tuple(batch_id for batch in batches for batch_id in batch.batch_ids),
         members=tuple(member for batch in batches for member in batch.members or (batch,)))
 
 
