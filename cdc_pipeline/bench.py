@@ -112,8 +112,7 @@ def measure_parse_only(config: PipelineConfig, spark: Any) -> Measurement:
             first = first or session.cycle_stats.first_fetch_at
             parsed.events.select(F.sum(F.coalesce(F.size("before"), F.lit(0))
                                        + F.coalesce(F.size("after"), F.lit(0)))).collect()
-            for batch_id in parsed.batch.batch_ids:
-                session.runner.mark_complete(batch_id)
+            cycle.mark_batches_complete(session, parsed.batch.batch_ids)
             events += parsed.batch.size
             last = time.monotonic()
         return Measurement(events, (last or 0) - (first or 0))
