@@ -87,6 +87,17 @@ def spark():
     return build_spark_session()
 
 
+def connector_stats(dest_dsn: str, connector: str, columns: Sequence[str]) -> dict[str, int]:
+    """These counts of the connector's row of cdc.stats (zeros before the first run made it)."""
+    with psycopg.connect(dest_dsn) as conn:
+        if not conn.execute("SELECT to_regclass('cdc.stats') IS NOT NULL").fetchone()[0]:
+            return dict.fromkeys(columns, 0)
+        query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
+            sql.SQL(", ").join(map(sql.Identifier, columns)))
+        row = conn.execute(query, (connector,)).fetchone()
+    return dict(zip(columns, map(int, row))) if row else dict.fromkeys(columns, 0)
+
+
 @dataclass
 class Pipeline:
     """One test's connector: its source database, destination database and connectors file."""
@@ -124,13 +135,7 @@ class Pipeline:
             return [cursor.execute(statement) for statement in statements]
 
     def stats(self, columns: Sequence[str]) -> dict[str, int]:
-        """These counts of the connector's row of cdc.stats (zeros before the first run made it)."""
-        if not self.dest_query("SELECT to_regclass('cdc.stats') IS NOT NULL")[0][0]:
-            return dict.fromkeys(columns, 0)
-        query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
-            sql.SQL(", ").join(map(sql.Identifier, columns)))
-        rows = self.dest_query(query, (self.name,))
-        return dict(zip(columns, map(int, rows[0]))) if rows else dict.fromkeys(columns, 0)
+        return connector_stats(self.dest_dsn, self.name, columns)
 
     def dest_table_exists(self, table: str) -> bool:
         return self.dest_query("SELECT to_regclass(%s) IS NOT NULL",

@@ -11,7 +11,7 @@ import pytest
 from pg_source_helpers import SOURCE_SCHEMA, pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
 from cdc_pipeline import faults
-from conftest import kill_at
+from conftest import connector_stats, kill_at
 
 pytestmark = pytest.mark.integration
 
@@ -19,10 +19,7 @@ STATS = ("events", "inserts", "updates", "deletes", "redelivered")
 
 
 def _stats(pipeline) -> dict[str, int]:
-    with psycopg.connect(pipeline.dest_dsn) as conn:
-        row = conn.execute(f"SELECT {', '.join(STATS)} FROM cdc.stats WHERE connector = %s",
-                           (pipeline.name,)).fetchone()
-    return dict(zip(STATS, map(int, row)))
+    return connector_stats(pipeline.dest_dsn, pipeline.name, STATS)
 
 
 def _changes(pipeline, statements: list[str]) -> list[int]:
