@@ -1,0 +1,178 @@
+package io.cdcpipeline.runner;
+
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.Iterator;
+import java.util.Properties;
+
+import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.function.ForeachPartitionFunction;
+import org.apache.spark.sql.Row;
+import org.postgresql.PGConnection;
+import org.postgresql.copy.CopyIn;
+
+/**
+ * Writes one chunk of a bulk snapshot per Spark partition into the destination PostgreSQL with COPY, in the
+ * executor that read it, and checkpoints the chunk in the same transaction.
+ *
+ * Each partition's rows are its chunk's COPY text lines (column 0) and, for a chunk read under a consistent
+ * snapshot, the source position of that snapshot (column 1, the same on every row). The transaction first claims
+ * the chunk (an UPDATE of its checkpoint row that matches only while the chunk is not done): a retried or
+ * speculative task of a chunk already committed writes nothing, and two attempts at once serialize on the row
+ * lock. All SQL comes from the driver, built with the destination's quoting rules.
+ */
+public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Serializable {
+    private static final long serialVersionUID = 1L;
+    private static final int FLUSH_BYTES = 1 << 16;
+    static final String PAUSE_STAGE = "bulk_copy";
+
+    private final String url;
+    private final String user;
+    private final String password;
+    private final long[] chunkIds;
+    private final String claimSql;
+    private final String[] beforeCopy;
+    private final String copySql;
+    private final String[] afterCopy;
+    private final String finishSql;
+
+    /**
+     * @param chunkIds   the chunk id of each partition, by partition index
+     * @param claimSql   takes the chunk id; updates one row when the chunk is not done yet
+     * @param beforeCopy statements run after the claim (emptying the table, a staging table)
+     * @param copySql    the COPY ... FROM STDIN statement
+     * @param afterCopy  statements run after the COPY (a merge from the staging table)
+     * @param finishSql  takes the row count, the position (text or null) and the chunk id
+     */
+    public ChunkCopyWriter(String url, String user, String password, long[] chunkIds, String claimSql,
+                           String[] beforeCopy, String copySql, String[] afterCopy, String finishSql) {
+        this.url = url;
+        this.user = user;
+        this.password = password;
+        this.chunkIds = chunkIds.clone();
+        this.claimSql = claimSql;
+        this.beforeCopy = beforeCopy.clone();
+        this.copySql = copySql;
+        this.afterCopy = afterCopy.clone();
+        this.finishSql = finishSql;
+    }
+
+    @Override
+    public void call(Iterator<Row> rows) throws Exception {
+        long chunkId = chunkIds[TaskContext.getPartitionId()];
+        Properties properties = new Properties();
+        if (user != null) {
+            properties.setProperty("user", user);
+        }
+        if (password != null) {
+            properties.setProperty("password", password);
+        }
+        // The driver class itself, not DriverManager: executors load the JDBC jar through Spark's class loader.
+        try (Connection connection = new org.postgresql.Driver().connect(url, properties)) {
+            connection.setAutoCommit(false);
+            try {
+                if (!claim(connection, chunkId)) {
+                    connection.rollback();
+                    return;
+                }
+                execute(connection, beforeCopy);
+                CopyResult result = copy(connection, rows);
+                execute(connection, afterCopy);
+                try (PreparedStatement finish = connection.prepareStatement(finishSql)) {
+                    finish.setLong(1, result.rows);
+                    finish.setString(2, result.position);
+                    finish.setLong(3, chunkId);
+                    finish.executeUpdate();
+                }
+                pauseIfAsked();
+                connection.commit();
+            }
+            catch (Exception e) {
+                connection.rollback();
+                throw new SQLException("chunk " + chunkId + ": " + e.getMessage(), e);
+            }
+        }
+    }
+
+    private boolean claim(Connection connection, long chunkId) throws SQLException {
+        try (PreparedStatement claim = connection.prepareStatement(claimSql)) {
+            claim.setLong(1, chunkId);
+            return claim.executeUpdate() == 1;
+        }
+    }
+
+    private static void execute(Connection connection, String[] statements) throws SQLException {
+        try (Statement statement = connection.createStatement()) {
+            for (String sql : statements) {
+                statement.execute(sql);
+            }
+        }
+    }
+
+    private CopyResult copy(Connection connection, Iterator<Row> rows) throws SQLException {
+        CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
+        String position = null;
+        boolean first = true;
+        StringBuilder buffer = new StringBuilder(FLUSH_BYTES + 4096);
+        try {
+            while (rows.hasNext()) {
+                Row row = rows.next();
+                if (first && row.size() > 1) {
+                    position = row.isNullAt(1) ? null : row.getString(1);
+                }
+                first = false;
+                if (row.isNullAt(0)) {
+                    continue;  // the row that carries the position of an empty chunk
+                }
+                buffer.append(row.getString(0)).append('\n');
+                if (buffer.length() >= FLUSH_BYTES) {
+                    write(copy, buffer);
+                }
+            }
+            write(copy, buffer);
+            return new CopyResult(copy.endCopy(), position);
+        }
+        finally {
+            if (copy.isActive()) {
+                copy.cancelCopy();
+            }
+        }
+    }
+
+    private static void write(CopyIn copy, StringBuilder buffer) throws SQLException {
+        if (buffer.length() > 0) {
+            byte[] bytes = buffer.toString().getBytes(StandardCharsets.UTF_8);
+            copy.writeToCopy(bytes, 0, bytes.length);
+            buffer.setLength(0);
+        }
+    }
+
+    /** The fault tests' pause point inside a chunk's transaction (see cdc_pipeline/faults.py). */
+    private static void pauseIfAsked() throws Exception {
+        String wanted = System.getenv("CDC_PIPELINE_PAUSE_AT");
+        if (!PAUSE_STAGE.equals(wanted)) {
+            return;
+        }
+        String marker = System.getenv("CDC_PIPELINE_PAUSE_FILE");
+        if (marker != null) {
+            Files.write(Paths.get(marker), PAUSE_STAGE.getBytes(StandardCharsets.UTF_8));
+        }
+        Thread.sleep(Long.MAX_VALUE);
+    }
+
+    private static final class CopyResult {
+        final long rows;
+        final String position;
+
+        CopyResult(long rows, String position) {
+            this.rows = rows;
+            this.position = position;
+        }
+    }
+}
