@@ -57,6 +57,7 @@ from cdc_pipeline.events import (
     redelivery_test,
 )
 from cdc_pipeline.schema_infer import ensure_table_matches
+from cdc_pipeline.sources.mariadb import before_snapshot
 from cdc_pipeline.spark import collect_lines
 
 log = logging.getLogger(__name__)
@@ -147,13 +148,16 @@ class BatchPlan:
 
 
 def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None,
-               object_map: objmap.ObjectMap | None = None) -> BatchPlan:
+               object_map: objmap.ObjectMap | None = None,
+               snapshot_positions: dict[str, dict] | None = None) -> BatchPlan:
     """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL, in the names
     and types of `object_map`'s rules).
 
     Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
     a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
-    have no such order; they are tracked per table instead (`SnapshotStep`).
+    have no such order; they are tracked per table instead (`SnapshotStep`). A table the bulk snapshot read under
+    one consistent snapshot (`snapshot_positions`, a table without a key) already holds the changes committed
+    before that snapshot: those are counted as re-delivered too.
     """
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
@@ -172,7 +176,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             steps.append(segment)
 
     for ref in parsed.refs:
-        if redelivered is not None and redelivered(ref.offset):
+        if (redelivered is not None and redelivered(ref.offset)) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             continue
         source_ms = ref.source_ts_ms
@@ -253,6 +257,14 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
 
 
 _DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}
+
+
+def _read_by_bulk_snapshot(ref: EventRef, positions: dict[str, dict] | None) -> bool:
+    """Whether a row change or truncate of a table the bulk snapshot read under one consistent snapshot was
+    committed before that snapshot (its rows already hold it)."""
+    if not positions or ref.kind not in (DATA_CHANGE, TRUNCATE) or ref.source_table not in positions:
+        return False
+    return before_snapshot(ref.offset, positions[ref.source_table])
 
 
 def snapshot_marker(ref: EventRef) -> str | None:

@@ -37,6 +37,12 @@ DEFAULT_PORTS: Mapping[str, int] = MappingProxyType(
 )
 SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "always", "never", "when_needed", "recovery", "schemasync")
 ERROR_STRATEGIES = ("exit", "retry", "skip")
+# How a connector copies the rows that exist when it starts: `spark`, parallel chunked reads and COPY (MariaDB,
+# MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
+SNAPSHOT_ENGINES = ("spark", "debezium")
+BULK_SNAPSHOT_TYPES = ("mariadb", "mysql")
+DEFAULT_SNAPSHOT_CHUNK_ROWS = 50_000
+MIN_SNAPSHOT_CHUNK_ROWS = 100
 LETTER_CASINGS = ("lowercase", "asis")
 
 DEFAULT_CONTROL_SCHEMA = "cdc"
@@ -70,6 +76,8 @@ _CONNECTOR_FIELDS = (
     "port",
     "tables",
     "snapshot_mode",
+    "snapshot_engine",
+    "snapshot_chunk_rows",
     "batch_size",
     "apply_batch_events",
     "error_strategy",
@@ -186,6 +194,13 @@ class ConnectorConfig:
     run_retries: int = 0
     # A run whose streaming connection to the source is lost and not regained for this long fails.
     source_lost_timeout_seconds: float = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
+    snapshot_engine: str = "debezium"
+    snapshot_chunk_rows: int = DEFAULT_SNAPSHOT_CHUNK_ROWS  # rows per chunk of a bulk snapshot (spark engine)
+
+    @property
+    def bulk_snapshot(self) -> bool:
+        """Whether this connector copies existing rows with the bulk snapshot engine."""
+        return self.snapshot_engine == "spark"
 
     def redacted(self) -> dict[str, Any]:
         """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""
@@ -342,7 +357,21 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
                                     maximum=MAX_RUN_RETRIES),
         source_lost_timeout_seconds=section.positive_number("source_lost_timeout_seconds",
                                                             default=DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS),
+        snapshot_engine=_snapshot_engine(section, connector_type),
+        snapshot_chunk_rows=section.integer("snapshot_chunk_rows", default=DEFAULT_SNAPSHOT_CHUNK_ROWS,
+                                            minimum=MIN_SNAPSHOT_CHUNK_ROWS),
     )
+
+
+def _snapshot_engine(section: _Section, connector_type: str) -> str:
+    """`spark` by default where the bulk engine reads the source type, else `debezium`; `spark` elsewhere is an
+    error naming the types it reads."""
+    default = "spark" if connector_type in BULK_SNAPSHOT_TYPES else "debezium"
+    engine = section.choice("snapshot_engine", SNAPSHOT_ENGINES, default=default)
+    if engine == "spark" and connector_type not in BULK_SNAPSHOT_TYPES:
+        raise section.error("snapshot_engine", f"'spark' reads {', '.join(BULK_SNAPSHOT_TYPES)} sources; a "
+                                               f"{connector_type} connector takes Debezium's snapshot (debezium)")
+    return engine
 
 
 def _check_connector_name(name: Any, path: Path) -> None:

@@ -97,6 +97,37 @@ _TABLES = (
         created_at timestamptz NOT NULL DEFAULT now(),
         resolved_at timestamptz)""",
     "CREATE INDEX IF NOT EXISTS dead_letters_connector ON {schema}.dead_letters (connector, status, id)",
+    # The bulk snapshot engine (cdc_pipeline/bulk_load): the running load of a connector, its tables and their
+    # chunks. A chunk is checkpointed (done_at, rows) in the transaction that writes its rows.
+    """CREATE TABLE IF NOT EXISTS {schema}.bulk_loads (
+        connector text PRIMARY KEY,
+        load_id bigint NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        finished_at timestamptz)""",
+    """CREATE TABLE IF NOT EXISTS {schema}.bulk_load_tables (
+        connector text NOT NULL,
+        load_id bigint NOT NULL,
+        source_table text NOT NULL,
+        dest_schema text NOT NULL,
+        dest_table text NOT NULL,
+        key_columns text[] NOT NULL,
+        estimated_rows bigint NOT NULL DEFAULT 0,
+        next_lower jsonb,
+        planned boolean NOT NULL DEFAULT false,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        finished_at timestamptz,
+        PRIMARY KEY (connector, source_table))""",
+    """CREATE TABLE IF NOT EXISTS {schema}.bulk_load_chunks (
+        id bigserial PRIMARY KEY,
+        connector text NOT NULL,
+        load_id bigint NOT NULL,
+        source_table text NOT NULL,
+        lower_bound jsonb,
+        upper_bound jsonb,
+        rows bigint NOT NULL DEFAULT 0,
+        snapshot_position jsonb,
+        done_at timestamptz)""",
+    "CREATE INDEX IF NOT EXISTS bulk_load_chunks_table ON {schema}.bulk_load_chunks (connector, source_table, id)",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -177,6 +208,7 @@ PHASE_FETCHING = "fetching"
 PHASE_PARSING = "parsing"
 PHASE_CONVERTING = "converting"
 PHASE_EXECUTING = "executing"
+PHASE_LOADING = "loading"  # the bulk snapshot engine copies tables
 
 
 def _lock_key(connector: str) -> sql.Composed:

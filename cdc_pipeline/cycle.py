@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control, faults, objmap, offsets
+from cdc_pipeline import bulk_load, control, faults, objmap, offsets
 from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
@@ -40,8 +40,12 @@ log = logging.getLogger(__name__)
 ENGINE_START_TIMEOUT_SECONDS = 120.0
 FETCH_WAIT_SECONDS = 0.5
 GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
-STATE_CHECK_SECONDS = 1.0  # how often a running cycle looks whether its connector was paused
+STATE_CHECK_SECONDS = 1.0
+PHASE_LOADING = control.PHASE_LOADING  # how often a running cycle looks whether its connector was paused
 RETRY = "retry"
+# Snapshot modes that copy the tables' rows (when they take a snapshot at all): under the bulk snapshot engine the
+# Debezium engine then takes the schema snapshot only, and the bulk load copies the rows.
+ROW_COPYING_MODES = ("initial", "initial_only", "when_needed", "always")
 
 
 @dataclass
@@ -125,6 +129,11 @@ class ConnectorSession:
         self._phase: str | None = None
         self._last_transaction: Any = None
         self._state_checked_at = 0.0
+        self.bulk_load_pending = False  # a bulk snapshot is to run (or go on) before the stream is applied
+        self.awaits_schema_snapshot = False  # ... once this run's engine has taken its schema snapshot
+        self.snapshot_positions: dict[str, dict[str, Any]] = {}
+        self.applied_batch_ids: list[int] = []
+        self._completed_batch_ids: set[int] = set()
 
     @property
     def control_schema(self) -> str:
@@ -165,13 +174,79 @@ class ConnectorSession:
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
                                                                                        name)
         self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
-        connector = dataclasses.replace(self.connector, snapshot_mode=self.snapshot_mode)
+        engine_mode = self._prepare_bulk_load(takes_snapshot) if self.connector.bulk_snapshot else self.snapshot_mode
+        connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
         self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
         self.runner.start()
         self.cycle_stats = CycleStats()
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
         return self
+
+    def _prepare_bulk_load(self, takes_snapshot: bool) -> str:
+        """Under the bulk snapshot engine: begins a new load when this cycle's snapshot mode copies rows, and
+        returns the snapshot mode the Debezium engine starts with (the schema only, when rows are copied).
+
+        A new load starts the engine's position over (its offset and schema history are dropped): the load's
+        chunks must all be read after the position the stream starts from.
+        """
+        assert self.conn is not None
+        name, schema = self.connector.name, self.control_schema
+        copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
+        if copies_rows:
+            if control.has_offset(self.conn, schema, name):
+                bulk_load.forget_engine_position(self.conn, schema, name)
+            bulk_load.begin_load(self.conn, schema, name)
+        self.awaits_schema_snapshot = copies_rows
+        self.bulk_load_pending = bulk_load.running_load(self.conn, schema, name) is not None
+        self.snapshot_positions = bulk_load.snapshot_positions(self.conn, schema, name)
+        if not copies_rows:
+            return self.snapshot_mode
+        return "schemasync" if self.snapshot_mode == "initial_only" else "no_data"
+
+    def run_bulk_load(self, deadline: float) -> bool:
+        """Runs (or goes on with) the connector's bulk snapshot until it is done (True) or the run's budget is
+        spent or the connector paused (False). The batches applied so far are first marked complete, so that the
+        engine's position, where the stream goes on from, is kept whatever happens to this run."""
+        assert self.conn is not None and self.object_map is not None
+        self.complete_applied_batches()
+        if self.snapshot_mode != "schemasync":
+            control.set_phase(self.conn, self.control_schema, self.connector.name, PHASE_LOADING,
+                              stage=control.STAGE_SNAPSHOT)
+        self._phase = PHASE_LOADING
+        loader = bulk_load.BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
+        with self.cycle_stats.timed("load"):
+            done = loader.run(deadline, self.halted, self._count_loaded_rows)
+        self.bulk_load_pending = not done
+        if done:
+            self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
+                                                                   self.connector.name)
+            if self.streams:
+                self.record_streaming()
+        return done
+
+    def _count_loaded_rows(self, rows: int) -> None:
+        stats = self.cycle_stats
+        now = time.monotonic()
+        stats.first_fetch_at = stats.first_fetch_at or now
+        stats.last_commit_at = now
+        stats.last_commit_epoch = time.time()
+        stats.counts.events += rows
+        stats.counts.snapshot_rows += rows
+
+    def complete_applied_batches(self) -> int:
+        """Marks every applied batch not yet complete as complete (in order); returns their events."""
+        return self.complete_batches(self.applied_batch_ids)
+
+    def complete_batches(self, batch_ids: Iterable[int]) -> int:
+        """Marks these applied batches complete (in order) unless they already are; returns their events."""
+        assert self.runner is not None
+        events = 0
+        for batch_id in batch_ids:
+            if batch_id not in self._completed_batch_ids:
+                events += self.runner.mark_complete(batch_id)
+                self._completed_batch_ids.add(batch_id)
+        return events
 
     def _refuse_if_halted(self, state: str | None) -> None:
         if state in control.HALTED_STATES:
@@ -371,10 +446,16 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     polling_since: float | None = None
     source_lost_since: float | None = None
     streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
+    schema_snapshot_done = not session.awaits_schema_snapshot
     while True:
         if session.halted():
             log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
             break
+        if session.bulk_load_pending and schema_snapshot_done and not group:
+            # Before any change of the stream is applied: the rows those changes apply to.
+            if not session.run_bulk_load(started + connector.max_seconds_per_run):
+                break
+            continue
         with session.phase(control.PHASE_FETCHING, "fetch"):
             batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
@@ -397,6 +478,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         elif group:
             yield group
             group, group_events = [], 0
+            continue
+        elif not schema_snapshot_done and (runner.snapshot_status().get("completed") or runner.is_streaming()):
+            schema_snapshot_done = True  # its batches are all applied: the queue is empty and no group is open
             continue
         elif not session.streams and runner.is_polling():
             # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
@@ -462,7 +546,8 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
     for batch in parsed:
         with session.phase(control.PHASE_CONVERTING, "convert"):
-            plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map)
+            plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map,
+                              session.snapshot_positions)
             session.count_transactions(plan)
         yield plan
 
@@ -497,6 +582,7 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         stats.batches += 1
         stats.counts.add(counts)
         applied.extend(plan.parsed.batch.batch_ids)
+        session.applied_batch_ids.extend(plan.parsed.batch.batch_ids)
     return applied
 
 
@@ -533,4 +619,4 @@ def mark_batches_complete(session: ConnectorSession, batch_ids: list[int]) -> in
     """Marks applied batches complete so the engine's offset advances past them; returns the event count."""
     assert session.runner is not None
     faults.pause_point(faults.COMMITTED)
-    return sum(session.runner.mark_complete(batch_id) for batch_id in batch_ids)
+    return session.complete_batches(batch_ids)

@@ -40,7 +40,8 @@ from psycopg import sql
 
 from cdc_pipeline.cli import format_summary, run_sync
 from cdc_pipeline.config import CONFIG_PATH_ENV, redact_dsn
-from cdc_pipeline.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port, quote_mysql
+from cdc_pipeline.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
+from cdc_pipeline.sources.mariadb import quote_mysql
 
 logger = logging.getLogger(__name__)
 

@@ -183,7 +183,7 @@ def _reverse_octets(hex_digits: Column) -> Column:
     return F.array_join(F.reverse(F.regexp_extract_all(hex_digits, F.lit("(..)"), 1)), "")
 
 
-def _ewkb_hex(wkb_hex: Column, srid: Column) -> Column:
+def ewkb_hex(wkb_hex: Column, srid: Column) -> Column:
     """WKB (hex) with its SRID put in as EWKB does: the SRID flag in the type word, the SRID after it, both in
     the WKB's own byte order (its first octet: 01 little-endian, 00 big-endian)."""
     little_endian = F.substring(wkb_hex, 1, 2) == "01"
@@ -211,7 +211,7 @@ def _geometry(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     """
     wkb = F.unbase64(F.get_json_object(value, "$.wkb"))
     if pg_type == "bytea":
-        return F.concat(F.lit("\\x"), _ewkb_hex(F.lower(F.hex(wkb)), F.get_json_object(value, "$.srid").cast("long")))
+        return F.concat(F.lit("\\x"), ewkb_hex(F.lower(F.hex(wkb)), F.get_json_object(value, "$.srid").cast("long")))
     if pg_type == "point":
         return F.when(value.isNotNull(), F.format_string("(%s,%s)", F.get_json_object(value, "$.x"),
                                                          F.get_json_object(value, "$.y")))

@@ -11,7 +11,7 @@ from psycopg import sql
 from cdc_pipeline.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.servers import quote_mysql
+from cdc_pipeline.sources.mariadb import quote_mysql
 from cdc_pipeline.typemap import dest_identifier
 
 CONNECT_TIMEOUT_SECONDS = 10

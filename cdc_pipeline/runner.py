@@ -113,6 +113,16 @@ def runner_classpath() -> list[Path]:
     return [RUNNER_JAR, *jars]
 
 
+EXECUTOR_ARTIFACTS = ("mariadb-java-client", "postgresql")
+
+
+def executor_jars() -> list[Path]:
+    """The jars Spark's executors need for the bulk snapshot: the runner (its COPY writer) and the JDBC drivers of
+    the source and the destination."""
+    jars = [jar for jar in sorted(RUNNER_LIB.glob("*.jar")) if _artifact_name(jar) in EXECUTOR_ARTIFACTS]
+    return [RUNNER_JAR, *jars]
+
+
 def jdbc_target(dsn: str) -> tuple[str, str | None, str | None]:
     """The JDBC URL, user and password of a libpq DSN (URI or conninfo)."""
     params = conninfo_to_dict(dsn)

@@ -105,11 +105,6 @@ def start_postgres(base_dir: Path | None = None, logical: bool = False) -> Postg
     return server.start()
 
 
-def quote_mysql(identifier: str) -> str:
-    """A MariaDB/MySQL identifier in backquotes, embedded backquotes doubled."""
-    return "`" + identifier.replace("`", "``") + "`"
-
-
 @dataclass
 class MariaDbServer:
     """A mariadbd process with binary logging in ROW format; its files live in the parent of datadir."""

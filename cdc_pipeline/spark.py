@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_pipeline.runner import FetchedBatch, runner_classpath
+from cdc_pipeline.runner import FetchedBatch, executor_jars, runner_classpath
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None
                         app_name: str = "cdc-pipeline") -> SparkSession:
     """Returns the Spark session for the pipeline, starting it with the runner's jars on the driver classpath.
 
-    Works with any master; only the driver needs the runner (executors never see Debezium). When a session
+    Works with any master; only the driver runs Debezium; executors get the runner jar (its bulk snapshot writer)
+    and the two JDBC drivers (`spark.jars`). When a session
     already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
     """
     classpath = os.pathsep.join(str(jar) for jar in runner_classpath())
@@ -39,6 +40,9 @@ def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraClassPath", classpath)
+    # The bulk snapshot's tasks read the source and write the destination through JDBC, on whatever executors
+    # the master gives: Spark ships these jars to them.
+    builder = builder.config("spark.jars", ",".join(str(jar) for jar in executor_jars()))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
     set_runner_log_level(session, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))

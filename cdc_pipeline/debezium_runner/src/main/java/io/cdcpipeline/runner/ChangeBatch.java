@@ -130,9 +130,14 @@ public final class ChangeBatch {
         return lastPartition;
     }
 
+    /**
+     * Marks every record processed and the engine's batch finished, which commits (flushes) the engine's offset
+     * now: a batch marked complete is never delivered again, whatever happens to the run after it.
+     */
     void markProcessed() throws InterruptedException {
         for (RecordChangeEvent<SourceRecord> record : records) {
             committer.markProcessed(record);
         }
+        committer.markBatchFinished();
     }
 }

@@ -1,0 +1,462 @@
+"""The bulk snapshot engine (`snapshot_engine: spark`): copies the rows a connector's tables hold when it starts,
+in parallel chunks on Spark, resumable chunk by chunk across runs, and hands over to the stream exactly.
+
+The flow of a load: Debezium takes the schema snapshot only (`no_data`: destination tables created, its binlog
+position P recorded, streaming from P). Before the stream's first change is applied, each table is split into
+chunks of about `snapshot_chunk_rows` rows by its key (boundaries found by index range scans, so skewed keys make
+no huge chunk); a Spark job reads a slice of chunks in parallel through JDBC (one partition per chunk, the source
+rendering every column as text, see `sources/mariadb.py`), Spark turns the rows into COPY text, and each partition
+is COPYed into the destination by the runner's `ChunkCopyWriter` in its own transaction, which also marks the
+chunk done (`cdc.bulk_load_chunks`) and adds its rows to the stats. A run that ends (its time budget, a pause, a
+failure, SIGKILL) leaves every chunk either committed with its checkpoint or not at all; the next run goes on
+with the chunks not done. Once every table is loaded the stream is applied from P.
+
+Why the destination ends exact. Every chunk is read after P, so the stream from P holds every change the chunk's
+rows may have missed. For a table with a key, the stream replays changes as upserts and deletes of whole row
+images (`binlog_row_image=FULL`): a key's last change sets its final state whatever the chunk had read, and a
+key with no change since P was read as it is. For a table without a key (one chunk), replaying would add rows
+twice: it is read under one consistent snapshot whose exact binlog position MariaDB gives
+(`binlog_snapshot_file`/`_position`), and the stream skips that table's changes committed before it
+(`before_snapshot`). Tables are emptied when the load plans them, in the transaction that plans them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_pipeline import objmap
+from cdc_pipeline.apply import captures
+from cdc_pipeline.catalog import DestinationTable, destination_table
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.dml import ColumnPlan
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.events import FieldSpec
+from cdc_pipeline.runner import JAVA_PACKAGE, jdbc_target
+from cdc_pipeline.sources import mariadb
+from cdc_pipeline.sources.mariadb import SourceColumn
+
+log = logging.getLogger(__name__)
+
+# A chunk holds at most about this many bytes of source rows (InnoDB's average row size), however many rows
+# `snapshot_chunk_rows` allows: a chunk's rows pass through one Spark task and one transaction.
+CHUNK_BYTES = 256 << 20
+MIN_CHUNK_ROWS = 1_000
+FETCH_SIZE = 10_000
+_STAGING = "_cdc_bulk_staging"
+_POSITION_ALIAS = "_cdc_position"
+_GEOMETRY_LOGICAL = "io.debezium.data.geometry.Geometry"
+
+
+@dataclass
+class TableLoad:
+    """One table of a running load, as `cdc.bulk_load_tables` keeps it."""
+
+    source_table: str
+    dest_schema: str
+    dest_table: str
+    key_columns: list[str]
+    estimated_rows: int
+    next_lower: list[Any] | None
+    planned: bool
+    finished: bool
+
+    @property
+    def database(self) -> str:
+        return self.source_table.partition(".")[0]
+
+    @property
+    def table(self) -> str:
+        return self.source_table.partition(".")[2]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: int
+    lower: list[Any] | None
+    upper: list[Any] | None
+
+
+@dataclass(frozen=True)
+class BulkColumn:
+    """A source column and the destination column it fills."""
+
+    source: SourceColumn
+    dest_name: str
+    pg_type: str  # the type whose text input form the column's COPY text is
+
+
+def _table(schema: str, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name)
+
+
+def begin_load(conn: psycopg.Connection, schema: str, connector: str) -> int:
+    """Starts a new load of the connector's tables (forgetting any earlier one); returns its id."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(sql.SQL(
+            """INSERT INTO {} AS l (connector, load_id) VALUES (%s, 1)
+               ON CONFLICT (connector) DO UPDATE SET load_id = l.load_id + 1, started_at = now(), finished_at = NULL
+               RETURNING load_id""").format(_table(schema, "bulk_loads")), (connector,))
+        load_id = int(cur.fetchone()[0])
+        for name in ("bulk_load_tables", "bulk_load_chunks"):
+            cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(_table(schema, name)), (connector,))
+        cur.execute(sql.SQL(
+            """INSERT INTO {} AS s (connector, snapshot_began_at) VALUES (%s, now())
+               ON CONFLICT (connector) DO UPDATE SET snapshot_began_at = now(), snapshot_ended_at = NULL""").format(
+            _table(schema, "stats")), (connector,))
+    log.info("%s: bulk snapshot %d begins", connector, load_id)
+    return load_id
+
+
+def forget_engine_position(conn: psycopg.Connection, schema: str, connector: str) -> None:
+    """Drops the connector's Debezium offset and schema history, so its engine starts over with a schema snapshot
+    (a new load's chunks must be read after the position its stream starts from)."""
+    with conn.transaction():
+        for name in ("debezium_offsets", "debezium_schema_history"):
+            conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(_table(schema, name)), (connector,))
+
+
+def running_load(conn: psycopg.Connection, schema: str, connector: str) -> int | None:
+    """The id of the connector's load that is not finished yet, or None."""
+    row = conn.execute(sql.SQL("SELECT load_id FROM {} WHERE connector = %s AND finished_at IS NULL").format(
+        _table(schema, "bulk_loads")), (connector,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, dict[str, Any]]:
+    """Per table read under one consistent snapshot (no key): that snapshot's binlog position. The stream skips
+    the table's changes committed before it."""
+    rows = conn.execute(sql.SQL(
+        "SELECT source_table, snapshot_position FROM {} WHERE connector = %s AND done_at IS NOT NULL "
+        "AND snapshot_position IS NOT NULL").format(_table(schema, "bulk_load_chunks")), (connector,)).fetchall()
+    return {table: position for table, position in rows}
+
+
+def read_progress(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
+    """Per table of each connector's latest load: rows done, the estimate of all, chunks, rows/s and ETA."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql.SQL(
+            """SELECT t.connector, t.source_table, t.estimated_rows, t.started_at, t.finished_at,
+                      coalesce(sum(c.rows) FILTER (WHERE c.done_at IS NOT NULL), 0) AS rows_done,
+                      count(c.id) FILTER (WHERE c.done_at IS NOT NULL) AS chunks_done, count(c.id) AS chunks_planned,
+                      t.planned, extract(epoch FROM coalesce(t.finished_at, max(c.done_at)) - t.started_at)
+                        AS seconds
+               FROM {tables} t LEFT JOIN {chunks} c ON c.connector = t.connector AND c.source_table = t.source_table
+               WHERE %(connector)s::text IS NULL OR t.connector = %(connector)s
+               GROUP BY t.connector, t.source_table ORDER BY t.connector, t.source_table""").format(
+            tables=_table(schema, "bulk_load_tables"), chunks=_table(schema, "bulk_load_chunks")),
+            {"connector": connector})
+        rows = cur.fetchall()
+    for row in rows:
+        done, seconds = int(row["rows_done"]), float(row["seconds"] or 0)
+        total = done if row["finished_at"] else max(int(row["estimated_rows"]), done)
+        rate = done / seconds if seconds > 0 else 0.0
+        row.update(rows_total=total, rows_per_second=round(rate, 1),
+                   eta_seconds=None if row["finished_at"] or rate <= 0 else round((total - done) / rate, 1))
+    return rows
+
+
+def format_progress(row: dict[str, Any]) -> str:
+    """`db.t: 150,000 / ~1,000,000 rows (15%), 180,000 rows/s, ETA 5 s` (or `done`)."""
+    total, done = row["rows_total"], row["rows_done"]
+    share = f" ({100 * done // total}%)" if total else ""
+    tail = "done" if row["finished_at"] else (f"ETA {row['eta_seconds']:.0f} s" if row["eta_seconds"] is not None
+                                              else "starting")
+    return (f"{row['source_table']}: {done:,} / {'' if row['finished_at'] else '~'}{total:,} rows{share}, "
+            f"{row['rows_per_second']:,.0f} rows/s, {tail}")
+
+
+class BulkLoader:
+    """Runs the connector's load: plans its tables and chunks and copies slices of chunks with Spark."""
+
+    def __init__(self, conn: psycopg.Connection, connector: ConnectorConfig, destination: DestinationConfig,
+                 spark: SparkSession, object_map: objmap.ObjectMap | None = None) -> None:
+        self.conn = conn
+        self.connector = connector
+        self.destination = destination
+        self.spark = spark
+        self.object_map = object_map or objmap.ObjectMap(connector)
+        self.schema = destination.control_schema
+
+    @property
+    def slice_chunks(self) -> int:
+        """Chunks per Spark job: two rounds of the cluster's parallelism, so every core has work."""
+        return max(4, 2 * self.spark.sparkContext.defaultParallelism)
+
+    def run(self, deadline: float, halted: Callable[[], bool], on_rows: Callable[[int], None]) -> bool:
+        """Copies chunks until the load is done (True), or until `deadline` (monotonic) passes or `halted()` says
+        so between two slices (False: the next run goes on from the chunks done)."""
+        name = self.connector.name
+        load_id = running_load(self.conn, self.schema, name)
+        if load_id is None:
+            return True
+        with mariadb.connect(self.connector) as source, source.cursor() as cur:
+            for table in self._tables(cur, load_id):
+                if table.finished:
+                    continue
+                columns = self._columns(cur, table)
+                while True:
+                    chunks = self._next_chunks(cur, load_id, table)
+                    if not chunks:
+                        self._finish_table(table)
+                        break
+                    on_rows(self._copy(table, columns, chunks))
+                    self._log_progress(table)
+                    if time.monotonic() >= deadline or halted():
+                        log.info("%s: the bulk snapshot goes on in the next run (run budget spent or paused)", name)
+                        return False
+        self._finish_load()
+        return True
+
+    def _tables(self, cur: Any, load_id: int) -> list[TableLoad]:
+        """The load's tables; planned on its first run: listed, their keys read, emptied (one transaction)."""
+        tables = self._read_tables()
+        if tables:
+            return tables
+        listed = [table for table in mariadb.list_tables(cur, self.connector.database)
+                  if captures(self.connector, table.name)]
+        with self.conn.transaction(), self.conn.cursor() as dest:
+            for table in listed:
+                database, _, name = table.name.partition(".")
+                dest_schema, dest_name = self.object_map.table_name(table.name)
+                if destination_table(dest, dest_schema, dest_name) is None:
+                    raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist: the schema "
+                                   "snapshot did not create it", connector=self.connector.name, table=table.name)
+                dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
+                dest.execute(sql.SQL(
+                    """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
+                                       estimated_rows) VALUES (%s, %s, %s, %s, %s, %s, %s)""").format(
+                    _table(self.schema, "bulk_load_tables")),
+                    (self.connector.name, load_id, table.name, dest_schema, dest_name,
+                     mariadb.chunk_key(cur, database, name), table.estimated_rows))
+        log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
+                 ", ".join(table.name for table in listed) or "none")
+        return self._read_tables()
+
+    def _read_tables(self) -> list[TableLoad]:
+        rows = self.conn.execute(sql.SQL(
+            """SELECT source_table, dest_schema, dest_table, key_columns, estimated_rows, next_lower, planned,
+                      finished_at IS NOT NULL FROM {} WHERE connector = %s ORDER BY source_table""").format(
+            _table(self.schema, "bulk_load_tables")), (self.connector.name,)).fetchall()
+        return [TableLoad(*row[:4], int(row[4]), row[5], row[6], row[7]) for row in rows]
+
+    def _columns(self, cur: Any, table: TableLoad) -> list[BulkColumn]:
+        """The source columns that the destination table has (by the mapping rules), with the type each is
+        written as. A column the source added or dropped during the load is left to the stream's DDL."""
+        with self.conn.cursor() as dest:
+            existing = destination_table(dest, table.dest_schema, table.dest_table)
+        if existing is None:
+            raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} no longer exists",
+                           connector=self.connector.name, table=table.source_table)
+        columns = []
+        for column in mariadb.list_columns(cur, table.database, table.table):
+            dest_name = self.object_map.column_name(table.source_table, column.name)
+            if dest_name in existing.columns:
+                columns.append(BulkColumn(column, dest_name, _input_type(existing, dest_name)))
+        return columns
+
+    def _chunk_rows(self, cur: Any, table: TableLoad) -> int:
+        """`snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES a chunk)."""
+        average = next((t.average_row_bytes for t in mariadb.list_tables(cur, table.database)
+                        if t.name == table.source_table), 0)
+        rows = self.connector.snapshot_chunk_rows
+        return min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
+
+    def _next_chunks(self, cur: Any, load_id: int, table: TableLoad) -> list[Chunk]:
+        """The next slice of chunks not done, planning more (and keeping them) when too few are planned."""
+        chunks = self._pending_chunks(table)
+        if len(chunks) >= self.slice_chunks or table.planned:
+            return chunks
+        chunk_rows = self._chunk_rows(cur, table)
+        with self.conn.transaction(), self.conn.cursor() as dest:
+            while len(chunks) < self.slice_chunks and not table.planned:
+                lower = table.next_lower
+                upper = mariadb.next_chunk_start(cur, table.database, table.table, table.key_columns, lower,
+                                                 chunk_rows) if table.key_columns else None
+                dest.execute(sql.SQL(
+                    """INSERT INTO {} (connector, load_id, source_table, lower_bound, upper_bound)
+                       VALUES (%s, %s, %s, %s, %s) RETURNING id""").format(_table(self.schema, "bulk_load_chunks")),
+                    (self.connector.name, load_id, table.source_table, _json(lower), _json(upper)))
+                chunks.append(Chunk(int(dest.fetchone()[0]), lower, upper))
+                table.next_lower, table.planned = upper, upper is None
+            dest.execute(sql.SQL("UPDATE {} SET next_lower = %s, planned = %s WHERE connector = %s "
+                                 "AND source_table = %s").format(_table(self.schema, "bulk_load_tables")),
+                         (_json(table.next_lower), table.planned, self.connector.name, table.source_table))
+        return chunks
+
+    def _pending_chunks(self, table: TableLoad) -> list[Chunk]:
+        rows = self.conn.execute(sql.SQL(
+            "SELECT id, lower_bound, upper_bound FROM {} WHERE connector = %s AND source_table = %s "
+            "AND done_at IS NULL ORDER BY id LIMIT %s").format(_table(self.schema, "bulk_load_chunks")),
+            (self.connector.name, table.source_table, self.slice_chunks)).fetchall()
+        return [Chunk(int(row[0]), row[1], row[2]) for row in rows]
+
+    def _copy(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> int:
+        """One Spark job: reads the chunks in parallel and COPYs each in its own transaction; returns the rows
+        these chunks wrote."""
+        lines = self._lines(table, columns, chunks)
+        writer = self._writer(table, columns, chunks)
+        try:
+            lines._jdf.foreachPartition(writer)
+        except Py4JJavaError as exc:
+            raise CdcError(f"the bulk snapshot of {table.source_table} into {table.dest_schema}.{table.dest_table} "
+                           f"failed: {_root_message(exc.java_exception)}", connector=self.connector.name,
+                           table=table.source_table) from None
+        done = self.conn.execute(sql.SQL("SELECT coalesce(sum(rows), 0) FROM {} WHERE id = ANY(%s)").format(
+            _table(self.schema, "bulk_load_chunks")), ([chunk.id for chunk in chunks],)).fetchone()
+        return int(done[0])
+
+    def _lines(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> DataFrame:
+        """The chunks as a DataFrame of COPY lines, one partition per chunk in order (a table without a key:
+        one chunk whose first row carries its snapshot's binlog position)."""
+        aliases = [f"_cdc_{i}" for i in range(len(columns))]
+        renders = [f"{mariadb.select_text(column.source, column.pg_type)} AS {alias}"
+                   for column, alias in zip(columns, aliases)]
+        source = mariadb.qualified(table.database, table.table)
+        properties = {"user": self.connector.user, "password": self.connector.password.reveal(),
+                      "driver": mariadb.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
+        url = mariadb.jdbc_url(self.connector)
+        if table.key_columns:
+            keys = ", ".join(map(mariadb.quote_mysql, table.key_columns))
+            query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
+            predicates = [mariadb.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
+            frame = self.spark.read.jdbc(url, query, predicates=predicates, properties=properties)
+            position = []
+        else:
+            query = (f"({mariadb.snapshot_position_select(_POSITION_ALIAS, aliases)} UNION ALL "
+                     f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
+            frame = self.spark.read.jdbc(url, query, properties={**properties,
+                                                                 "sessionInitStatement": mariadb.CONSISTENT_SNAPSHOT})
+            position = [F.col(_POSITION_ALIAS).alias("position")]
+        line = F.concat_ws("\t", *[mariadb.column_text(F.col(alias), column.source, column.pg_type)
+                                   for alias, column in zip(aliases, columns)])
+        if not table.key_columns:
+            line = F.when(F.col(_POSITION_ALIAS).isNull(), line)
+        return frame.select(line.alias("line"), *position)
+
+    def _writer(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any:
+        jvm: Any = self.spark._jvm
+        gateway: Any = self.spark.sparkContext._gateway
+        url, user, password = jdbc_target(self.destination.dsn.reveal())
+        target = _table(table.dest_schema, table.dest_table)
+        names = [column.dest_name for column in columns]
+        chunks_table = _table(self.schema, "bulk_load_chunks")
+        plans = [_column_plan(column) for column in columns]
+        plans, transforms = self.object_map.transforms(table.source_table, plans)
+        before: list[sql.Composable] = []
+        after: list[sql.Composable] = []
+        into = target
+        if transforms:
+            into = sql.Identifier(_STAGING)
+            before.append(staging_table_sql(into, target, names, transforms))
+            values = objmap.staged_values(plans, transforms, "s")
+            after.append(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
+                target, sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.SQL(", ").join(values[name] for name in names), into))
+        copy = sql.SQL("COPY {} ({}) FROM STDIN").format(into, sql.SQL(", ").join(map(sql.Identifier, names)))
+        claim = sql.SQL("UPDATE {} SET done_at = now() WHERE id = ? AND done_at IS NULL").format(chunks_table)
+        finish = sql.SQL(
+            """WITH chunk AS (UPDATE {chunks} SET rows = ?, snapshot_position = CAST(? AS jsonb) WHERE id = ?
+                              RETURNING rows)
+               INSERT INTO {stats} AS s (connector, events, snapshot_rows, first_applied_at, last_applied_at)
+               SELECT {connector}, rows, rows, now(), now() FROM chunk
+               ON CONFLICT (connector) DO UPDATE SET events = s.events + EXCLUDED.events,
+                 snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows,
+                 first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
+            chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
+        chunk_ids = gateway.new_array(jvm.long, len(chunks))
+        for i, chunk in enumerate(chunks):
+            chunk_ids[i] = chunk.id
+        return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
+            url, user, password, chunk_ids, self._text(claim), self._strings(before), self._text(copy),
+            self._strings(after), self._text(finish))
+
+    def _text(self, statement: sql.Composable) -> str:
+        return statement.as_string(self.conn)
+
+    def _strings(self, statements: list[sql.Composable]) -> Any:
+        gateway: Any = self.spark.sparkContext._gateway
+        array = gateway.new_array(self.spark._jvm.java.lang.String, len(statements))
+        for i, statement in enumerate(statements):
+            array[i] = self._text(statement)
+        return array
+
+    def _finish_table(self, table: TableLoad) -> None:
+        self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s AND source_table = %s "
+                                  "AND finished_at IS NULL").format(_table(self.schema, "bulk_load_tables")),
+                          (self.connector.name, table.source_table))
+        table.finished = True
+        self._log_progress(table)
+
+    def _finish_load(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s").format(
+                _table(self.schema, "bulk_loads")), (self.connector.name,))
+            self.conn.execute(sql.SQL("UPDATE {} SET snapshot_ended_at = now() WHERE connector = %s").format(
+                _table(self.schema, "stats")), (self.connector.name,))
+        log.info("%s: bulk snapshot done", self.connector.name)
+
+    def _log_progress(self, table: TableLoad) -> None:
+        for row in read_progress(self.conn, self.schema, self.connector.name):
+            if row["source_table"] == table.source_table:
+                log.info("%s: bulk snapshot %s", self.connector.name, format_progress(row))
+
+
+def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: list[str],
+                      text_columns: Any = ()) -> sql.Composed:
+    """A temporary table (dropped at commit) with the target's columns; `text_columns` (those with a transform)
+    hold text."""
+    return sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+        staging, sql.SQL(", ").join(
+            sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
+            else sql.Identifier(name) for name in columns), target)
+
+
+def _input_type(existing: DestinationTable, column: str) -> str:
+    """The type whose text form a column receives: a domain over a built-in type takes its base type's."""
+    column_type = existing.types.get(column)
+    if column_type is not None and column_type.user_defined and column_type.builtin:
+        return column_type.base
+    return existing.columns[column]
+
+
+def _column_plan(column: BulkColumn) -> ColumnPlan:
+    """The column as the mapping rules' transforms see it (geometry is told by its logical type)."""
+    geometry = column.source.data_type in mariadb.GEOMETRY_TYPES
+    spec = FieldSpec(name=column.source.name, type="struct" if geometry else "string",
+                     logical=_GEOMETRY_LOGICAL if geometry else None, parameters={}, optional=True)
+    return ColumnPlan(source_name=column.source.name, dest_name=column.dest_name, pg_type=column.pg_type, spec=spec,
+                      convert=lambda value, spec, pg_type: value)
+
+
+def _root_message(error: Any) -> str:
+    """The innermost message of a Java exception chain (the source's or the destination's own words), with the
+    chunk the writer names when it names one."""
+    chunk = ""
+    messages = []
+    while error is not None:
+        message = str(error.getMessage() or error.toString())
+        if message.startswith("chunk ") and not chunk:
+            chunk = message.split(":", 1)[0] + ": "
+        messages.append(message)
+        error = error.getCause()
+    return chunk + messages[-1].strip().splitlines()[0]
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def iter_progress_lines(conn: psycopg.Connection, schema: str, connector: str) -> Iterator[str]:
+    for row in read_progress(conn, schema, connector):
+        yield format_progress(row)

@@ -1,0 +1,258 @@
+"""What the pipeline knows of MariaDB and MySQL sources outside Debezium: connecting, quoting, and reading tables
+for the bulk snapshot (their columns and keys, chunk boundaries, the SQL that renders each column as text, and the
+binlog position of a consistent snapshot).
+
+A bulk read renders every column in the source as text in a form the destination's COPY reads back exactly (numbers
+and dates as MariaDB writes them, binaries and geometry as hex, TIMESTAMP as UTC microseconds), so no value passes
+through a JDBC type that could round it; Spark then makes the COPY lines (`column_text`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any, Sequence
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
+
+CONNECT_TIMEOUT_SECONDS = 10
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+# A chunk read under its own consistent snapshot (a table without a key is one chunk): its first row carries the
+# binlog position of that snapshot, which MariaDB gives exactly (`binlog_snapshot_file` / `_position`).
+CONSISTENT_SNAPSHOT = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
+NULL_TEXT = "\\N"
+
+_STRING_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
+_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+GEOMETRY_TYPES = frozenset({"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+                             "multipolygon", "geometrycollection"})
+_BIT_LENGTH = re.compile(r"bit\((\d+)\)")
+
+
+def quote_mysql(identifier: str) -> str:
+    """A MariaDB/MySQL identifier in backquotes, embedded backquotes doubled."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def qualified(database: str, table: str) -> str:
+    return quote_mysql(database) + "." + quote_mysql(table)
+
+
+def connect(connector: ConnectorConfig) -> Any:
+    """A PyMySQL connection to the connector's source database (the driver's planning queries, never rows)."""
+    import pymysql
+
+    try:
+        return pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
+                               password=connector.password.reveal(), database=connector.database,
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4")
+    except pymysql.MySQLError as exc:
+        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
+                       connector=connector.name) from exc
+
+
+def jdbc_url(connector: ConnectorConfig) -> str:
+    """The JDBC URL Spark's readers use: MariaDB's driver (it reads MySQL servers too) under the `jdbc:mysql:` scheme,
+    so that Spark applies its MySQL dialect (backquoted column names: it double-quotes them for a URL it does not
+    know, which MariaDB reads as strings)."""
+    return f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    name: str
+    estimated_rows: int
+    average_row_bytes: int
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """A source column as information_schema describes it."""
+
+    name: str
+    data_type: str
+    column_type: str
+    nullable: bool
+
+    @property
+    def bit_length(self) -> int:
+        match = _BIT_LENGTH.match(self.column_type)
+        return int(match.group(1)) if match else 1
+
+
+def list_tables(cur: Any, database: str) -> list[SourceTable]:
+    """The database's base tables, with InnoDB's estimate of their rows and average row size."""
+    cur.execute("SELECT table_name, COALESCE(table_rows, 0), COALESCE(avg_row_length, 0) FROM information_schema.tables "
+                "WHERE table_schema = %s AND table_type = 'BASE TABLE' ORDER BY table_name", (database,))
+    return [SourceTable(f"{database}.{name}", int(rows), int(size)) for name, rows, size in cur.fetchall()]
+
+
+def list_columns(cur: Any, database: str, table: str) -> list[SourceColumn]:
+    cur.execute("SELECT column_name, LOWER(data_type), LOWER(column_type), is_nullable = 'YES' "
+                "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "ORDER BY ordinal_position", (database, table))
+    return [SourceColumn(name, data_type, column_type, bool(nullable))
+            for name, data_type, column_type, nullable in cur.fetchall()]
+
+
+def chunk_key(cur: Any, database: str, table: str) -> list[str]:
+    """The columns chunks are split by: the primary key, else the first unique key of NOT NULL columns; [] when the
+    table has neither (it is read as one chunk)."""
+    cur.execute(
+        "SELECT s.index_name, s.column_name FROM information_schema.statistics s "
+        "JOIN information_schema.columns c ON c.table_schema = s.table_schema AND c.table_name = s.table_name "
+        "AND c.column_name = s.column_name "
+        "WHERE s.table_schema = %s AND s.table_name = %s AND s.non_unique = 0 "
+        "ORDER BY s.index_name <> 'PRIMARY', s.index_name, s.seq_in_index", (database, table))
+    keys: dict[str, list[str]] = {}
+    for index, column in cur.fetchall():
+        keys.setdefault(index, []).append(column)
+    cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "AND is_nullable = 'YES'", (database, table))
+    nullable = {row[0] for row in cur.fetchall()}
+    for columns in keys.values():
+        if not nullable.intersection(columns):
+            return columns
+    return []
+
+
+def key_value(value: Any) -> Any:
+    """A key value as JSON keeps it (for the chunk's stored bounds): bytes as {"hex": ...}, the rest as text or a
+    number."""
+    if isinstance(value, (bytes, bytearray)):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (Decimal, float, datetime, date, time, timedelta)):
+        return str(value)
+    return value
+
+
+def literal(value: Any) -> str:
+    """A stored key value as a MariaDB literal (the chunk predicates are SQL text Spark sends as it is)."""
+    if isinstance(value, dict):
+        return "X'" + str(value["hex"]) + "'"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value).replace("\\", "\\\\").replace("'", "''").replace("\0", "\\0")
+    return "'" + text + "'"
+
+
+def _from(columns: Sequence[str], bound: Sequence[Any], strict: bool) -> str:
+    """Rows whose key is after `bound` (or at it, unless strict), lexicographically over the key's columns."""
+    terms = []
+    for i, column in enumerate(columns):
+        equal = [f"{quote_mysql(c)} = {literal(v)}" for c, v in zip(columns[:i], bound[:i])]
+        last = i == len(columns) - 1
+        operator = (">" if strict else ">=") if last else ">"
+        terms.append("(" + " AND ".join([*equal, f"{quote_mysql(column)} {operator} {literal(bound[i])}"]) + ")")
+    return "(" + " OR ".join(terms) + ")"
+
+
+def chunk_predicate(columns: Sequence[str], lower: Sequence[Any] | None, upper: Sequence[Any] | None) -> str:
+    """The WHERE text of the chunk [lower, upper) over the key columns (None: unbounded)."""
+    parts = []
+    if lower is not None:
+        parts.append(_from(columns, lower, strict=False))
+    if upper is not None:
+        parts.append("NOT " + _from(columns, upper, strict=False))
+    return " AND ".join(parts) or "1 = 1"
+
+
+def next_chunk_start(cur: Any, database: str, table: str, key: Sequence[str], lower: Sequence[Any] | None,
+                     rows: int) -> list[Any] | None:
+    """The key `rows` rows after `lower` in key order (an index range scan): where the next chunk starts; None when
+    fewer rows remain (the chunk from `lower` is the last)."""
+    where = "" if lower is None else " WHERE " + _from(key, lower, strict=False)
+    order = ", ".join(map(quote_mysql, key))
+    cur.execute(f"SELECT {order} FROM {qualified(database, table)}{where} ORDER BY {order} LIMIT 1 OFFSET {int(rows)}")
+    row = cur.fetchone()
+    return None if row is None else [key_value(value) for value in row]
+
+
+def select_text(column: SourceColumn, pg_type: str) -> str:
+    """The SQL that renders the column as text for `column_text` (NULL stays NULL)."""
+    name = quote_mysql(column.name)
+    if column.data_type in _STRING_TYPES:
+        return name
+    if column.data_type in _BINARY_TYPES:
+        return f"HEX({name})"
+    if column.data_type == "bit":
+        return f"BIN({name})"
+    if column.data_type == "timestamp":
+        # UNIX_TIMESTAMP reads TIMESTAMP's stored UTC value whatever the session's time zone; 0 is a zero date.
+        return f"CAST(UNIX_TIMESTAMP({name}) * 1000000 AS CHAR)"
+    if column.data_type in GEOMETRY_TYPES:
+        if pg_type == "point":
+            return f"CONCAT('(', ST_X({name}), ',', ST_Y({name}), ')')"
+        return f"CONCAT(ST_SRID({name}), ';', HEX(ST_AsWKB({name})))"
+    return f"CAST({name} AS CHAR)"
+
+
+def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
+    """The COPY text of a value `select_text` rendered, for a destination column of type `pg_type` (`\\N` for
+    NULL): Spark's part of the conversion, the same rules as the stream's (dml.py) for what Debezium sends."""
+    from cdc_pipeline.dml import copy_escape, ewkb_hex
+
+    kind = column.data_type
+    if kind in _STRING_TYPES:
+        text = copy_escape(value)
+    elif kind in _BINARY_TYPES:
+        text = F.concat(F.lit("\\\\x"), F.lower(value))
+    elif kind == "bit":
+        text = F.lpad(value, column.bit_length, "0") if column.bit_length > 1 else value
+    elif kind in ("date", "datetime"):
+        text = F.when(~value.startswith("0000-00-00"), value)
+    elif kind == "timestamp":
+        micros = value.cast("decimal(30,6)").cast("long")
+        instant = F.concat(F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS"), F.lit("+00"))
+        # Debezium reads a zero TIMESTAMP as NULL, or as the epoch when the column is NOT NULL.
+        zero = F.lit("1970-01-01 00:00:00+00") if not column.nullable else F.lit(None)
+        text = F.when(micros == 0, zero).otherwise(instant)
+    elif kind in GEOMETRY_TYPES and pg_type != "point":
+        srid, wkb = F.split_part(value, F.lit(";"), F.lit(1)), F.split_part(value, F.lit(";"), F.lit(2))
+        if pg_type == "bytea":
+            text = F.concat(F.lit("\\\\x"), ewkb_hex(F.lower(wkb), srid.cast("long")))
+        else:
+            text = F.concat(F.when(srid != "0", F.concat(F.lit("SRID="), srid, F.lit(";"))).otherwise(F.lit("")), wkb)
+        text = F.when(value.isNotNull(), text)
+    else:
+        text = value
+    return F.coalesce(text, F.lit(NULL_TEXT))
+
+
+def snapshot_position_select(position_alias: str, aliases: Sequence[str]) -> str:
+    """The first row of a chunk read under a consistent snapshot: the snapshot's binlog position as JSON, then one
+    NULL per data column (named as the data columns are)."""
+    nulls = "".join(f", NULL AS {alias}" for alias in aliases)
+    return ("SELECT JSON_OBJECT('file', MAX(IF(variable_name = 'BINLOG_SNAPSHOT_FILE', variable_value, NULL)), "
+            "'pos', MAX(IF(variable_name = 'BINLOG_SNAPSHOT_POSITION', variable_value, NULL))) AS " + position_alias
+            + nulls + " FROM information_schema.session_status WHERE variable_name LIKE 'BINLOG\\_SNAPSHOT\\_%'")
+
+
+def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed event (its Debezium offset) belongs to a transaction committed before the snapshot whose
+    binlog position is `position`: its transaction starts (`pos`, where Debezium restarts it) before that
+    position, in the same or an earlier binlog file."""
+    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return False
+    return _file_order(str(offset["file"]), int(offset["pos"])) < _file_order(str(position["file"]),
+                                                                                 int(position["pos"]))
+
+
+def _file_order(file_name: str, pos: int) -> tuple[Any, int]:
+    suffix = file_name.rsplit(".", 1)[-1]
+    return (int(suffix) if suffix.isdigit() else file_name, pos)
+
+
+def parse_position(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
