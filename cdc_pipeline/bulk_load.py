@@ -193,9 +193,10 @@ class BulkLoader:
         """Chunks per Spark job: two rounds of the cluster's parallelism, so every core has work."""
         return max(4, 2 * self.spark.sparkContext.defaultParallelism)
 
-    def run(self, deadline: float, halted: Callable[[], bool], on_rows: Callable[[int], None]) -> bool:
+    def run(self, deadline: float, halted: Callable[[], bool], on_rows: Callable[[int, int], None]) -> bool:
         """Copies chunks until the load is done (True), or until `deadline` (monotonic) passes or `halted()` says
-        so between two slices (False: the next run goes on from the chunks done)."""
+        so between two slices (False: the next run goes on from the chunks done). `on_rows(rows, zero_dates)`
+        hears of every slice copied."""
         name = self.connector.name
         load_id = running_load(self.conn, self.schema, name)
         if load_id is None:
@@ -210,7 +211,7 @@ class BulkLoader:
                     if not chunks:
                         self._finish_table(table)
                         break
-                    on_rows(self._copy(table, columns, chunks))
+                    on_rows(*self._copy(table, columns, chunks))
                     self._log_progress(table)
                     if time.monotonic() >= deadline or halted():
                         log.info("%s: the bulk snapshot goes on in the next run (run budget spent or paused)", name)
@@ -301,9 +302,9 @@ class BulkLoader:
             (self.connector.name, table.source_table, self.slice_chunks)).fetchall()
         return [Chunk(int(row[0]), row[1], row[2]) for row in rows]
 
-    def _copy(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> int:
+    def _copy(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> tuple[int, int]:
         """One Spark job: reads the chunks in parallel and COPYs each in its own transaction; returns the rows
-        these chunks wrote."""
+        these chunks wrote and their zero dates written as NULL."""
         lines = self._lines(table, columns, chunks)
         writer = self._writer(table, columns, chunks)
         try:
@@ -312,9 +313,10 @@ class BulkLoader:
             raise CdcError(f"the bulk snapshot of {table.source_table} into {table.dest_schema}.{table.dest_table} "
                            f"failed: {_root_message(exc.java_exception)}", connector=self.connector.name,
                            table=table.source_table) from None
-        done = self.conn.execute(sql.SQL("SELECT coalesce(sum(rows), 0) FROM {} WHERE id = ANY(%s)").format(
-            _table(self.schema, "bulk_load_chunks")), ([chunk.id for chunk in chunks],)).fetchone()
-        return int(done[0])
+        done = self.conn.execute(sql.SQL("SELECT coalesce(sum(rows), 0), coalesce(sum(zero_dates), 0) FROM {} "
+                                         "WHERE id = ANY(%s)").format(_table(self.schema, "bulk_load_chunks")),
+                                 ([chunk.id for chunk in chunks],)).fetchone()
+        return int(done[0]), int(done[1])
 
     def _lines(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> DataFrame:
         """The chunks as a DataFrame of COPY lines, one partition per chunk in order (a table without a key:
@@ -331,18 +333,20 @@ class BulkLoader:
             query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
             predicates = [mariadb.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
             frame = self.spark.read.jdbc(url, query, predicates=predicates, properties=properties)
-            position = []
+            position = F.lit(None).cast("string")
         else:
             query = (f"({mariadb.snapshot_position_select(_POSITION_ALIAS, aliases)} UNION ALL "
                      f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
             frame = self.spark.read.jdbc(url, query, properties={**properties,
                                                                  "sessionInitStatement": mariadb.CONSISTENT_SNAPSHOT})
-            position = [F.col(_POSITION_ALIAS).alias("position")]
+            position = F.col(_POSITION_ALIAS)
         line = F.concat_ws("\t", *[mariadb.column_text(F.col(alias), column.source, column.pg_type)
                                    for alias, column in zip(aliases, columns)])
+        zero_dates = mariadb.zero_dates({column.source.name: F.col(alias) for alias, column in zip(aliases, columns)},
+                                        [column.source for column in columns])
         if not table.key_columns:
             line = F.when(F.col(_POSITION_ALIAS).isNull(), line)
-        return frame.select(line.alias("line"), *position)
+        return frame.select(line.alias("line"), position.alias("position"), zero_dates.alias("zero_dates"))
 
     def _writer(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any:
         jvm: Any = self.spark._jvm
@@ -366,12 +370,14 @@ class BulkLoader:
         copy = sql.SQL("COPY {} ({}) FROM STDIN").format(into, sql.SQL(", ").join(map(sql.Identifier, names)))
         claim = sql.SQL("UPDATE {} SET done_at = now() WHERE id = ? AND done_at IS NULL").format(chunks_table)
         finish = sql.SQL(
-            """WITH chunk AS (UPDATE {chunks} SET rows = ?, snapshot_position = CAST(? AS jsonb) WHERE id = ?
-                              RETURNING rows)
-               INSERT INTO {stats} AS s (connector, events, snapshot_rows, first_applied_at, last_applied_at)
-               SELECT {connector}, rows, rows, now(), now() FROM chunk
+            """WITH chunk AS (UPDATE {chunks} SET rows = ?, zero_dates = ?, snapshot_position = CAST(? AS jsonb)
+                              WHERE id = ? RETURNING rows, zero_dates)
+               INSERT INTO {stats} AS s (connector, events, snapshot_rows, zero_dates, first_applied_at,
+                                         last_applied_at)
+               SELECT {connector}, rows, rows, zero_dates, now(), now() FROM chunk
                ON CONFLICT (connector) DO UPDATE SET events = s.events + EXCLUDED.events,
                  snapshot_rows = s.snapshot_rows + EXCLUDED.snapshot_rows,
+                 zero_dates = s.zero_dates + EXCLUDED.zero_dates,
                  first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
             chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
         chunk_ids = gateway.new_array(jvm.long, len(chunks))

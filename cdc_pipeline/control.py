@@ -125,6 +125,7 @@ _TABLES = (
         lower_bound jsonb,
         upper_bound jsonb,
         rows bigint NOT NULL DEFAULT 0,
+        zero_dates bigint NOT NULL DEFAULT 0,
         snapshot_position jsonb,
         done_at timestamptz)""",
     "CREATE INDEX IF NOT EXISTS bulk_load_chunks_table ON {schema}.bulk_load_chunks (connector, source_table, id)",

@@ -225,7 +225,7 @@ class ConnectorSession:
                 self.record_streaming()
         return done
 
-    def _count_loaded_rows(self, rows: int) -> None:
+    def _count_loaded_rows(self, rows: int, zero_dates: int) -> None:
         stats = self.cycle_stats
         now = time.monotonic()
         stats.first_fetch_at = stats.first_fetch_at or now
@@ -233,6 +233,7 @@ class ConnectorSession:
         stats.last_commit_epoch = time.time()
         stats.counts.events += rows
         stats.counts.snapshot_rows += rows
+        stats.counts.zero_dates += zero_dates
 
     def complete_applied_batches(self) -> int:
         """Marks every applied batch not yet complete as complete (in order); returns their events."""

@@ -30,6 +30,7 @@ CONSISTENT_SNAPSHOT = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
 NULL_TEXT = "\\N"
 
 _STRING_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
+_PADDED_TYPES = frozenset({"char", "enum", "set"})
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 GEOMETRY_TYPES = frozenset({"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
                              "multipolygon", "geometrycollection"})
@@ -182,6 +183,9 @@ def next_chunk_start(cur: Any, database: str, table: str, key: Sequence[str], lo
 def select_text(column: SourceColumn, pg_type: str) -> str:
     """The SQL that renders the column as text for `column_text` (NULL stays NULL)."""
     name = quote_mysql(column.name)
+    if column.data_type in _PADDED_TYPES:
+        # Spark pads what JDBC calls CHAR(n) (ENUM and SET too) to n characters; as VARCHAR it reads the value.
+        return f"CAST({name} AS CHAR)"
     if column.data_type in _STRING_TYPES:
         return name
     if column.data_type in _BINARY_TYPES:
@@ -215,9 +219,7 @@ def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     elif kind == "timestamp":
         micros = value.cast("decimal(30,6)").cast("long")
         instant = F.concat(F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS"), F.lit("+00"))
-        # Debezium reads a zero TIMESTAMP as NULL, or as the epoch when the column is NOT NULL.
-        zero = F.lit("1970-01-01 00:00:00+00") if not column.nullable else F.lit(None)
-        text = F.when(micros == 0, zero).otherwise(instant)
+        text = F.when(micros != 0, instant)  # 0: a zero date, written as NULL (see `zero_dates`)
     elif kind in GEOMETRY_TYPES and pg_type != "point":
         srid, wkb = F.split_part(value, F.lit(";"), F.lit(1)), F.split_part(value, F.lit(";"), F.lit(2))
         if pg_type == "bytea":
@@ -228,6 +230,17 @@ def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     else:
         text = value
     return F.coalesce(text, F.lit(NULL_TEXT))
+
+
+def zero_dates(values: dict[str, Column], columns: Sequence[SourceColumn]) -> Column:
+    """How many zero dates of a row are written as NULL and counted as such: those of NOT NULL TIMESTAMP columns,
+    as on the stream's path (Debezium reads a nullable one as NULL already, a NOT NULL one as the epoch)."""
+    zeros = [F.when(values[column.name].cast("decimal(30,6)") == 0, 1).otherwise(0) for column in columns
+             if column.data_type == "timestamp" and not column.nullable]
+    total = F.lit(0)
+    for zero in zeros:
+        total = total + zero
+    return total.cast("int")
 
 
 def snapshot_position_select(position_alias: str, aliases: Sequence[str]) -> str:

@@ -21,8 +21,9 @@ import org.postgresql.copy.CopyIn;
  * Writes one chunk of a bulk snapshot per Spark partition into the destination PostgreSQL with COPY, in the
  * executor that read it, and checkpoints the chunk in the same transaction.
  *
- * Each partition's rows are its chunk's COPY text lines (column 0) and, for a chunk read under a consistent
- * snapshot, the source position of that snapshot (column 1, the same on every row). The transaction first claims
+ * Each partition's rows are its chunk's COPY text lines (column 0), for a chunk read under a consistent snapshot
+ * the source position of that snapshot (column 1, on its first row), and the row's zero dates written as NULL
+ * (column 2), which the checkpoint counts. The transaction first claims
  * the chunk (an UPDATE of its checkpoint row that matches only while the chunk is not done): a retried or
  * speculative task of a chunk already committed writes nothing, and two attempts at once serialize on the row
  * lock. All SQL comes from the driver, built with the destination's quoting rules.
@@ -48,7 +49,7 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
      * @param beforeCopy statements run after the claim (emptying the table, a staging table)
      * @param copySql    the COPY ... FROM STDIN statement
      * @param afterCopy  statements run after the COPY (a merge from the staging table)
-     * @param finishSql  takes the row count, the position (text or null) and the chunk id
+     * @param finishSql  takes the row count, the zero dates, the position (text or null) and the chunk id
      */
     public ChunkCopyWriter(String url, String user, String password, long[] chunkIds, String claimSql,
                            String[] beforeCopy, String copySql, String[] afterCopy, String finishSql) {
@@ -86,8 +87,9 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
                 execute(connection, afterCopy);
                 try (PreparedStatement finish = connection.prepareStatement(finishSql)) {
                     finish.setLong(1, result.rows);
-                    finish.setString(2, result.position);
-                    finish.setLong(3, chunkId);
+                    finish.setLong(2, result.zeroDates);
+                    finish.setString(3, result.position);
+                    finish.setLong(4, chunkId);
                     finish.executeUpdate();
                 }
                 pauseIfAsked();
@@ -118,25 +120,27 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
     private CopyResult copy(Connection connection, Iterator<Row> rows) throws SQLException {
         CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
         String position = null;
+        long zeroDates = 0;
         boolean first = true;
         StringBuilder buffer = new StringBuilder(FLUSH_BYTES + 4096);
         try {
             while (rows.hasNext()) {
                 Row row = rows.next();
-                if (first && row.size() > 1) {
+                if (first) {
                     position = row.isNullAt(1) ? null : row.getString(1);
                 }
                 first = false;
                 if (row.isNullAt(0)) {
-                    continue;  // the row that carries the position of an empty chunk
+                    continue;  // the row that carries the position
                 }
+                zeroDates += row.getInt(2);
                 buffer.append(row.getString(0)).append('\n');
                 if (buffer.length() >= FLUSH_BYTES) {
                     write(copy, buffer);
                 }
             }
             write(copy, buffer);
-            return new CopyResult(copy.endCopy(), position);
+            return new CopyResult(copy.endCopy(), zeroDates, position);
         }
         finally {
             if (copy.isActive()) {
@@ -168,10 +172,12 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
 
     private static final class CopyResult {
         final long rows;
+        final long zeroDates;
         final String position;
 
-        CopyResult(long rows, String position) {
+        CopyResult(long rows, long zeroDates, String position) {
             this.rows = rows;
+            this.zeroDates = zeroDates;
             this.position = position;
         }
     }
