@@ -35,7 +35,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline import objmap
+from cdc_pipeline import faults, objmap
 from cdc_pipeline.apply import captures
 from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
@@ -201,6 +201,7 @@ class BulkLoader:
         load_id = running_load(self.conn, self.schema, name)
         if load_id is None:
             return True
+        copied = False  # a run copies one slice at least, whatever its budget
         with mariadb.connect(self.connector) as source, source.cursor() as cur:
             for table in self._tables(cur, load_id):
                 if table.finished:
@@ -211,11 +212,13 @@ class BulkLoader:
                     if not chunks:
                         self._finish_table(table)
                         break
-                    on_rows(*self._copy(table, columns, chunks))
-                    self._log_progress(table)
-                    if time.monotonic() >= deadline or halted():
+                    if copied and (time.monotonic() >= deadline or halted()):
                         log.info("%s: the bulk snapshot goes on in the next run (run budget spent or paused)", name)
                         return False
+                    on_rows(*self._copy(table, columns, chunks))
+                    copied = True
+                    self._log_progress(table)
+                    faults.pause_point(faults.BULK_SLICE)
         self._finish_load()
         return True
 

@@ -458,6 +458,18 @@ def has_offset(conn: psycopg.Connection, schema: str, connector: str) -> bool:
     return bool(row and row[0])
 
 
+def offset_in_snapshot(conn: psycopg.Connection, schema: str, connector: str) -> bool:
+    """Whether the connector's stored offset was taken inside a snapshot (Debezium then takes that snapshot again
+    from its start)."""
+    rows = conn.execute(sql.SQL("SELECT offset_value FROM {} WHERE connector = %s").format(
+        sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchall()
+    for (value,) in rows:
+        offset = json.loads(value) if value else {}
+        if str(offset.get("snapshot")).lower() == "true" and str(offset.get("snapshot_completed")).lower() != "true":
+            return True
+    return False
+
+
 def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
     """The Debezium offset of the last event applied for the connector, or None."""
     row = conn.execute(sql.SQL("SELECT debezium_offset FROM {} WHERE connector = %s").format(

@@ -21,7 +21,14 @@ import psycopg
 from pyspark.sql import SparkSession
 
 from cdc_pipeline import bulk_load, control, faults, objmap, offsets
-from cdc_pipeline.apply import BatchApplier, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
+from cdc_pipeline.apply import (
+    LAST_SNAPSHOT_MARKER,
+    BatchApplier,
+    BatchPlan,
+    attach_dml_frames,
+    plan_batch,
+    snapshot_marker,
+)
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
 from cdc_pipeline.events import EventRef, ParsedBatch, parse_events, redelivery_test
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 
 ENGINE_START_TIMEOUT_SECONDS = 120.0
 FETCH_WAIT_SECONDS = 0.5
+# A schema snapshot whose last event never comes (no table to describe) counts as done this long after it completed.
+SCHEMA_SNAPSHOT_GRACE_SECONDS = 2.0
 GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
 STATE_CHECK_SECONDS = 1.0
 PHASE_LOADING = control.PHASE_LOADING  # how often a running cycle looks whether its connector was paused
@@ -192,6 +201,7 @@ class ConnectorSession:
         """
         assert self.conn is not None
         name, schema = self.connector.name, self.control_schema
+        takes_snapshot = takes_snapshot or control.offset_in_snapshot(self.conn, schema, name)
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
         if copies_rows:
             if control.has_offset(self.conn, schema, name):
@@ -448,6 +458,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     source_lost_since: float | None = None
     streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
     schema_snapshot_done = not session.awaits_schema_snapshot
+    schema_snapshot_ended = False
     while True:
         if session.halted():
             log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
@@ -468,20 +479,24 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 group, group_events = [], 0
             group.append(batch)
             group_events += batch.size
+            schema_snapshot_ended = schema_snapshot_ended or _ends_snapshot(batch)
             events += batch.size
             last_batch_at = now
             if not streamed and session.streams:
                 # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
                 streamed = runner.is_streaming()
-            if events >= connector.max_events_per_run:
+            if events >= connector.max_events_per_run and schema_snapshot_done:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
         elif group:
             yield group
             group, group_events = [], 0
             continue
-        elif not schema_snapshot_done and (runner.snapshot_status().get("completed") or runner.is_streaming()):
-            schema_snapshot_done = True  # its batches are all applied: the queue is empty and no group is open
+        elif not schema_snapshot_done and (schema_snapshot_ended or (
+                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS and runner.snapshot_status().get("completed"))):
+            # Its batches are all applied (the queue is empty and no group is open): its last event came, or it
+            # completed with none (Debezium's metric may say so before its last batches reach the queue).
+            schema_snapshot_done = True
             continue
         elif not session.streams and runner.is_polling():
             # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
@@ -524,12 +539,19 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         elif not runner.is_polling() and now - started > ENGINE_START_TIMEOUT_SECONDS:
             raise RunnerError(f"the Debezium engine did not start polling within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
                               f"(state {runner.state})", connector=connector.name)
-        if now - started >= connector.max_seconds_per_run:
+        if now - started >= connector.max_seconds_per_run and schema_snapshot_done:
+            # A schema snapshot cannot be resumed: it is finished whatever the budget (it only describes tables).
             log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
             break
     if group:
         yield group
     log.info("%s: fetched %d events", connector.name, events)
+
+
+def _ends_snapshot(batch: FetchedBatch) -> bool:
+    """Whether the batch holds the last event of the engine's snapshot (Debezium marks it `snapshot: last`)."""
+    return any(str((entry.get("source") or {}).get("snapshot")).lower() == LAST_SNAPSHOT_MARKER
+               for entry in batch.index)
 
 
 @lazy_step

@@ -22,7 +22,12 @@ CONVERTED = "converted"
 IN_TRANSACTION = "in_transaction"
 # The cycle's batches are committed; none is marked complete in the runner (Debezium's offset has not moved).
 COMMITTED = "committed"
-STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, COMMITTED)
+# The bulk snapshot committed a slice of chunks (each with its checkpoint); the next slice has not begun.
+BULK_SLICE = "bulk_slice"
+# Inside a bulk snapshot chunk's transaction: its rows are COPYed and its checkpoint written, not committed. This
+# pause point is in the runner's ChunkCopyWriter (a Spark task); `@n` is not read there.
+BULK_COPY = "bulk_copy"
+STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, COMMITTED, BULK_SLICE, BULK_COPY)
 
 _reached: Counter = Counter()
 

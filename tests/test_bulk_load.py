@@ -34,7 +34,7 @@ def _keyless_rows(pipeline: Pipeline, rows: int) -> None:
 
 
 def _chunks(pipeline: Pipeline) -> list[tuple]:
-    return pipeline.dest_query("SELECT source_table, count(*), count(done_at), coalesce(sum(rows), 0) "
+    return pipeline.dest_query("SELECT source_table, count(*), count(done_at), coalesce(sum(rows), 0)::bigint "
                                "FROM cdc.bulk_load_chunks WHERE connector = %s GROUP BY 1 ORDER BY 1",
                                (pipeline.name,))
 
@@ -58,3 +58,154 @@ def test_tables_copy_in_chunks_then_stream(pipeline: Pipeline):
     pipeline.sync()
     pipeline.assert_same("items")
     assert Counter(pipeline.dest_rows("events")) == Counter(pipeline.source_rows("events"))
+
+
+def _load(pipeline: Pipeline) -> tuple:
+    """(load id, finished) of the connector's bulk snapshot."""
+    return pipeline.dest_query("SELECT load_id, finished_at IS NOT NULL FROM cdc.bulk_loads WHERE connector = %s",
+                               (pipeline.name,))[0]
+
+
+def _stage(pipeline: Pipeline) -> str:
+    return pipeline.dest_query("SELECT stage FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))[0][0]
+
+
+def test_a_table_larger_than_one_run_loads_over_several_runs(pipeline: Pipeline):
+    pipeline.source([KEYED])
+    _fill(pipeline, 6_000)
+    # A run copies at least one slice of chunks (twice the parallelism: 4 chunks here), then stops at its budget,
+    # with the next slice planned.
+    pipeline.write_config(snapshot_chunk_rows=500, max_seconds_per_run=0.01)
+    done = []
+    for _ in range(3):
+        summary = pipeline.sync()
+        done.append((summary["snapshot_rows"], _chunks(pipeline), _load(pipeline), _stage(pipeline)))
+    table = f"{pipeline.source_db}.items"
+    assert done == [(2_000, [(table, 8, 4, 2_000)], (1, False), "initial snapshot"),
+                    (2_000, [(table, 12, 8, 4_000)], (1, False), "initial snapshot"),
+                    (2_000, [(table, 12, 12, 6_000)], (1, True), "change data capture")]
+    pipeline.assert_same("items")
+    assert pipeline.stats(["snapshot_rows"]) == {"snapshot_rows": 6_000}
+    pipeline.source(["UPDATE items SET qty = 0 WHERE id % 100 = 0", "DELETE FROM items WHERE id > 5990"])
+    pipeline.write_config(snapshot_chunk_rows=500)
+    pipeline.sync()
+    pipeline.assert_same("items")
+
+
+def test_runs_killed_between_chunks_and_inside_one_lose_and_repeat_nothing(pipeline: Pipeline, tmp_path: Path):
+    pipeline.source([KEYED, KEYLESS])
+    _fill(pipeline, 6_000)
+    _keyless_rows(pipeline, 3_000)
+    pipeline.write_config(snapshot_chunk_rows=500)
+    # The keyless table (one chunk) comes first: the first kill follows its commit, the second is inside the
+    # transaction of a chunk of the keyed table.
+    kill_at(pipeline.name, "bulk_slice", tmp_path / "slice", env=pipeline.env)
+    assert _chunks(pipeline) == [(f"{pipeline.source_db}.events", 1, 1, 3_000)]
+    kill_at(pipeline.name, "bulk_copy", tmp_path / "copy", env=pipeline.env)
+    assert pipeline.dest_query("SELECT count(*) FROM cdc.bulk_load_chunks WHERE done_at IS NOT NULL "
+                               "AND source_table LIKE '%%.items'") == [(0,)]
+    pipeline.source(["INSERT INTO events VALUES ('dup', 0), ('dup', 0)", "UPDATE items SET qty = -qty WHERE id < 50"])
+    pipeline.catch_up("items", "events")
+    assert _load(pipeline) == (1, True)
+    assert _chunks(pipeline) == [(f"{pipeline.source_db}.events", 1, 1, 3_000),
+                                 (f"{pipeline.source_db}.items", 12, 12, 6_000)]
+    assert pipeline.stats(["snapshot_rows", "inserts", "updates"]) == {"snapshot_rows": 9_000, "inserts": 2,
+                                                                        "updates": 49}
+
+
+def _during_load(pipeline: Pipeline, write: callable) -> int:
+    """Runs `write(i)` on the source, again and again, from the first chunk committed until the load is done;
+    returns how many times it ran."""
+    deadline = time.monotonic() + 240
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        def chunks_done() -> int:
+            if not conn.execute("SELECT to_regclass('cdc.bulk_load_chunks') IS NOT NULL").fetchone()[0]:
+                return 0
+            return conn.execute("SELECT count(*) FROM cdc.bulk_load_chunks WHERE done_at IS NOT NULL").fetchone()[0]
+
+        def finished() -> bool:
+            row = conn.execute("SELECT finished_at IS NOT NULL FROM cdc.bulk_loads").fetchone()
+            return bool(row and row[0])
+
+        while chunks_done() == 0:
+            assert time.monotonic() < deadline, "the load did not start"
+            time.sleep(0.02)
+        writes = 0
+        while not finished():
+            assert time.monotonic() < deadline, "the load did not end"
+            write(writes)
+            writes += 1
+    return writes
+
+
+def test_writes_on_the_source_during_the_load_end_exact(pipeline: Pipeline):
+    pipeline.source([KEYED, KEYLESS, "CREATE TABLE big_key (id BIGINT PRIMARY KEY, v INT)"])
+    _fill(pipeline, 30_000)
+    _keyless_rows(pipeline, 2_000)
+    pipeline.write_config(snapshot_chunk_rows=500)
+
+    def write(i: int) -> None:
+        low, high = 1 + (i * 7919) % 30_000, 1 + (i * 104_729) % 30_000
+        pipeline.source([
+            f"INSERT INTO items (id, name, qty) VALUES ({100_000 + i}, 'during', {i})",
+            f"UPDATE items SET qty = qty + 1000, note = 'updated {i}' WHERE id = {low}",
+            f"DELETE FROM items WHERE id = {high}",
+            f"UPDATE items SET id = {200_000 + i} WHERE id = {1 + (i * 31) % 30_000}",
+            "INSERT INTO events VALUES ('dup', 1), ('dup', 1)",
+            "DELETE FROM events WHERE kind = 'dup' LIMIT 1",
+            f"UPDATE events SET amount = amount + 10 WHERE kind = 'k{i % 7}' LIMIT 1",
+        ])
+
+    run = pipeline.sync_cli()
+    try:
+        writes = _during_load(pipeline, write)
+    finally:
+        out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert writes > 5
+    pipeline.catch_up("items", "events")
+    assert len(pipeline.source_rows("items")) > 29_000
+
+
+def test_a_column_added_on_the_source_during_the_load(pipeline: Pipeline):
+    pipeline.source([KEYED])
+    _fill(pipeline, 20_000)
+    pipeline.write_config(snapshot_chunk_rows=500)
+
+    def write(i: int) -> None:
+        if i == 0:
+            pipeline.source("ALTER TABLE items ADD COLUMN extra INT NOT NULL DEFAULT 7")
+        pipeline.source(f"UPDATE items SET extra = {i}, qty = -1 WHERE id = {1 + (i * 7919) % 20_000}")
+
+    run = pipeline.sync_cli()
+    try:
+        _during_load(pipeline, write)
+    finally:
+        out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    pipeline.sync()
+    pipeline.assert_same("items")
+
+
+def test_keys_of_every_shape_and_an_empty_table(pipeline: Pipeline):
+    pipeline.source([
+        "CREATE TABLE by_name (code VARCHAR(40) PRIMARY KEY, n INT) COLLATE utf8mb4_general_ci",
+        "INSERT INTO by_name SELECT CONCAT(IF(seq % 2, 'Key-', 'key-'), LPAD(seq, 5, '0'), IF(seq % 3, 'ü', '''')), seq "
+        "FROM seq_1_to_1000",
+        "CREATE TABLE by_uuid (id CHAR(36) PRIMARY KEY, n INT)",
+        "INSERT INTO by_uuid SELECT UUID(), seq FROM seq_1_to_700",
+        "CREATE TABLE by_pair (a INT, b VARCHAR(10), n INT, PRIMARY KEY (a, b))",
+        "INSERT INTO by_pair SELECT seq % 3, CONCAT('b', seq), seq FROM seq_1_to_900",
+        "CREATE TABLE by_bytes (id BINARY(4) PRIMARY KEY, n INT)",
+        "INSERT INTO by_bytes SELECT UNHEX(LPAD(HEX(seq * 2654435761 % 4294967296), 8, '0')), seq FROM seq_1_to_800",
+        "CREATE TABLE by_unique (id INT NOT NULL, n INT, UNIQUE KEY (id))",
+        "INSERT INTO by_unique SELECT seq, seq FROM seq_1_to_500",
+        "CREATE TABLE nothing (id INT PRIMARY KEY, v TEXT)",
+    ])
+    pipeline.write_config(snapshot_chunk_rows=100)
+    pipeline.sync()
+    for table in ("by_name", "by_uuid", "by_pair", "by_bytes", "by_unique", "nothing"):
+        assert Counter(pipeline.dest_rows(table)) == Counter(pipeline.source_rows(table)), table
+    chunks = {table.partition(".")[2]: (planned, done, rows) for table, planned, done, rows in _chunks(pipeline)}
+    assert chunks == {"by_name": (10, 10, 1_000), "by_uuid": (7, 7, 700), "by_pair": (9, 9, 900),
+                      "by_bytes": (8, 8, 800), "by_unique": (5, 5, 500), "nothing": (1, 1, 0)}

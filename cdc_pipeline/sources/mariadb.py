@@ -47,13 +47,17 @@ def qualified(database: str, table: str) -> str:
 
 
 def connect(connector: ConnectorConfig) -> Any:
-    """A PyMySQL connection to the connector's source database (the driver's planning queries, never rows)."""
+    """A PyMySQL connection to the connector's source database (the driver's planning queries, never rows).
+
+    In autocommit: a query holds its tables' metadata locks only while it runs, so a schema change on the source
+    (which waits for them, and makes every later query wait behind it) is never held up by an idle transaction.
+    """
     import pymysql
 
     try:
         return pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), database=connector.database,
-                               connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4")
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4", autocommit=True)
     except pymysql.MySQLError as exc:
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
                        connector=connector.name) from exc
