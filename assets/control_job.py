@@ -19,16 +19,19 @@ class RequestKind(str, Enum):
     set_offset = requests.SET_OFFSET
     restart = requests.RESTART
     reload_objmap = requests.RELOAD_OBJMAP
+    snapshot = requests.SNAPSHOT
 
 
 class ControlRequestConfig(Config):
     """A state-change request for one connector."""
 
     connector: str = Field(description="Connector name in the connectors file.")
-    kind: RequestKind = Field(description="pause, resume, set_offset (while paused), restart or reload_objmap.")
+    kind: RequestKind = Field(description="pause, resume, set_offset (while paused), restart, reload_objmap or "
+                                          "snapshot.")
     argument: Optional[str] = Field(
         default=None, description="set_offset: the offset as JSON; restart: the snapshot mode (initial, initial_only, "
-                                  "no_data, always, never, when_needed, recovery, schemasync).")
+                                  "no_data, always, never, when_needed, recovery, schemasync); snapshot: the tables "
+                                  "(db.table1,db.table2).")
 
 
 @op(description="Adds the request to the requests table; the cdc_requests sensor serves it (done or rejected "

@@ -89,6 +89,12 @@ def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerRes
         metadata = {key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
                     for key, value in summary.items() if isinstance(value, (int, float))}
         metadata.update({f"jvm_{key}": MetadataValue.int(value) for key, value in memory.items()})
+        for table in session.bulk_snapshot_progress():
+            # Plotted per table by the asset's page while a bulk snapshot runs over several runs.
+            prefix = f"bulk_snapshot/{table['source_table']}"
+            metadata[f"{prefix}/rows_done"] = MetadataValue.int(int(table["rows_done"]))
+            metadata[f"{prefix}/rows_total"] = MetadataValue.int(int(table["rows_total"]))
+            metadata[f"{prefix}/rows_per_second"] = MetadataValue.float(float(table["rows_per_second"]))
         yield AssetMaterialization(asset_key=["cdc", session.connector.name], metadata=metadata,
                                    description=f"fetch cycle of connector {session.connector.name}")
         yield Output(summary)

@@ -10,9 +10,17 @@ It starts its own throwaway MariaDB and PostgreSQL, loads N rows (6 mixed column
 (e) the ceiling of any Spark pipeline on this machine: events/s when each group of batches is fetched and
     parsed by Spark (both row images of every event, as the pipeline parses them) and marked complete, with
     nothing converted or applied; and its ratio to (a), the most (d) can reach here;
-for the initial snapshot and for a stream of inserts, updates and deletes. A warm-up pass over fewer rows in
+for Debezium's snapshot and for a stream of inserts, updates and deletes. A warm-up pass over fewer rows in
 another database runs every measurement once first, so that none of them pays alone for the JVM's compiling
-(`run`). It is a command, not a test.
+(`run`).
+
+The initial load (`measure_initial_load`, first, on a quiet machine): rows/s of a fresh `cdc-pipeline sync`
+process, as a user runs it (the process's start included), copying a table of `--load-rows` rows with the bulk
+snapshot engine, beside two figures measured in the same run: (i) the machine's copy ceiling, the plainest pipe
+from the source to the destination (the `mariadb` client in batch mode streaming the table into `psql`'s
+`COPY ... FROM STDIN`, no conversion), and (ii) the Debezium snapshot engine on the first `--debezium-load-rows`
+rows of the same table (it keeps a run's batches in memory, so a whole large table does not fit one run).
+It is a command, not a test.
 """
 
 from __future__ import annotations
@@ -20,7 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import resource
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +44,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
 from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.sources.mariadb import quote_mysql
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +53,10 @@ CAPTURE_PASSWORD = "bench-capture"
 DATABASE = "bench"
 WARMUP_DATABASE = "bench_warmup"
 WARMUP_ROWS = 20_000
+LOAD_DATABASE = "bench_load"
+LOAD_ROWS = 1_000_000
+DEBEZIUM_LOAD_ROWS = 200_000
+ITEMS_COLUMNS = "id, name, amount, qty, created, note"
 
 
 @dataclass
@@ -51,12 +69,12 @@ class Measurement:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def load_source(source: MariaDbServer, rows: int, database: str = DATABASE) -> None:
-    source.execute([f"CREATE DATABASE {database}"])
+def load_source(source: MariaDbServer, rows: int, database: str = DATABASE, table: str = "items") -> None:
+    source.execute([f"CREATE DATABASE IF NOT EXISTS {database}"])
     source.execute([
-        """CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), qty INT,
+        f"""CREATE TABLE {quote_mysql(table)} (id INT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(12,2), qty INT,
             created DATETIME(3), note TEXT)""",
-        f"""INSERT INTO items SELECT seq, CONCAT('item-', seq), seq / 100, seq % 1000,
+        f"""INSERT INTO {quote_mysql(table)} SELECT seq, CONCAT('item-', seq), seq / 100, seq % 1000,
             TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, REPEAT('x', seq % 50) FROM seq_1_to_{rows}""",
     ], database=database)
 
@@ -79,7 +97,8 @@ def bench_config(source: MariaDbServer, destination: PostgresServer, batch_size:
     database of the same name."""
     connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
                  "password": CAPTURE_PASSWORD, "database": database, "batch_size": batch_size,
-                 "idle_timeout_seconds": 0.5, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}
+                 "idle_timeout_seconds": 0.5, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600,
+                 "snapshot_engine": "debezium"}
     return parse_config({"destination": {"dsn": destination.dsn(database)},
                          "connectors": {"raw": connector, "parse": connector, "pipeline": connector,
                                         "apply": {**connector, "destination_schema": "apply_stage"}}},
@@ -180,6 +199,134 @@ def measure_phases(source: MariaDbServer, destination: PostgresServer, spark: An
     return results
 
 
+def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, database: str, table: str) -> Measurement:
+    """The plainest pipe: the `mariadb` client streams the table (batch mode, unbuffered) into `psql`'s COPY."""
+    destination.execute(f"""CREATE TABLE ceiling (id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int,
+                            created timestamp(3), note text)""", dbname=database)
+    env = {**os.environ, "MYSQL_PWD": CAPTURE_PASSWORD}
+    started = time.monotonic()
+    reader = subprocess.Popen(["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", CAPTURE_USER, "-N", "-B",
+                               "--quick", "-e", f"SELECT {ITEMS_COLUMNS} FROM {quote_mysql(table)}", database],
+                              stdout=subprocess.PIPE, env=env)
+    writer = subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(database), "-c",
+                             "COPY ceiling FROM STDIN WITH (NULL 'NULL')"], stdin=reader.stdout, capture_output=True,
+                            text=True)
+    reader.stdout.close()
+    reader.wait()
+    seconds = time.monotonic() - started
+    if reader.returncode or writer.returncode:
+        raise RuntimeError(f"the copy ceiling pipe failed: {writer.stderr.strip()}")
+    count = destination.query("SELECT count(*) FROM ceiling", dbname=database)[0][0]
+    return Measurement(int(count), seconds)
+
+
+def measure_sync_process(source: MariaDbServer, destination: PostgresServer, work: Path, database: str,
+                         engine: str, tables: Sequence[str]) -> dict[str, Any]:
+    """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
+    process's start included), its summary, and the peak resident memory of its Python process and of the JVM
+    it starts (children's peak RSS, from the kernel)."""
+    name = f"load_{engine}"
+    dest_database = f"{database}_{engine}"
+    destination.create_database(dest_database)
+    config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
+        "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+        "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine,
+        "tables": [f"{database}.{table}" for table in tables], "idle_timeout_seconds": 1,
+        "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}}}
+    path = work / f"{name}.yaml"
+    path.write_text(json.dumps(config))
+    (work / f"dagster_{name}").mkdir(exist_ok=True)
+    env = {**os.environ, "CDC_PIPELINE_CONFIG": str(path), "BENCH_DEST_DSN": destination.dsn(dest_database),
+           "BENCH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(work / f"dagster_{name}")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.cli", "sync", name, "--json"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peaks = _PeakMemory(process.pid)
+    peaks.start()
+    out, err = process.communicate()
+    seconds = time.monotonic() - started
+    peaks.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if process.returncode:
+        raise RuntimeError(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}")
+    summary = json.loads(out.strip().splitlines()[-1])
+    rows = int(summary["snapshot_rows"])
+    return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds),
+            "load_seconds": summary.get("load_seconds"), "cpu_seconds": round(
+                after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+            "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb}
+
+
+class _PeakMemory(threading.Thread):
+    """Samples the peak resident memory (VmHWM) of a process and of the JVM among its children until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.python_mb = 0
+        self.jvm_mb = 0
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.wait(0.2):
+            self.python_mb = max(self.python_mb, _peak_mb(self.pid))
+            for child in _children(self.pid):
+                if b"java" in _read(f"/proc/{child}/cmdline"):
+                    self.jvm_mb = max(self.jvm_mb, _peak_mb(child))
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join()
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def _peak_mb(pid: int) -> int:
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith(b"VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in _read(f"/proc/{pid}/task/{pid}/children").split()]
+
+
+def measure_initial_load(source: MariaDbServer, destination: PostgresServer, work: Path, rows: int,
+                         debezium_rows: int) -> dict[str, Any]:
+    """The copy ceiling, the bulk snapshot engine and the Debezium snapshot engine, in that order."""
+    destination.create_database(LOAD_DATABASE)
+    load_source(source, rows, LOAD_DATABASE, "items")
+    ceiling = measure_copy_ceiling(source, destination, LOAD_DATABASE, "items")
+    bulk = measure_sync_process(source, destination, work, LOAD_DATABASE, "spark", ["items"])
+    results: dict[str, Any] = {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate),
+                               "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk,
+                               "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3)}
+    if debezium_rows:
+        load_source(source, debezium_rows, LOAD_DATABASE, "items_debezium")
+        debezium = measure_sync_process(source, destination, work, LOAD_DATABASE, "debezium", ["items_debezium"])
+        results["debezium"] = debezium
+        results["debezium_to_ceiling_ratio"] = round(debezium["rows_per_second"] / ceiling.rate, 3)
+    return results
+
+
+def run_initial_load(rows: int, debezium_rows: int) -> dict[str, Any]:
+    from cdc_pipeline.runner import build_runner
+
+    build_runner()
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            return measure_initial_load(source, destination, Path(work), rows, debezium_rows)
+
+
 def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str, Any]:
     """Measures `rows` after a warm-up pass over `warmup_rows` in another database (0: none).
 
@@ -213,11 +360,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--warmup-rows", type=int, default=WARMUP_ROWS,
                         help="rows of the discarded warm-up pass that runs every measurement once first (0: none)")
+    parser.add_argument("--load-rows", type=int, default=LOAD_ROWS,
+                        help="rows of the initial-load measurement (0: none)")
+    parser.add_argument("--debezium-load-rows", type=int, default=DEBEZIUM_LOAD_ROWS,
+                        help="rows the Debezium snapshot engine copies in the initial-load measurement (0: none)")
+    parser.add_argument("--load-only", action="store_true", help="only the initial-load measurement")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results = run(args.rows, args.batch_size, args.warmup_rows)
+    load = run_initial_load(args.load_rows, args.debezium_load_rows) if args.load_rows else None
+    results = {} if args.load_only else run(args.rows, args.batch_size, args.warmup_rows)
+    if load is not None:
+        results["initial_load"] = load
     if args.json:
         print(json.dumps(results, indent=2))
+        return 0
+    if load is not None:
+        print_initial_load(load)
+    if args.load_only:
         return 0
     print(f"{args.rows} rows, batch size {args.batch_size}, after a warm-up pass over {args.warmup_rows} rows")
     print(f"{'':10} {'(a) capture ev/s':>17} {'(b) pipeline ev/s':>18} {'(c) apply rows/s':>17} {'(d) b/a':>8}"
@@ -228,3 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{r['apply_rows_per_second']:>17} {r['pipeline_to_capture_ratio']:>8}"
               f" {r['parse_only_events_per_second']:>20} {r['parse_only_to_capture_ratio']:>6}")
     return 0
+
+
+def print_initial_load(load: dict[str, Any]) -> None:
+    bulk = load["bulk"]
+    print(f"initial load of {load['rows']} rows (a fresh `cdc-pipeline sync` process, its start included):")
+    print(f"  (i) copy ceiling (mariadb | psql COPY): {load['ceiling_rows_per_second']:>9} rows/s "
+          f"({load['ceiling_seconds']} s)")
+    print(f"  bulk snapshot engine (spark):           {bulk['rows_per_second']:>9} rows/s ({bulk['seconds']} s wall, "
+          f"load {bulk['load_seconds']} s, {bulk['cpu_seconds']} CPU s, peak RSS: JVM {bulk['peak_rss_mb_jvm']} MB, "
+          f"Python {bulk['peak_rss_mb_python']} MB)  bulk / ceiling = {load['bulk_to_ceiling_ratio']}")
+    if "debezium" in load:
+        debezium = load["debezium"]
+        print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "
+              f"({debezium['seconds']} s wall)  debezium / ceiling = {load['debezium_to_ceiling_ratio']}")

@@ -100,16 +100,19 @@ def _table(schema: str, name: str) -> sql.Identifier:
     return sql.Identifier(schema, name)
 
 
-def begin_load(conn: psycopg.Connection, schema: str, connector: str) -> int:
-    """Starts a new load of the connector's tables (forgetting any earlier one); returns its id."""
+def begin_load(conn: psycopg.Connection, schema: str, connector: str, tables: list[str] | None = None) -> int:
+    """Starts a new load of the connector's tables, or of `tables` only (a snapshot request: the others keep their
+    rows and stream on), forgetting what an earlier load recorded of them; returns its id."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(sql.SQL(
-            """INSERT INTO {} AS l (connector, load_id) VALUES (%s, 1)
-               ON CONFLICT (connector) DO UPDATE SET load_id = l.load_id + 1, started_at = now(), finished_at = NULL
-               RETURNING load_id""").format(_table(schema, "bulk_loads")), (connector,))
+            """INSERT INTO {} AS l (connector, load_id, tables) VALUES (%s, 1, %s)
+               ON CONFLICT (connector) DO UPDATE SET load_id = l.load_id + 1, tables = EXCLUDED.tables,
+                 started_at = now(), finished_at = NULL
+               RETURNING load_id""").format(_table(schema, "bulk_loads")), (connector, tables))
         load_id = int(cur.fetchone()[0])
         for name in ("bulk_load_tables", "bulk_load_chunks"):
-            cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(_table(schema, name)), (connector,))
+            cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND (%s::text[] IS NULL OR "
+                                "source_table = ANY(%s))").format(_table(schema, name)), (connector, tables, tables))
         cur.execute(sql.SQL(
             """INSERT INTO {} AS s (connector, snapshot_began_at) VALUES (%s, now())
                ON CONFLICT (connector) DO UPDATE SET snapshot_began_at = now(), snapshot_ended_at = NULL""").format(
@@ -224,18 +227,26 @@ class BulkLoader:
 
     def _tables(self, cur: Any, load_id: int) -> list[TableLoad]:
         """The load's tables; planned on its first run: listed, their keys read, emptied (one transaction)."""
-        tables = self._read_tables()
+        tables = self._read_tables(load_id)
         if tables:
             return tables
+        wanted = self.conn.execute(sql.SQL("SELECT tables FROM {} WHERE connector = %s").format(
+            _table(self.schema, "bulk_loads")), (self.connector.name,)).fetchone()[0]
         listed = [table for table in mariadb.list_tables(cur, self.connector.database)
-                  if captures(self.connector, table.name)]
+                  if captures(self.connector, table.name) and (wanted is None or table.name in wanted)]
+        missing = sorted(set(wanted or ()) - {table.name for table in listed})
+        if missing:
+            raise CdcError(f"the bulk snapshot asked for tables the source does not have: {', '.join(missing)}",
+                           connector=self.connector.name)
         with self.conn.transaction(), self.conn.cursor() as dest:
             for table in listed:
                 database, _, name = table.name.partition(".")
                 dest_schema, dest_name = self.object_map.table_name(table.name)
                 if destination_table(dest, dest_schema, dest_name) is None:
-                    raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist: the schema "
-                                   "snapshot did not create it", connector=self.connector.name, table=table.name)
+                    raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist (a table the "
+                                   "connector's schema snapshot did not see: take a new snapshot of every table, "
+                                   f"cdc-pipeline restart {self.connector.name} always)",
+                                   connector=self.connector.name, table=table.name)
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
                 dest.execute(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
@@ -245,13 +256,14 @@ class BulkLoader:
                      mariadb.chunk_key(cur, database, name), table.estimated_rows))
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
-        return self._read_tables()
+        return self._read_tables(load_id)
 
-    def _read_tables(self) -> list[TableLoad]:
+    def _read_tables(self, load_id: int) -> list[TableLoad]:
         rows = self.conn.execute(sql.SQL(
             """SELECT source_table, dest_schema, dest_table, key_columns, estimated_rows, next_lower, planned,
-                      finished_at IS NOT NULL FROM {} WHERE connector = %s ORDER BY source_table""").format(
-            _table(self.schema, "bulk_load_tables")), (self.connector.name,)).fetchall()
+                      finished_at IS NOT NULL FROM {} WHERE connector = %s AND load_id = %s
+               ORDER BY source_table""").format(
+            _table(self.schema, "bulk_load_tables")), (self.connector.name, load_id)).fetchall()
         return [TableLoad(*row[:4], int(row[4]), row[5], row[6], row[7]) for row in rows]
 
     def _columns(self, cur: Any, table: TableLoad) -> list[BulkColumn]:

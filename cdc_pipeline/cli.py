@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import control, objmap, requests, stats
+from cdc_pipeline import bulk_load, control, objmap, requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
@@ -73,19 +74,71 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"other {summary['other_events']}, re-delivered and skipped {summary.get('redelivered', 0)}, "
         f"set aside as dead letters {summary.get('bad_events', 0)}) "
         f"in {summary['seconds']:.1f} s ({summary['events_per_second']:.0f} events/s)"
+        + ("; the bulk snapshot goes on in the next run" if summary.get("bulk_snapshot_pending") else "")
     )
 
 
 def _cmd_sync(args: argparse.Namespace) -> int:
     os.environ.setdefault("CDC_RUNNER_LOG_LEVEL", "INFO" if args.verbose else "WARN")
+    bar = _ProgressBar(args.name) if sys.stderr.isatty() and not args.json else None
     try:
+        if bar is not None:
+            bar.start()
         summary = run_sync(args.name, verbose=args.verbose, start_offset=args.start_offset)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = _root_cause(exc)
         print(f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)
         return 1
+    finally:
+        if bar is not None:
+            bar.stop()
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
+
+
+class _ProgressBar(threading.Thread):
+    """A one-line progress bar of a running bulk snapshot on the terminal (stderr), read from the control schema
+    once a second; prints nothing while no bulk snapshot runs."""
+
+    WIDTH = 30
+
+    def __init__(self, name: str) -> None:
+        super().__init__(daemon=True)
+        self.name = name
+        self._stopped = threading.Event()
+        self._shown = False
+
+    def run(self) -> None:
+        try:
+            config = load_config()
+            conn = psycopg.connect(config.destination.dsn.reveal(), autocommit=True)
+        except (CdcError, psycopg.Error):
+            return
+        with conn:
+            while not self._stopped.wait(1.0):
+                try:
+                    tables = bulk_load.read_progress(conn, config.destination.control_schema, self.name)
+                except psycopg.Error:
+                    continue  # the control schema is not there yet
+                running = [table for table in tables if table["finished_at"] is None]
+                if running:
+                    self._show(running[0], len(tables) - len(running), len(tables))
+
+    def _show(self, table: dict[str, Any], finished: int, tables: int) -> None:
+        total, done = max(table["rows_total"], 1), table["rows_done"]
+        filled = min(self.WIDTH, self.WIDTH * done // total)
+        eta = f"ETA {table['eta_seconds']:.0f} s" if table["eta_seconds"] is not None else ""
+        line = (f"bulk snapshot {finished + 1}/{tables} {table['source_table']} [{'#' * filled}"
+                f"{'.' * (self.WIDTH - filled)}] {done:,}/~{total:,} rows {table['rows_per_second']:,.0f} rows/s {eta}")
+        sys.stderr.write("\r" + line[:150].ljust(150))
+        sys.stderr.flush()
+        self._shown = True
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=5)
+        if self._shown:
+            sys.stderr.write("\n")
 
 
 @contextmanager
@@ -109,6 +162,10 @@ def _cmd_state(args: argparse.Namespace) -> int:
         config.connector(args.name)
     with _control_connection(config) as conn:
         rows = control.read_states(conn, config.destination.control_schema, args.name)
+        progress = bulk_load.read_progress(conn, config.destination.control_schema, args.name)
+    for row in rows:
+        row["bulk_snapshot"] = [{key: value for key, value in table.items() if key != "connector"}
+                                for table in progress if table["connector"] == row["connector"]]
     known = {row["connector"] for row in rows}
     for name, connector in config.connectors.items():
         if (args.name is None or name == args.name) and name not in known:
@@ -128,6 +185,10 @@ def _cmd_state(args: argparse.Namespace) -> int:
             if row.get(key) is not None:
                 value = row[key] if isinstance(row[key], str) else json.dumps(row[key], default=str)
                 print(f"  {label}: {value}")
+        if row.get("bulk_snapshot"):
+            print("  bulk snapshot:")
+            for table in row["bulk_snapshot"]:
+                print(f"    {bulk_load.format_progress(table)}")
         if row.get("events") is not None:
             print(f"  totals: {row['batches']} batches, {row['events']} events, {row['ddls']} ddl, "
                   f"{row['snapshot_rows']} snapshot rows, {row['inserts']} inserts, {row['updates']} updates, "
@@ -159,6 +220,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             if row.get(key) is not None:
                 print(f"  {label}: {row[key]}")
     return 0
+
+
+def _request_argument(value: str | list[str]) -> str:
+    return ",".join(value) if isinstance(value, list) else value
 
 
 def _submit(args: argparse.Namespace, kind: str, argument: str | None = None) -> int:
@@ -276,18 +341,22 @@ def build_parser() -> argparse.ArgumentParser:
         ("set-offset", requests.SET_OFFSET, "move a paused connector's Debezium offset (JSON)", "offset"),
         ("restart", requests.RESTART, "start the connector's engine again with a snapshot mode", "snapshot_mode"),
         ("reload-objmap", requests.RELOAD_OBJMAP, "re-read the connectors file and apply the mapping rules (renames, retypes)", None),
+        ("snapshot", requests.SNAPSHOT, "copy tables again with the bulk snapshot engine (the others keep streaming)",
+         "tables"),
     )
     for command, kind, help_text, argument in request_commands:
         sub = commands.add_parser(command, help=f"request: {help_text}")
         sub.add_argument("name")
         if argument == "snapshot_mode":
             sub.add_argument(argument, choices=SNAPSHOT_MODES)
+        elif argument == "tables":
+            sub.add_argument(argument, nargs="+", metavar="TABLE", help="db.table")
         elif argument:
             sub.add_argument(argument)
         sub.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                          help="wait this long for the request to be served and print its outcome")
         sub.set_defaults(handler=lambda args, kind=kind, argument=argument: _submit(
-            args, kind, getattr(args, argument) if argument else None))
+            args, kind, _request_argument(getattr(args, argument)) if argument else None))
     listing = commands.add_parser("requests", help="list the latest requests with their outcome")
     listing.add_argument("name", nargs="?")
     listing.add_argument("--json", action="store_true")

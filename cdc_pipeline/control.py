@@ -102,6 +102,7 @@ _TABLES = (
     """CREATE TABLE IF NOT EXISTS {schema}.bulk_loads (
         connector text PRIMARY KEY,
         load_id bigint NOT NULL,
+        tables text[],
         started_at timestamptz NOT NULL DEFAULT now(),
         finished_at timestamptz)""",
     """CREATE TABLE IF NOT EXISTS {schema}.bulk_load_tables (

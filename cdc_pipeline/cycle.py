@@ -69,6 +69,7 @@ class CycleStats:
     last_commit_epoch: float | None = None
     finished_at: float | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    bulk_snapshot_pending: bool = False  # the connector's bulk snapshot goes on in a later run
 
     @property
     def seconds(self) -> float:
@@ -104,6 +105,7 @@ class CycleStats:
             "seconds": round(self.seconds, 3),
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),
+            **({"bulk_snapshot_pending": True} if self.bulk_snapshot_pending else {}),
             **{f"{phase}_seconds": round(value, 3) for phase, value in self.phase_seconds.items()},
         }
 
@@ -227,7 +229,7 @@ class ConnectorSession:
         loader = bulk_load.BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
         with self.cycle_stats.timed("load"):
             done = loader.run(deadline, self.halted, self._count_loaded_rows)
-        self.bulk_load_pending = not done
+        self.bulk_load_pending = self.cycle_stats.bulk_snapshot_pending = not done
         if done:
             self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
                                                                    self.connector.name)
@@ -398,6 +400,12 @@ class ConnectorSession:
         memory = self.runner.memory_report()
         control.record_jvm_memory(self.conn, self.control_schema, self.connector.name, memory)
         return memory
+
+    def bulk_snapshot_progress(self) -> list[dict[str, Any]]:
+        """Per table of the connector's latest bulk snapshot: rows done, estimated total, rows/s, ETA."""
+        if self.conn is None or not self.connector.bulk_snapshot:
+            return []
+        return bulk_load.read_progress(self.conn, self.control_schema, self.connector.name)
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None

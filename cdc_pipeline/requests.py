@@ -18,8 +18,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from cdc_pipeline import control, objmap, offsets
-from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
+from cdc_pipeline import bulk_load, control, objmap, offsets
+from cdc_pipeline.apply import captures
+from cdc_pipeline.config import SNAPSHOT_MODES, ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ RESUME = "resume"
 SET_OFFSET = "set_offset"
 RESTART = "restart"
 RELOAD_OBJMAP = "reload_objmap"
-KINDS = (PAUSE, RESUME, SET_OFFSET, RESTART, RELOAD_OBJMAP)
+SNAPSHOT = "snapshot"
+KINDS = (PAUSE, RESUME, SET_OFFSET, RESTART, RELOAD_OBJMAP, SNAPSHOT)
 
 PENDING = "pending"
 DONE = "done"
@@ -122,7 +124,9 @@ def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig,
     needs a run; set offset only while paused and no cycle runs, with an offset of the connector type's shape,
     then paused again; restart with a snapshot mode from any state but paused (its next cycle starts the engine
     in that mode; a schema sync only for a connector without an offset), and the connector needs a run; reload
-    the object-mapping rules from any state, when the connectors file still reads.
+    the object-mapping rules from any state, when the connectors file still reads; snapshot tables again (the
+    bulk snapshot engine, the connector's own tables, no bulk snapshot running, not paused), and the connector needs
+    a run.
     """
     with conn.transaction():
         # Serialise with other servers of the same request (two sensors, the CLI): the first one serves it.
@@ -200,6 +204,14 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         set_state(control.RESTARTING)
         control.set_next_snapshot_mode(conn, schema, name, argument)
         return f"{state} -> restarting; its next cycle starts the engine with snapshot mode {argument}", True
+    if kind == SNAPSHOT:
+        tables = _snapshot_tables(connector, argument, state)
+        if bulk_load.running_load(conn, schema, name) is not None:
+            raise _Rejected("a bulk snapshot of the connector is still running; ask again when it is done "
+                            f"(cdc-pipeline state {name})")
+        bulk_load.begin_load(conn, schema, name, tables)
+        return (f"a bulk snapshot of {', '.join(tables)} begins with the connector's next cycle (their rows are "
+                "replaced; the other tables keep streaming)"), True
     try:
         reloaded = load_config(config.path)
         connector = reloaded.connector(name)
@@ -215,6 +227,24 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         control.release_run_lock(conn, name)
     return (f"{config.path} re-read and {len(object_map.rules)} mapping rules applied to the destination (renames and "
             "type changes); the next cycle uses them"), False
+
+
+def _snapshot_tables(connector: ConnectorConfig, argument: str | None, state: str) -> list[str]:
+    """The tables a snapshot request names (`db.table`, separated by commas or spaces), checked."""
+    if not connector.bulk_snapshot:
+        raise _Rejected(f"snapshotting single tables needs the bulk snapshot engine (snapshot_engine: spark); this "
+                        f"connector takes Debezium's snapshot (restart {connector.name} always takes it again)")
+    if state in _PAUSED or state == NEVER_RUN:
+        raise _Rejected(f"the connector is {state}: " + ("resume it first" if state in _PAUSED else
+                                                         "its first cycle takes the snapshot of every table"))
+    tables = list(dict.fromkeys(part for part in (argument or "").replace(",", " ").split() if part))
+    if not tables:
+        raise _Rejected("snapshot needs the tables as its argument, e.g. db.table1,db.table2")
+    foreign = [table for table in tables if not captures(connector, table)]
+    if foreign:
+        raise _Rejected(f"not tables of the connector: {', '.join(foreign)} (tables are named db.table, within "
+                        f"database {connector.database!r} and the connector's include list)")
+    return tables
 
 
 def _require_no_running_cycle(conn: psycopg.Connection, connector: str) -> None:

@@ -21,3 +21,13 @@ def test_bench_measures_every_phase_after_its_warm_up():
             assert measured[rate] > 0, (phase, rate)
         assert measured["pipeline_to_capture_ratio"] > 0 and measured["parse_only_to_capture_ratio"] > 0
         assert results["warmup"][phase]["events"] >= 100
+
+
+def test_bench_measures_the_initial_load_against_the_copy_ceiling(tmp_path):
+    results = bench.run_initial_load(rows=3_000, debezium_rows=500)
+
+    assert results["bulk"]["rows"] == 3_000 and results["debezium"]["rows"] == 500
+    for rate in (results["ceiling_rows_per_second"], results["bulk"]["rows_per_second"],
+                 results["debezium"]["rows_per_second"]):
+        assert rate > 0
+    assert results["bulk_to_ceiling_ratio"] > 0 and results["bulk"]["peak_rss_mb_jvm"] > 0
