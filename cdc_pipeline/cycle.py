@@ -140,6 +140,7 @@ class ConnectorSession:
         self._phase: str | None = None
         self._last_transaction: Any = None
         self._state_checked_at = 0.0
+        self.takes_data_snapshot = False  # Debezium's engine copies the rows (snapshot_engine: debezium) in this run
         self.bulk_load_pending = False  # a bulk snapshot is to run (or go on) before the stream is applied
         self.awaits_schema_snapshot = False  # ... once this run's engine has taken its schema snapshot
         self.snapshot_positions: dict[str, dict[str, Any]] = {}
@@ -181,7 +182,11 @@ class ConnectorSession:
             self._refuse_if_halted(control.PAUSED)
         # A snapshot taken now starts over: none of its events is a re-delivery of what was applied before it
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
-        takes_snapshot = self.snapshot_mode == "always" or not control.has_offset(self.conn, self.control_schema, name)
+        # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
+        takes_snapshot = self.snapshot_mode == "always" or not control.has_offset(
+            self.conn, self.control_schema, name) or control.offset_in_snapshot(self.conn, self.control_schema, name)
+        self.takes_data_snapshot = takes_snapshot and not self.connector.bulk_snapshot \
+            and self.snapshot_mode in ROW_COPYING_MODES
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
                                                                                        name)
         self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
@@ -203,7 +208,6 @@ class ConnectorSession:
         """
         assert self.conn is not None
         name, schema = self.connector.name, self.control_schema
-        takes_snapshot = takes_snapshot or control.offset_in_snapshot(self.conn, schema, name)
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
         if copies_rows:
             if control.has_offset(self.conn, schema, name):
@@ -401,6 +405,12 @@ class ConnectorSession:
         control.record_jvm_memory(self.conn, self.control_schema, self.connector.name, memory)
         return memory
 
+    def in_data_snapshot(self) -> bool:
+        """Whether Debezium's engine is still copying rows in its snapshot (snapshot_engine: debezium): MariaDB's
+        cannot be resumed, so a run goes on until it is done, whatever its budget."""
+        return self.takes_data_snapshot and self.runner is not None and not self.runner.snapshot_status().get(
+            "completed", False)
+
     def bulk_snapshot_progress(self) -> list[dict[str, Any]]:
         """Per table of the connector's latest bulk snapshot: rows done, estimated total, rows/s, ETA."""
         if self.conn is None or not self.connector.bulk_snapshot:
@@ -493,7 +503,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             if not streamed and session.streams:
                 # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
                 streamed = runner.is_streaming()
-            if events >= connector.max_events_per_run and schema_snapshot_done:
+            if events >= connector.max_events_per_run and schema_snapshot_done and not session.in_data_snapshot():
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                 break
         elif group:
@@ -547,8 +557,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         elif not runner.is_polling() and now - started > ENGINE_START_TIMEOUT_SECONDS:
             raise RunnerError(f"the Debezium engine did not start polling within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
                               f"(state {runner.state})", connector=connector.name)
-        if now - started >= connector.max_seconds_per_run and schema_snapshot_done:
-            # A schema snapshot cannot be resumed: it is finished whatever the budget (it only describes tables).
+        if now - started >= connector.max_seconds_per_run and schema_snapshot_done and not session.in_data_snapshot():
+            # A snapshot cannot be resumed: it is finished whatever the budget (one of the schema only is short; one
+            # of Debezium's engine keeps a group in memory at a time, see apply_batches).
             log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
             break
     if group:
@@ -614,6 +625,10 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         stats.counts.add(counts)
         applied.extend(plan.parsed.batch.batch_ids)
         session.applied_batch_ids.extend(plan.parsed.batch.batch_ids)
+        if session.takes_data_snapshot and plan.last_ref is not None and snapshot_marker(plan.last_ref):
+            # Debezium's snapshot of a large table outlasts any budget: its batches are let go as they are applied,
+            # so the runner holds one group, not the whole table.
+            session.complete_applied_batches()
     return applied
 
 

@@ -25,7 +25,16 @@ DEFAULT_CONF = {
 }
 
 
-def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = None,
+MASTER_ENV = "CDC_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+
+
+def default_master() -> str:
+    """The Spark master runs use unless told otherwise: `CDC_SPARK_MASTER`, else local[*]."""
+    return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+
+
+def build_spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
                         app_name: str = "cdc-pipeline") -> SparkSession:
     """Returns the Spark session for the pipeline, starting it with the runner's jars on the driver classpath.
 
@@ -33,6 +42,7 @@ def build_spark_session(master: str = "local[*]", conf: Mapping[str, str] | None
     and the two JDBC drivers (`spark.jars`). When a session
     already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
     """
+    master = master or default_master()
     classpath = os.pathsep.join(str(jar) for jar in runner_classpath())
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -5,7 +5,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.spark import build_spark_session
+from cdc_pipeline.spark import build_spark_session, default_master
 
 
 class SparkSessionResource(ConfigurableResource):
@@ -15,7 +15,9 @@ class SparkSessionResource(ConfigurableResource):
     in one process (tests, the CLI) reuse it.
     """
 
-    master: str = Field(default="local[*]", description="Any Spark master URL: local[*], spark://host:7077, yarn, ...")
+    master: str = Field(default_factory=default_master,
+                        description="Any Spark master URL: local[*], spark://host:7077, yarn, ... (default: "
+                                    "$CDC_SPARK_MASTER, else local[*]).")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
 
     def get_session(self) -> SparkSession:

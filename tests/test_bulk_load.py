@@ -4,14 +4,18 @@ during the load; keys of every shape; the hand-over to the stream exact for tabl
 
 from __future__ import annotations
 
-import threading
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import Pipeline, kill_at, kill_when
+from conftest import Pipeline, kill_at, start_sync
 
 pytestmark = pytest.mark.integration
 
@@ -209,3 +213,116 @@ def test_keys_of_every_shape_and_an_empty_table(pipeline: Pipeline):
     chunks = {table.partition(".")[2]: (planned, done, rows) for table, planned, done, rows in _chunks(pipeline)}
     assert chunks == {"by_name": (10, 10, 1_000), "by_uuid": (7, 7, 700), "by_pair": (9, 9, 900),
                       "by_bytes": (8, 8, 800), "by_unique": (5, 5, 500), "nothing": (1, 1, 0)}
+
+
+def _cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdc_pipeline.cli", *args], env={**os.environ, **pipeline.env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_snapshot_request_copies_chosen_tables_again_while_the_others_stream(pipeline: Pipeline):
+    pipeline.source([KEYED, KEYLESS, "CREATE TABLE other (id INT PRIMARY KEY, v INT)",
+                     "INSERT INTO other SELECT seq, seq FROM seq_1_to_100"])
+    _fill(pipeline, 2_000)
+    _keyless_rows(pipeline, 500)
+    pipeline.write_config(snapshot_chunk_rows=300)
+    pipeline.sync()
+    schema = pipeline.source_db
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:  # the destination drifts, by hand
+        conn.execute(f'DELETE FROM "{schema}".items WHERE id < 100')
+        conn.execute(f'UPDATE "{schema}".events SET amount = 99')
+        conn.execute(f'DELETE FROM "{schema}".other WHERE id = 1')
+    pipeline.source(["UPDATE other SET v = -v WHERE id = 2", "INSERT INTO items (id, name) VALUES (50000, 'later')",
+                     "INSERT INTO events VALUES ('dup', 1)"])
+
+    outcomes = {}
+    for tables in (["elsewhere.items"], [f"{schema}.items", f"{schema}.events"]):
+        asked = _cli(pipeline, "snapshot", pipeline.name, *tables)
+        assert asked.returncode == 0, asked.stderr
+        served = _cli(pipeline, "requests", pipeline.name, "--serve", "--json")
+        assert served.returncode == 0, served.stderr
+        outcomes.update({row["argument"]: (row["status"], row["reason"]) for row in json.loads(served.stdout)})
+    assert outcomes["elsewhere.items"][0] == "rejected" and "not tables of the connector" in outcomes[
+        "elsewhere.items"][1]
+    assert outcomes[f"{schema}.items,{schema}.events"][0] == "done"
+
+    pipeline.sync()
+    pipeline.assert_same("items")
+    assert Counter(pipeline.dest_rows("events")) == Counter(pipeline.source_rows("events"))
+    # The table not asked for kept its rows (the one deleted by hand stays away) and streamed on.
+    assert pipeline.dest_rows("other")[:2] == [(2, -2), (3, 3)]
+    assert _load(pipeline) == (2, True)
+    assert [row[0].partition(".")[2] for row in _chunks(pipeline)] == ["events", "items"]
+    state = json.loads(_cli(pipeline, "state", pipeline.name, "--json").stdout)[0]
+    assert {table["source_table"]: table["rows_done"] for table in state["bulk_snapshot"]} == {
+        f"{schema}.events": 501, f"{schema}.items": 2_001}
+
+
+def _spark_class(*args: str, log: Path) -> subprocess.Popen:
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    return subprocess.Popen([str(spark_home / "bin" / "spark-class"), *args], stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": str(spark_home),
+                                                           "SPARK_LOCAL_IP": "127.0.0.1"}, start_new_session=True)
+
+
+def _wait_for(path: Path, text: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in (path.read_text() if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{text!r} not in {path}: {path.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipeline, tmp_path: Path):
+    from cdc_pipeline.servers import free_port
+
+    pipeline.source([KEYED, KEYLESS])
+    _fill(pipeline, 3_000)
+    _keyless_rows(pipeline, 700)
+    pipeline.write_config(snapshot_chunk_rows=500)
+    port = free_port()
+    master_log, worker_log, work = tmp_path / "master.log", tmp_path / "worker.log", tmp_path / "work"
+    master = _spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                          "--webui-port", str(free_port()), log=master_log)
+    worker = None
+    try:
+        _wait_for(master_log, "I have been elected leader")
+        worker = _spark_class("org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                              "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
+                              "--work-dir", str(work), log=worker_log)
+        _wait_for(master_log, "Registering worker")
+        run = start_sync(pipeline.name, "--json", env={**pipeline.env, "SPARK_LOCAL_IP": "127.0.0.1",
+                                                       "CDC_SPARK_MASTER": f"spark://127.0.0.1:{port}"})
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-4000:]
+        assert json.loads(out.strip().splitlines()[-1])["snapshot_rows"] == 3_700
+    finally:
+        for process in (worker, master):
+            if process is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    pipeline.assert_same("items")
+    assert Counter(pipeline.dest_rows("events")) == Counter(pipeline.source_rows("events"))
+    # The chunks were read and written by executors of the worker, not in the driver.
+    executor_logs = list(work.glob("app-*/*/stderr"))
+    assert executor_logs and any("Running task" in log.read_text() for log in executor_logs)
+
+
+def test_the_debezium_engine_finishes_a_snapshot_larger_than_the_run_budget(pipeline: Pipeline):
+    pipeline.source([KEYED, KEYLESS])
+    _fill(pipeline, 5_000)
+    _keyless_rows(pipeline, 1_000)
+    # Its snapshot cannot be resumed: the run goes on past max_events_per_run until the snapshot is done, letting
+    # each group go once applied (the runner's queue holds 4 batches of 250 here).
+    pipeline.write_config(snapshot_engine="debezium", batch_size=250, apply_batch_events=500,
+                          max_events_per_run=1_000)
+    summary = pipeline.sync()
+    assert summary["snapshot_rows"] == 6_000
+    assert _stage(pipeline) == "change data capture"
+    pipeline.assert_same("items")
+    assert Counter(pipeline.dest_rows("events")) == Counter(pipeline.source_rows("events"))
+    pipeline.source(["DELETE FROM items WHERE id <= 100", "INSERT INTO events VALUES ('dup', 0)"])
+    summary = pipeline.sync()
+    assert (summary["deletes"], summary["inserts"], summary.get("redelivered", 0)) == (100, 1, 0)
+    pipeline.assert_same("items")

@@ -563,3 +563,28 @@ def test_the_root_cause_of_a_looping_exception_chain_is_found() -> None:
     cause = CdcError("the pipeline's own", connector="c")
     second.__cause__ = cause
     assert _root_cause(first) is cause
+
+
+@pytest.mark.parametrize("connector_type, engine", [("mariadb", "spark"), ("mysql", "spark"),
+                                                    ("postgres", "debezium"), ("sqlserver", "debezium"),
+                                                    ("oracle", "debezium")])
+def test_the_snapshot_engine_defaults_to_the_bulk_engine_where_it_reads_the_source(connector_type: str,
+                                                                                  engine: str) -> None:
+    connector = parse_config(with_connector_field("type", connector_type), CONFIG_PATH).connector("inventory")
+
+    assert (connector.snapshot_engine, connector.bulk_snapshot) == (engine, engine == "spark")
+    assert connector.snapshot_chunk_rows == 50_000
+
+
+def test_the_bulk_engine_is_refused_for_a_source_it_does_not_read() -> None:
+    data = with_connector_field("type", "postgres")
+    data["connectors"]["inventory"]["snapshot_engine"] = "spark"
+
+    message = str(config_error(data))
+
+    assert "snapshot_engine" in message and "mariadb, mysql" in message and "inventory" in message
+
+
+@pytest.mark.parametrize("key, value", [("snapshot_engine", "fdw"), ("snapshot_chunk_rows", 10)])
+def test_bad_snapshot_engine_settings_are_named(key: str, value: Any) -> None:
+    assert key in str(config_error(with_connector_field(key, value)))
