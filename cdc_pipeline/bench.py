@@ -255,7 +255,7 @@ def measure_sync_process(source: MariaDbServer, destination: PostgresServer, wor
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds),
             "load_seconds": summary.get("load_seconds"), "cpu_seconds": round(
                 after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-            "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb}
+            "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb, "cycle": summary}
 
 
 class _PeakMemory(threading.Thread):

@@ -257,6 +257,14 @@ def test_a_snapshot_request_copies_chosen_tables_again_while_the_others_stream(p
     assert {table["source_table"]: table["rows_done"] for table in state["bulk_snapshot"]} == {
         f"{schema}.events": 501, f"{schema}.items": 2_001}
 
+    # A restart with snapshot mode always copies every table again, the one not asked for above too.
+    assert _cli(pipeline, "restart", pipeline.name, "always").returncode == 0
+    assert _cli(pipeline, "requests", pipeline.name, "--serve").returncode == 0
+    pipeline.sync()
+    pipeline.assert_same("items", "other")
+    assert _load(pipeline) == (3, True)
+    assert [row[0].partition(".")[2] for row in _chunks(pipeline)] == ["events", "items", "other"]
+
 
 def _spark_class(*args: str, log: Path) -> subprocess.Popen:
     import pyspark

@@ -109,6 +109,8 @@ def test_set_offset_while_paused_and_start_offset_replay_from_the_given_position
 
 
 def test_restart_with_always_takes_the_snapshot_again_and_the_row_count_check_sees_lost_rows(pipeline):
+    # Debezium's snapshot, superseded by the next one (the bulk engine's restart: tests/test_bulk_load.py).
+    pipeline.write_config(snapshot_engine="debezium")
     pipeline.source([ITEMS, "CREATE TABLE tags (name VARCHAR(20) PRIMARY KEY)",
                      "INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')", "INSERT INTO tags VALUES ('x')"])
     first = pipeline.sync()
@@ -171,9 +173,11 @@ def test_schemasync_creates_the_tables_then_pauses_for_review(pipeline):
     assert state["state"] == control.SYNCING and state["jvm_memory"]["heap_used"] > 0
 
 
-def test_a_pause_ends_the_running_cycle_at_a_batch_boundary_and_stays(pipeline):
+@pytest.mark.parametrize("engine", [{"snapshot_engine": "debezium"}, {"snapshot_chunk_rows": 500}])
+def test_a_pause_ends_the_running_cycle_at_a_batch_boundary_and_stays(pipeline, engine):
+    """Debezium's snapshot stops at a batch boundary; the bulk snapshot between two slices of chunks."""
     pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('v', seq) FROM seq_1_to_30000"])
-    pipeline.write_config(batch_size=500, apply_batch_events=500)
+    pipeline.write_config(batch_size=500, apply_batch_events=500, **engine)
     run = pipeline.sync_cli()
     try:
         deadline = time.monotonic() + 240

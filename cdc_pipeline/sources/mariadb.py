@@ -212,7 +212,13 @@ def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     from cdc_pipeline.dml import copy_escape, ewkb_hex
 
     kind = column.data_type
-    if kind in _STRING_TYPES:
+    if kind == "set" and pg_type.endswith("[]"):
+        # A SET's members (no member holds a comma) as an array literal, for an array column (of an enum, say).
+        members = F.transform(F.split(value, ","), lambda member: F.concat(
+            F.lit('"'), F.regexp_replace(member, r'(["\\])', r"\\$1"), F.lit('"')))
+        text = copy_escape(F.when(value == "", F.lit("{}")).otherwise(
+            F.concat(F.lit("{"), F.array_join(members, ","), F.lit("}"))))
+    elif kind in _STRING_TYPES:
         text = copy_escape(value)
     elif kind in _BINARY_TYPES:
         text = F.concat(F.lit("\\\\x"), F.lower(value))
