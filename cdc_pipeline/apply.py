@@ -601,10 +601,7 @@ class BatchApplier:
         """A temporary table with the target's columns; `text_columns` (those with a transform) hold text."""
         self._staging_seq += 1
         staging = sql.Identifier(f"_cdc_staging_{self._staging_seq}")
-        cur.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-            staging, sql.SQL(", ").join(
-                sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
-                else sql.Identifier(name) for name in columns), target))
+        cur.execute(staging_table_sql(staging, target, columns, text_columns))
         return staging
 
     def _copy(self, cur: psycopg.Cursor, table: sql.Identifier, columns: list[str], lines: Iterable[str]) -> None:
@@ -796,6 +793,16 @@ class BatchApplier:
         cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
             target, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values[name] for name in names),
             staging))
+
+
+def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: list[str],
+                      text_columns: Collection[str] = ()) -> sql.Composed:
+    """A temporary table (dropped at commit) with the target's columns; `text_columns` (those with a transform)
+    hold text."""
+    return sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+        staging, sql.SQL(", ").join(
+            sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
+            else sql.Identifier(name) for name in columns), target)
 
 
 def spark_failure(error: BaseException) -> tuple[str, int | None]:

@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline import faults, objmap
-from cdc_pipeline.apply import captures
+from cdc_pipeline.apply import captures, staging_table_sql
 from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.dml import ColumnPlan
@@ -323,7 +323,8 @@ class BulkLoader:
         lines = self._lines(table, columns, chunks)
         writer = self._writer(table, columns, chunks)
         try:
-            lines._jdf.foreachPartition(writer)
+            # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are.
+            lines._jdf.queryExecution().toRdd().toJavaRDD().foreachPartition(writer)
         except Py4JJavaError as exc:
             raise CdcError(f"the bulk snapshot of {table.source_table} into {table.dest_schema}.{table.dest_table} "
                            f"failed: {_root_message(exc.java_exception)}", connector=self.connector.name,
@@ -431,16 +432,6 @@ class BulkLoader:
         for row in read_progress(self.conn, self.schema, self.connector.name):
             if row["source_table"] == table.source_table:
                 log.info("%s: bulk snapshot %s", self.connector.name, format_progress(row))
-
-
-def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: list[str],
-                      text_columns: Any = ()) -> sql.Composed:
-    """A temporary table (dropped at commit) with the target's columns; `text_columns` (those with a transform)
-    hold text."""
-    return sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-        staging, sql.SQL(", ").join(
-            sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
-            else sql.Identifier(name) for name in columns), target)
 
 
 def _input_type(existing: DestinationTable, column: str) -> str:

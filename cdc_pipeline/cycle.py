@@ -141,6 +141,7 @@ class ConnectorSession:
         self._last_transaction: Any = None
         self._state_checked_at = 0.0
         self.takes_data_snapshot = False  # Debezium's engine copies the rows (snapshot_engine: debezium) in this run
+        self.snapshot_ended = False  # the last event of this run's engine snapshot was fetched
         self.bulk_load_pending = False  # a bulk snapshot is to run (or go on) before the stream is applied
         self.awaits_schema_snapshot = False  # ... once this run's engine has taken its schema snapshot
         self.snapshot_positions: dict[str, dict[str, Any]] = {}
@@ -407,9 +408,9 @@ class ConnectorSession:
 
     def in_data_snapshot(self) -> bool:
         """Whether Debezium's engine is still copying rows in its snapshot (snapshot_engine: debezium): MariaDB's
-        cannot be resumed, so a run goes on until it is done, whatever its budget."""
-        return self.takes_data_snapshot and self.runner is not None and not self.runner.snapshot_status().get(
-            "completed", False)
+        cannot be resumed, so a run goes on until its last event came, whatever its budget. (Debezium's metric says
+        the snapshot completed once its rows are in the engine's own queue, thousands before they reach ours.)"""
+        return self.takes_data_snapshot and not self.snapshot_ended
 
     def bulk_snapshot_progress(self) -> list[dict[str, Any]]:
         """Per table of the connector's latest bulk snapshot: rows done, estimated total, rows/s, ETA."""
@@ -476,7 +477,6 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     source_lost_since: float | None = None
     streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
     schema_snapshot_done = not session.awaits_schema_snapshot
-    schema_snapshot_ended = False
     while True:
         if session.halted():
             log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
@@ -497,7 +497,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 group, group_events = [], 0
             group.append(batch)
             group_events += batch.size
-            schema_snapshot_ended = schema_snapshot_ended or _ends_snapshot(batch)
+            session.snapshot_ended = session.snapshot_ended or _ends_snapshot(batch)
             events += batch.size
             last_batch_at = now
             if not streamed and session.streams:
@@ -510,7 +510,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             yield group
             group, group_events = [], 0
             continue
-        elif not schema_snapshot_done and (schema_snapshot_ended or (
+        elif not schema_snapshot_done and (session.snapshot_ended or (
                 now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS and runner.snapshot_status().get("completed"))):
             # Its batches are all applied (the queue is empty and no group is open): its last event came, or it
             # completed with none (Debezium's metric may say so before its last batches reach the queue).

@@ -1,5 +1,6 @@
 package io.cdcpipeline.runner;
 
+import java.io.ByteArrayOutputStream;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -10,10 +11,13 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.Iterator;
 import java.util.Properties;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.function.ForeachPartitionFunction;
-import org.apache.spark.sql.Row;
+import org.apache.spark.api.java.function.VoidFunction;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.postgresql.PGConnection;
 import org.postgresql.copy.CopyIn;
 
@@ -27,10 +31,16 @@ import org.postgresql.copy.CopyIn;
  * the chunk (an UPDATE of its checkpoint row that matches only while the chunk is not done): a retried or
  * speculative task of a chunk already committed writes nothing, and two attempts at once serialize on the row
  * lock. All SQL comes from the driver, built with the destination's quoting rules.
+ *
+ * It reads Spark's internal rows (the lines' UTF-8 bytes are copied as they are, never decoded), and a second
+ * thread feeds COPY while the task's thread reads the source and converts the next rows: the source and the
+ * destination work at the same time.
  */
-public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Serializable {
+public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
     private static final long serialVersionUID = 1L;
-    private static final int FLUSH_BYTES = 1 << 16;
+    private static final int FLUSH_BYTES = 1 << 18;
+    private static final int BUFFERS_IN_FLIGHT = 4;
+    private static final byte[] END = new byte[0];
     static final String PAUSE_STAGE = "bulk_copy";
 
     private final String url;
@@ -65,7 +75,7 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
     }
 
     @Override
-    public void call(Iterator<Row> rows) throws Exception {
+    public void call(Iterator<InternalRow> rows) throws Exception {
         long chunkId = chunkIds[TaskContext.getPartitionId()];
         Properties properties = new Properties();
         if (user != null) {
@@ -117,43 +127,97 @@ public final class ChunkCopyWriter implements ForeachPartitionFunction<Row>, Ser
         }
     }
 
-    private CopyResult copy(Connection connection, Iterator<Row> rows) throws SQLException {
+    private CopyResult copy(Connection connection, Iterator<InternalRow> rows) throws Exception {
         CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
+        Copier copier = new Copier(copy);
+        copier.start();
         String position = null;
         long zeroDates = 0;
         boolean first = true;
-        StringBuilder buffer = new StringBuilder(FLUSH_BYTES + 4096);
+        ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
         try {
             while (rows.hasNext()) {
-                Row row = rows.next();
+                InternalRow row = rows.next();
                 if (first) {
-                    position = row.isNullAt(1) ? null : row.getString(1);
+                    position = row.isNullAt(1) ? null : row.getUTF8String(1).toString();
                 }
                 first = false;
                 if (row.isNullAt(0)) {
                     continue;  // the row that carries the position
                 }
                 zeroDates += row.getInt(2);
-                buffer.append(row.getString(0)).append('\n');
-                if (buffer.length() >= FLUSH_BYTES) {
-                    write(copy, buffer);
+                row.getUTF8String(0).writeTo(buffer);
+                buffer.write('\n');
+                if (buffer.size() >= FLUSH_BYTES) {
+                    copier.put(buffer.toByteArray());
+                    buffer.reset();
                 }
             }
-            write(copy, buffer);
+            if (buffer.size() > 0) {
+                copier.put(buffer.toByteArray());
+            }
+            copier.finish();
             return new CopyResult(copy.endCopy(), zeroDates, position);
         }
         finally {
+            copier.interrupt();
             if (copy.isActive()) {
                 copy.cancelCopy();
             }
         }
     }
 
-    private static void write(CopyIn copy, StringBuilder buffer) throws SQLException {
-        if (buffer.length() > 0) {
-            byte[] bytes = buffer.toString().getBytes(StandardCharsets.UTF_8);
-            copy.writeToCopy(bytes, 0, bytes.length);
-            buffer.setLength(0);
+    /** The thread that writes the COPY data, a few buffers behind the task's thread. */
+    private static final class Copier extends Thread {
+        private final CopyIn copy;
+        private final BlockingQueue<byte[]> buffers = new ArrayBlockingQueue<>(BUFFERS_IN_FLIGHT);
+        private volatile Throwable failure;
+
+        Copier(CopyIn copy) {
+            super("cdc-chunk-copy");
+            setDaemon(true);
+            this.copy = copy;
+        }
+
+        @Override
+        public void run() {
+            try {
+                for (byte[] bytes = buffers.take(); bytes != END; bytes = buffers.take()) {
+                    copy.writeToCopy(bytes, 0, bytes.length);
+                }
+            }
+            catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            catch (Throwable e) {
+                failure = e;
+            }
+        }
+
+        void put(byte[] bytes) throws Exception {
+            while (!buffers.offer(bytes, 100, TimeUnit.MILLISECONDS)) {
+                rethrow();
+            }
+            rethrow();
+        }
+
+        void finish() throws Exception {
+            put(END);
+            join();
+            rethrow();
+        }
+
+        private void rethrow() throws Exception {
+            Throwable error = failure;
+            if (error instanceof Exception) {
+                throw (Exception) error;
+            }
+            if (error != null) {
+                throw new SQLException(error);
+            }
+            if (!isAlive() && !buffers.isEmpty() && buffers.peek() != END) {
+                throw new SQLException("the COPY thread ended early");
+            }
         }
     }
 
