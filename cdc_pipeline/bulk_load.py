@@ -150,7 +150,7 @@ def read_progress(conn: psycopg.Connection, schema: str, connector: str | None =
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(sql.SQL(
             """SELECT t.connector, t.source_table, t.estimated_rows, t.started_at, t.finished_at,
-                      coalesce(sum(c.rows) FILTER (WHERE c.done_at IS NOT NULL), 0) AS rows_done,
+                      coalesce(sum(c.rows) FILTER (WHERE c.done_at IS NOT NULL), 0)::bigint AS rows_done,
                       count(c.id) FILTER (WHERE c.done_at IS NOT NULL) AS chunks_done, count(c.id) AS chunks_planned,
                       t.planned, extract(epoch FROM coalesce(t.finished_at, max(c.done_at)) - t.started_at)
                         AS seconds

@@ -466,7 +466,8 @@ def offset_in_snapshot(conn: psycopg.Connection, schema: str, connector: str) ->
         sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchall()
     for (value,) in rows:
         offset = json.loads(value) if value else {}
-        if str(offset.get("snapshot")).lower() == "true" and str(offset.get("snapshot_completed")).lower() != "true":
+        snapshot = str(offset.get("snapshot", "false")).lower()  # true, or the snapshot's kind (INITIAL, ...)
+        if snapshot != "false" and str(offset.get("snapshot_completed")).lower() != "true":
             return True
     return False
 
