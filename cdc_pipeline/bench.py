@@ -201,8 +201,8 @@ def measure_phases(source: MariaDbServer, destination: PostgresServer, spark: An
 
 def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, database: str, table: str) -> Measurement:
     """The plainest pipe: the `mariadb` client streams the table (batch mode, unbuffered) into `psql`'s COPY."""
-    destination.execute(f"""CREATE TABLE ceiling (id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int,
-                            created timestamp(3), note text)""", dbname=database)
+    destination.execute("""CREATE TABLE ceiling (id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int,
+                           created timestamp(3), note text)""", dbname=database)
     env = {**os.environ, "MYSQL_PWD": CAPTURE_PASSWORD}
     started = time.monotonic()
     reader = subprocess.Popen(["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", CAPTURE_USER, "-N", "-B",

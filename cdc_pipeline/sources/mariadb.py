@@ -179,7 +179,10 @@ def next_chunk_start(cur: Any, database: str, table: str, key: Sequence[str], lo
     fewer rows remain (the chunk from `lower` is the last)."""
     where = "" if lower is None else " WHERE " + _from(key, lower, strict=False)
     order = ", ".join(map(quote_mysql, key))
-    cur.execute(f"SELECT {order} FROM {qualified(database, table)}{where} ORDER BY {order} LIMIT 1 OFFSET {int(rows)}")
+    # PyMySQL has no identifier composition like psycopg.sql: names are backquoted by quote_mysql, values are
+    # literals of the source's own key values (`literal`).
+    query = f"SELECT {order} FROM {qualified(database, table)}{where} ORDER BY {order} LIMIT 1 OFFSET {int(rows)}"
+    cur.execute(query)
     row = cur.fetchone()
     return None if row is None else [key_value(value) for value in row]
 
