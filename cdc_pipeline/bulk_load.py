@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import psycopg
 from psycopg import sql
@@ -468,7 +468,3 @@ def _root_message(error: Any) -> str:
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
-
-def iter_progress_lines(conn: psycopg.Connection, schema: str, connector: str) -> Iterator[str]:
-    for row in read_progress(conn, schema, connector):
-        yield format_progress(row)

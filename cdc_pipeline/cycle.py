@@ -49,8 +49,7 @@ FETCH_WAIT_SECONDS = 0.5
 # A schema snapshot whose last event never comes (no table to describe) counts as done this long after it completed.
 SCHEMA_SNAPSHOT_GRACE_SECONDS = 2.0
 GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
-STATE_CHECK_SECONDS = 1.0
-PHASE_LOADING = control.PHASE_LOADING  # how often a running cycle looks whether its connector was paused
+STATE_CHECK_SECONDS = 1.0  # how often a running cycle looks whether its connector was paused
 RETRY = "retry"
 # Snapshot modes that copy the tables' rows (when they take a snapshot at all): under the bulk snapshot engine the
 # Debezium engine then takes the schema snapshot only, and the bulk load copies the rows.
@@ -228,9 +227,9 @@ class ConnectorSession:
         assert self.conn is not None and self.object_map is not None
         self.complete_applied_batches()
         if self.snapshot_mode != "schemasync":
-            control.set_phase(self.conn, self.control_schema, self.connector.name, PHASE_LOADING,
+            control.set_phase(self.conn, self.control_schema, self.connector.name, control.PHASE_LOADING,
                               stage=control.STAGE_SNAPSHOT)
-        self._phase = PHASE_LOADING
+        self._phase = control.PHASE_LOADING
         loader = bulk_load.BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
         with self.cycle_stats.timed("load"):
             done = loader.run(deadline, self.halted, self._count_loaded_rows)
@@ -497,7 +496,8 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 group, group_events = [], 0
             group.append(batch)
             group_events += batch.size
-            session.snapshot_ended = session.snapshot_ended or _ends_snapshot(batch)
+            if not session.snapshot_ended and (session.awaits_schema_snapshot or session.takes_data_snapshot):
+                session.snapshot_ended = _ends_snapshot(batch)
             events += batch.size
             last_batch_at = now
             if not streamed and session.streams:
