@@ -283,8 +283,7 @@ class BulkLoader:
 
     def _chunk_rows(self, cur: Any, table: TableLoad) -> int:
         """`snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES a chunk)."""
-        average = next((t.average_row_bytes for t in mariadb.list_tables(cur, table.database)
-                        if t.name == table.source_table), 0)
+        average = next((t.average_row_bytes for t in mariadb.list_tables(cur, table.database, table.table)), 0)
         rows = self.connector.snapshot_chunk_rows
         return min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
 

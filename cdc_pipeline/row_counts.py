@@ -11,6 +11,7 @@ from psycopg import sql
 from cdc_pipeline.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources import mariadb
 from cdc_pipeline.sources.mariadb import quote_mysql
 from cdc_pipeline.typemap import dest_identifier
 
@@ -63,19 +64,8 @@ def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
 
 
 def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
-    import pymysql
-
-    try:
-        conn = pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
-                               password=connector.password.reveal(), database=connector.database,
-                               connect_timeout=CONNECT_TIMEOUT_SECONDS)
-    except pymysql.MySQLError as exc:
-        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
-                       connector=connector.name) from exc
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                    "AND table_type = 'BASE TABLE'", (connector.database,))
-        tables = [f"{connector.database}.{row[0]}" for row in cur.fetchall()]
+    with mariadb.connect(connector) as conn, conn.cursor() as cur:
+        tables = [table.name for table in mariadb.list_tables(cur, connector.database)]
         counts = {}
         for source_table in filter(lambda name: captures(connector, name), tables):
             database, _, table = source_table.partition(".")

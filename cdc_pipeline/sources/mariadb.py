@@ -92,10 +92,12 @@ class SourceColumn:
         return int(match.group(1)) if match else 1
 
 
-def list_tables(cur: Any, database: str) -> list[SourceTable]:
-    """The database's base tables, with InnoDB's estimate of their rows and average row size."""
+def list_tables(cur: Any, database: str, table: str | None = None) -> list[SourceTable]:
+    """The database's base tables (or the one named `table`), with InnoDB's estimate of their rows and average row
+    size."""
     cur.execute("SELECT table_name, COALESCE(table_rows, 0), COALESCE(avg_row_length, 0) FROM information_schema.tables "
-                "WHERE table_schema = %s AND table_type = 'BASE TABLE' ORDER BY table_name", (database,))
+                "WHERE table_schema = %s AND table_type = 'BASE TABLE' AND (%s IS NULL OR table_name = %s) "
+                "ORDER BY table_name", (database, table, table))
     return [SourceTable(f"{database}.{name}", int(rows), int(size)) for name, rows, size in cur.fetchall()]
 
 
