@@ -57,7 +57,7 @@ from cdc_pipeline.events import (
     redelivery_test,
 )
 from cdc_pipeline.schema_infer import ensure_table_matches
-from cdc_pipeline.sources.mariadb import before_snapshot
+from cdc_pipeline.sources import before_snapshot
 from cdc_pipeline.spark import collect_lines
 
 log = logging.getLogger(__name__)

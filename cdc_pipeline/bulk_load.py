@@ -5,7 +5,7 @@ The flow of a load: Debezium takes the schema snapshot only (`no_data`: destinat
 position P recorded, streaming from P). Before the stream's first change is applied, each table is split into
 chunks of about `snapshot_chunk_rows` rows by its key (boundaries found by index range scans, so skewed keys make
 no huge chunk); a Spark job reads a slice of chunks in parallel through JDBC (one partition per chunk, the source
-rendering every column as text, see `sources/mariadb.py`), Spark turns the rows into COPY text, and each partition
+rendering every column as text, see `sources/`), Spark turns the rows into COPY text, and each partition
 is COPYed into the destination by the runner's `ChunkCopyWriter` in its own transaction, which also marks the
 chunk done (`cdc.bulk_load_chunks`) and adds its rows to the stats. A run that ends (its time budget, a pause, a
 failure, SIGKILL) leaves every chunk either committed with its checkpoint or not at all; the next run goes on
@@ -43,8 +43,8 @@ from cdc_pipeline.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.events import FieldSpec
 from cdc_pipeline.runner import JAVA_PACKAGE, jdbc_target
-from cdc_pipeline.sources import mariadb
-from cdc_pipeline.sources.mariadb import SourceColumn
+from cdc_pipeline.schema_infer import ensure_table_matches
+from cdc_pipeline.sources import mariadb, module_for
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Chunk:
 class BulkColumn:
     """A source column and the destination column it fills."""
 
-    source: SourceColumn
+    source: Any  # the source module's SourceColumn
     dest_name: str
     pg_type: str  # the type whose text input form the column's COPY text is
 
@@ -127,6 +127,12 @@ def forget_engine_position(conn: psycopg.Connection, schema: str, connector: str
     with conn.transaction():
         for name in ("debezium_offsets", "debezium_schema_history"):
             conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(_table(schema, name)), (connector,))
+
+
+def has_load(conn: psycopg.Connection, schema: str, connector: str) -> bool:
+    """Whether a load of the connector's tables was begun (running or finished)."""
+    return conn.execute(sql.SQL("SELECT 1 FROM {} WHERE connector = %s").format(
+        _table(schema, "bulk_loads")), (connector,)).fetchone() is not None
 
 
 def running_load(conn: psycopg.Connection, schema: str, connector: str) -> int | None:
@@ -190,6 +196,7 @@ class BulkLoader:
         self.spark = spark
         self.object_map = object_map or objmap.ObjectMap(connector)
         self.schema = destination.control_schema
+        self.source = module_for(connector.type)
 
     @property
     def slice_chunks(self) -> int:
@@ -205,7 +212,7 @@ class BulkLoader:
         if load_id is None:
             return True
         copied = False  # a run copies one slice at least, whatever its budget
-        with mariadb.connect(self.connector) as source, source.cursor() as cur:
+        with self.source.connect(self.connector) as source, source.cursor() as cur:
             for table in self._tables(cur, load_id):
                 if table.finished:
                     continue
@@ -232,7 +239,7 @@ class BulkLoader:
             return tables
         wanted = self.conn.execute(sql.SQL("SELECT tables FROM {} WHERE connector = %s").format(
             _table(self.schema, "bulk_loads")), (self.connector.name,)).fetchone()[0]
-        listed = [table for table in mariadb.list_tables(cur, self.connector.database)
+        listed = [table for table in self.source.tables_of(cur, self.connector)
                   if captures(self.connector, table.name) and (wanted is None or table.name in wanted)]
         missing = sorted(set(wanted or ()) - {table.name for table in listed})
         if missing:
@@ -242,7 +249,15 @@ class BulkLoader:
             for table in listed:
                 database, _, name = table.name.partition(".")
                 dest_schema, dest_name = self.object_map.table_name(table.name)
-                if destination_table(dest, dest_schema, dest_name) is None:
+                if hasattr(self.source, "field_specs"):
+                    # A source without DDL events: its catalog makes the destination table match, as the value
+                    # schema of the table's first change would.
+                    ensure_table_matches(
+                        dest, self.connector, dest_schema, dest_name, self.source.field_specs(cur, database, name),
+                        source_table=table.name, object_map=self.object_map,
+                        on_change=lambda wanted: objmap.record_columns(dest, self.schema, self.connector.name,
+                                                                       wanted))
+                elif destination_table(dest, dest_schema, dest_name) is None:
                     raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist (a table the "
                                    "connector's schema snapshot did not see: take a new snapshot of every table, "
                                    f"cdc-pipeline restart {self.connector.name} always)",
@@ -253,7 +268,7 @@ class BulkLoader:
                                        estimated_rows) VALUES (%s, %s, %s, %s, %s, %s, %s)""").format(
                     _table(self.schema, "bulk_load_tables")),
                     (self.connector.name, load_id, table.name, dest_schema, dest_name,
-                     mariadb.chunk_key(cur, database, name), table.estimated_rows))
+                     self.source.chunk_key(cur, database, name), table.estimated_rows))
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
         return self._read_tables(load_id)
@@ -275,7 +290,7 @@ class BulkLoader:
             raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} no longer exists",
                            connector=self.connector.name, table=table.source_table)
         columns = []
-        for column in mariadb.list_columns(cur, table.database, table.table):
+        for column in self.source.list_columns(cur, table.database, table.table):
             dest_name = self.object_map.column_name(table.source_table, column.name)
             if dest_name in existing.columns:
                 columns.append(BulkColumn(column, dest_name, _input_type(existing, dest_name)))
@@ -283,7 +298,7 @@ class BulkLoader:
 
     def _chunk_rows(self, cur: Any, table: TableLoad) -> int:
         """`snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES a chunk)."""
-        average = next((t.average_row_bytes for t in mariadb.list_tables(cur, table.database, table.table)), 0)
+        average = next((t.average_row_bytes for t in self.source.list_tables(cur, table.database, table.table)), 0)
         rows = self.connector.snapshot_chunk_rows
         return min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
 
@@ -296,7 +311,7 @@ class BulkLoader:
         with self.conn.transaction(), self.conn.cursor() as dest:
             while len(chunks) < self.slice_chunks and not table.planned:
                 lower = table.next_lower
-                upper = mariadb.next_chunk_start(cur, table.database, table.table, table.key_columns, lower,
+                upper = self.source.next_chunk_start(cur, table.database, table.table, table.key_columns, lower,
                                                  chunk_rows) if table.key_columns else None
                 dest.execute(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, lower_bound, upper_bound)
@@ -337,27 +352,29 @@ class BulkLoader:
         """The chunks as a DataFrame of COPY lines, one partition per chunk in order (a table without a key:
         one chunk whose first row carries its snapshot's binlog position)."""
         aliases = [f"_cdc_{i}" for i in range(len(columns))]
-        renders = [f"{mariadb.select_text(column.source, column.pg_type)} AS {alias}"
+        renders = [f"{self.source.select_text(column.source, column.pg_type)} AS {alias}"
                    for column, alias in zip(columns, aliases)]
-        source = mariadb.qualified(table.database, table.table)
+        source = self.source.qualified(table.database, table.table)
         properties = {"user": self.connector.user, "password": self.connector.password.reveal(),
-                      "driver": mariadb.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
-        url = mariadb.jdbc_url(self.connector)
+                      "driver": self.source.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
+        if self.source.SESSION_INIT:
+            properties["sessionInitStatement"] = self.source.SESSION_INIT
+        url = self.source.jdbc_url(self.connector)
         if table.key_columns:
-            keys = ", ".join(map(mariadb.quote_mysql, table.key_columns))
+            keys = ", ".join(map(self.source.quote, table.key_columns))
             query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
-            predicates = [mariadb.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
+            predicates = [self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
             frame = self.spark.read.jdbc(url, query, predicates=predicates, properties=properties)
             position = F.lit(None).cast("string")
         else:
-            query = (f"({mariadb.snapshot_position_select(_POSITION_ALIAS, aliases)} UNION ALL "
+            query = (f"({self.source.snapshot_position_select(_POSITION_ALIAS, aliases)} UNION ALL "
                      f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
             frame = self.spark.read.jdbc(url, query, properties={**properties,
-                                                                 "sessionInitStatement": mariadb.CONSISTENT_SNAPSHOT})
+                                                                 "sessionInitStatement": self.source.CONSISTENT_SNAPSHOT})
             position = F.col(_POSITION_ALIAS)
-        line = F.concat_ws("\t", *[mariadb.column_text(F.col(alias), column.source, column.pg_type)
+        line = F.concat_ws("\t", *[self.source.column_text(F.col(alias), column.source, column.pg_type)
                                    for alias, column in zip(aliases, columns)])
-        zero_dates = mariadb.zero_dates({column.source.name: F.col(alias) for alias, column in zip(aliases, columns)},
+        zero_dates = self.source.zero_dates({column.source.name: F.col(alias) for alias, column in zip(aliases, columns)},
                                         [column.source for column in columns])
         if not table.key_columns:
             line = F.when(F.col(_POSITION_ALIAS).isNull(), line)

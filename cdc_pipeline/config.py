@@ -40,7 +40,7 @@ ERROR_STRATEGIES = ("exit", "retry", "skip")
 # How a connector copies the rows that exist when it starts: `spark`, parallel chunked reads and COPY (MariaDB,
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
-BULK_SNAPSHOT_TYPES = ("mariadb", "mysql")
+BULK_SNAPSHOT_TYPES = ("mariadb", "mysql", "postgres")
 DEFAULT_SNAPSHOT_CHUNK_ROWS = 50_000
 MIN_SNAPSHOT_CHUNK_ROWS = 100
 LETTER_CASINGS = ("lowercase", "asis")

@@ -183,8 +183,12 @@ class ConnectorSession:
         # A snapshot taken now starts over: none of its events is a re-delivery of what was applied before it
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
         # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
-        takes_snapshot = self.snapshot_mode == "always" or not control.has_offset(
-            self.conn, self.control_schema, name) or control.offset_in_snapshot(self.conn, self.control_schema, name)
+        in_snapshot = control.offset_in_snapshot(self.conn, self.control_schema, name)
+        takes_snapshot = self.snapshot_mode == "always" or in_snapshot or not (
+            control.has_offset(self.conn, self.control_schema, name)
+            # The bulk engine's load was begun: an engine that emitted nothing since (PostgreSQL's streams from
+            # its slot) has stored no offset yet.
+            or (self.connector.bulk_snapshot and bulk_load.has_load(self.conn, self.control_schema, name)))
         self.takes_data_snapshot = takes_snapshot and not self.connector.bulk_snapshot \
             and self.snapshot_mode in ROW_COPYING_MODES
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
@@ -217,7 +221,10 @@ class ConnectorSession:
         self.bulk_load_pending = bulk_load.running_load(self.conn, schema, name) is not None
         self.snapshot_positions = bulk_load.snapshot_positions(self.conn, schema, name)
         if not copies_rows:
-            return self.snapshot_mode
+            # A load begun, and no offset yet: the engine streams from where its load began (for PostgreSQL, its
+            # slot) and copies no rows.
+            no_offset = not control.has_offset(self.conn, schema, name)
+            return "no_data" if no_offset and self.snapshot_mode in ("initial", "when_needed") else self.snapshot_mode
         return "schemasync" if self.snapshot_mode == "initial_only" else "no_data"
 
     def run_bulk_load(self, deadline: float) -> bool:
@@ -511,9 +518,11 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             group, group_events = [], 0
             continue
         elif not schema_snapshot_done and (session.snapshot_ended or (
-                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS and runner.snapshot_status().get("completed"))):
+                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS
+                and (runner.snapshot_status().get("completed") or runner.is_streaming()))):
             # Its batches are all applied (the queue is empty and no group is open): its last event came, or it
-            # completed with none (Debezium's metric may say so before its last batches reach the queue).
+            # completed with none (Debezium's metric may say so before its last batches reach the queue), or there
+            # was none to take (PostgreSQL's `no_data` skips the snapshot: its slot exists once it streams).
             schema_snapshot_done = True
             continue
         elif not session.streams and runner.is_polling():

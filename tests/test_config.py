@@ -566,7 +566,7 @@ def test_the_root_cause_of_a_looping_exception_chain_is_found() -> None:
 
 
 @pytest.mark.parametrize("connector_type, engine", [("mariadb", "spark"), ("mysql", "spark"),
-                                                    ("postgres", "debezium"), ("sqlserver", "debezium"),
+                                                    ("postgres", "spark"), ("sqlserver", "debezium"),
                                                     ("oracle", "debezium")])
 def test_the_snapshot_engine_defaults_to_the_bulk_engine_where_it_reads_the_source(connector_type: str,
                                                                                   engine: str) -> None:
@@ -577,12 +577,12 @@ def test_the_snapshot_engine_defaults_to_the_bulk_engine_where_it_reads_the_sour
 
 
 def test_the_bulk_engine_is_refused_for_a_source_it_does_not_read() -> None:
-    data = with_connector_field("type", "postgres")
+    data = with_connector_field("type", "sqlserver")
     data["connectors"]["inventory"]["snapshot_engine"] = "spark"
 
     message = str(config_error(data))
 
-    assert "snapshot_engine" in message and "mariadb, mysql" in message and "inventory" in message
+    assert "snapshot_engine" in message and "mariadb, mysql, postgres" in message and "inventory" in message
 
 
 @pytest.mark.parametrize("key, value", [("snapshot_engine", "fdw"), ("snapshot_chunk_rows", 10)])

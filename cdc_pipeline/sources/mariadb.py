@@ -26,6 +26,7 @@ CONNECT_TIMEOUT_SECONDS = 10
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 # A chunk read under its own consistent snapshot (a table without a key is one chunk): its first row carries the
 # binlog position of that snapshot, which MariaDB gives exactly (`binlog_snapshot_file` / `_position`).
+SESSION_INIT = None  # the readers' sessions need no setting
 CONSISTENT_SNAPSHOT = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
 NULL_TEXT = "\\N"
 
@@ -40,6 +41,9 @@ _BIT_LENGTH = re.compile(r"bit\((\d+)\)")
 def quote_mysql(identifier: str) -> str:
     """A MariaDB/MySQL identifier in backquotes, embedded backquotes doubled."""
     return "`" + identifier.replace("`", "``") + "`"
+
+
+quote = quote_mysql
 
 
 def qualified(database: str, table: str) -> str:
@@ -90,6 +94,11 @@ class SourceColumn:
     def bit_length(self) -> int:
         match = _BIT_LENGTH.match(self.column_type)
         return int(match.group(1)) if match else 1
+
+
+def tables_of(cur: Any, connector: ConnectorConfig) -> list[SourceTable]:
+    """The base tables of the connector's database (the include list filters them)."""
+    return list_tables(cur, connector.database)
 
 
 def list_tables(cur: Any, database: str, table: str | None = None) -> list[SourceTable]:

@@ -1,0 +1,273 @@
+"""What the pipeline knows of PostgreSQL sources outside Debezium: connecting, quoting, and reading tables for the
+bulk snapshot (their columns and primary keys, chunk boundaries, the SQL that renders each column as text, the
+destination table a source table's catalog entry describes, and the transaction snapshot a chunk was read under).
+
+A bulk read renders every column with PostgreSQL's own text output (`::text`), which the destination's COPY reads
+back exactly into the same type: the session pins the settings that output depends on (`bytea_output`,
+`IntervalStyle`, `extra_float_digits`; pgjdbc sets `DateStyle` to ISO, and time zones are written with their offset).
+Spark then escapes the text for COPY (`column_text`).
+
+A table without a primary key is read as one chunk under one statement's snapshot, and that snapshot itself
+(`pg_current_snapshot()`, PostgreSQL 13 or later) is its position: a streamed change belongs to a transaction the
+chunk already saw exactly when that transaction is visible in the snapshot (`before_snapshot`), the same rule
+PostgreSQL applies to the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
+
+CONNECT_TIMEOUT_SECONDS = 10
+JDBC_DRIVER = "org.postgresql.Driver"
+NULL_TEXT = "\\N"
+GEOMETRY_TYPES: frozenset[str] = frozenset()
+# Every Spark reader's session: the text output the COPY reads back, and no parallel plan (a table without a key
+# is read as its snapshot row then its rows, in that order).
+SESSION_INIT = ("SET bytea_output = 'hex'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; "
+                "SET max_parallel_workers_per_gather = 0")
+# The snapshot row of a one-chunk read needs no transaction of its own: one statement reads under one snapshot.
+CONSISTENT_SNAPSHOT = SESSION_INIT
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
+# Source types whose text output the destination type reads differently (the type map's choice).
+_CAST_FIRST = {"money": "numeric"}
+
+
+def quote(identifier: str) -> str:
+    """A PostgreSQL identifier in double quotes, embedded double quotes doubled."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def qualified(schema: str, table: str) -> str:
+    return quote(schema) + "." + quote(table)
+
+
+def connect(connector: ConnectorConfig) -> Any:
+    """A psycopg connection to the connector's source database for the planning queries (never rows), in
+    autocommit so that no idle transaction holds back the source's vacuum or a schema change."""
+    import psycopg
+
+    try:
+        return psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
+                               password=connector.password.reveal(), dbname=connector.database,
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
+                               application_name=f"cdc-pipeline {connector.name} bulk snapshot")
+    except psycopg.Error as exc:
+        # psycopg's messages name the host and the server's words, never the password.
+        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
+                       f"{str(exc).strip().splitlines()[0]}", connector=connector.name) from None
+
+
+def jdbc_url(connector: ConnectorConfig) -> str:
+    """The JDBC URL Spark's readers use (its PostgreSQL dialect: double-quoted names, a cursor per read)."""
+    return f"jdbc:postgresql://{connector.hostname}:{connector.port}/{connector.database}"
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    name: str
+    estimated_rows: int
+    average_row_bytes: int
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """A source column as the catalog describes it: `data_type` is the type's name as Debezium reports it
+    (`int4`, `varchar`, `_int4` for an array), `column_type` its full SQL name (`character varying(20)`)."""
+
+    name: str
+    data_type: str
+    column_type: str
+    nullable: bool
+    length: int | None = None
+    scale: int | None = None
+
+
+def tables_of(cur: Any, connector: ConnectorConfig) -> list[SourceTable]:
+    """The tables of every schema of the connector's database (the include list filters them)."""
+    return list_tables(cur, None)
+
+
+def list_tables(cur: Any, schema: str | None, table: str | None = None) -> list[SourceTable]:
+    """Ordinary tables (partitions included, as Debezium captures them) of `schema` (None: every user schema), or
+    the one named `table`, with the planner's estimate of their rows and average row size."""
+    cur.execute(
+        "SELECT n.nspname, c.relname, greatest(c.reltuples, 0)::bigint, "
+        "CASE WHEN c.reltuples > 0 THEN (pg_relation_size(c.oid) / c.reltuples)::bigint ELSE 0 END "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind = 'r' AND n.nspname <> ALL(%s) AND n.nspname NOT LIKE 'pg\\_temp\\_%%' "
+        "AND (%s::text IS NULL OR n.nspname = %s) AND (%s::text IS NULL OR c.relname = %s) "
+        "ORDER BY n.nspname, c.relname", (list(_SYSTEM_SCHEMAS), schema, schema, table, table))
+    return [SourceTable(f"{nsp}.{name}", int(rows), int(size)) for nsp, name, rows, size in cur.fetchall()]
+
+
+def list_columns(cur: Any, schema: str, table: str) -> list[SourceColumn]:
+    """The table's columns in order, with what the type map reads of them (the lengths and scales
+    information_schema gives, as Debezium reads them through JDBC)."""
+    cur.execute(
+        "SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, "
+        "coalesce(c.character_maximum_length, c.numeric_precision, "
+        "         CASE WHEN t.typname IN ('bit', 'varbit') AND a.atttypmod > 0 THEN a.atttypmod END), "
+        "coalesce(c.numeric_scale, c.datetime_precision), e.typname, a.atttypmod "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_type e ON e.oid = t.typelem "
+        "AND t.typcategory = 'A' "
+        "JOIN information_schema.columns c ON c.table_schema = %s AND c.table_name = %s "
+        "AND c.column_name = a.attname "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (schema, table, qualified(schema, table)))
+    columns = []
+    for name, data_type, column_type, nullable, length, scale, element, typmod in cur.fetchall():
+        if element is not None:
+            # information_schema says nothing of an array's element modifiers: they are in the type modifier.
+            length, scale = _modifiers(element, int(typmod))
+        columns.append(SourceColumn(name, data_type, column_type, bool(nullable), length, scale))
+    return columns
+
+
+def _modifiers(type_name: str, typmod: int) -> tuple[int | None, int | None]:
+    """The length and scale a type modifier encodes for the type named `type_name` (-1: none)."""
+    if typmod < 0:
+        return None, None
+    if type_name in ("varchar", "bpchar"):
+        return typmod - 4, None
+    if type_name == "numeric":
+        return ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+    if type_name in ("bit", "varbit"):
+        return typmod, None
+    if type_name in ("time", "timetz", "timestamp", "timestamptz"):
+        return None, typmod
+    return None, None
+
+
+def chunk_key(cur: Any, schema: str, table: str) -> list[str]:
+    """The primary key's columns, which chunks are split by; [] for a table without one (read as one chunk). Only
+    the primary key: it is the key of the table's change events, so a chunk's rows and the stream's replayed
+    changes meet as upserts."""
+    cur.execute(
+        "SELECT a.attname FROM pg_index i "
+        "CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s::regclass AND i.indisprimary ORDER BY k.ord", (qualified(schema, table),))
+    return [row[0] for row in cur.fetchall()]
+
+
+def literal(value: Any) -> str:
+    """A stored key value (its text) as a PostgreSQL string constant of unknown type: compared with a key column,
+    it is read as that column's type."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _row(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else "ROW(" + ", ".join(items) + ")"
+
+
+def chunk_predicate(columns: Sequence[str], lower: Sequence[Any] | None, upper: Sequence[Any] | None) -> str:
+    """The WHERE text of the chunk [lower, upper) over the key columns (None: unbounded), as one row comparison
+    (an index range scan)."""
+    key = _row([quote(column) for column in columns])
+    parts = []
+    if lower is not None:
+        parts.append(f"{key} >= {_row([literal(value) for value in lower])}")
+    if upper is not None:
+        parts.append(f"{key} < {_row([literal(value) for value in upper])}")
+    return " AND ".join(parts) or "true"
+
+
+def next_chunk_start(cur: Any, schema: str, table: str, key: Sequence[str], lower: Sequence[Any] | None,
+                     rows: int) -> list[Any] | None:
+    """The key `rows` rows after `lower` in key order, as text: where the next chunk starts; None when fewer rows
+    remain (the chunk from `lower` is the last)."""
+    from psycopg import sql
+
+    names = [sql.Identifier(column) for column in key]
+    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(name) for name in names)
+    order = sql.SQL(", ").join(names)
+    where = sql.SQL("")
+    params: list[Any] = []
+    if lower is not None:
+        row = sql.SQL(", ").join(sql.Placeholder() * len(key))
+        where = sql.SQL(" WHERE ROW({}) >= ROW({})").format(order, row)
+        params = [str(value) for value in lower]
+    cur.execute(sql.SQL("SELECT {} FROM {}.{}{} ORDER BY {} LIMIT 1 OFFSET {}").format(
+        texts, sql.Identifier(schema), sql.Identifier(table), where, order, sql.Literal(int(rows))), params)
+    row = cur.fetchone()
+    return None if row is None else list(row)
+
+
+def select_text(column: SourceColumn, pg_type: str) -> str:
+    """The SQL that renders the column as text for `column_text` (NULL stays NULL)."""
+    name = quote(column.name)
+    cast = _CAST_FIRST.get(column.data_type)
+    if cast and not pg_type.startswith(column.data_type):
+        return f"{name}::{cast}::text"
+    return f"{name}::text"
+
+
+def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
+    """The COPY text of a value `select_text` rendered (`\\N` for NULL)."""
+    from cdc_pipeline.dml import copy_escape
+
+    return F.coalesce(copy_escape(value), F.lit(NULL_TEXT))
+
+
+def zero_dates(values: dict[str, Column], columns: Sequence[SourceColumn]) -> Column:
+    """PostgreSQL has no zero dates."""
+    return F.lit(0)
+
+
+def snapshot_position_select(position_alias: str, aliases: Sequence[str]) -> str:
+    """The first row of a one-chunk read: the statement's snapshot as JSON, then one NULL per data column."""
+    nulls = "".join(f", NULL AS {alias}" for alias in aliases)
+    return f"SELECT json_build_object('snapshot', pg_current_snapshot()::text)::text AS {position_alias}{nulls}"
+
+
+def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed change (its Debezium offset) belongs to a transaction visible in the snapshot
+    `position` holds (`xmin:xmax:xip,...`): committed before the chunk was read, so its rows hold it."""
+    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
+        return False
+    xmin_text, xmax_text, running = str(position["snapshot"]).split(":")
+    xmin, xmax = int(xmin_text), int(xmax_text)
+    xid = int(offset["txId"])
+    if xid < 1 << 32 <= xmax:
+        # pgoutput names a transaction by its 32-bit id; the snapshot's ids carry their epoch.
+        xid |= (xmax >> 32) << 32
+        if xid > xmax:
+            xid -= 1 << 32
+    if xid < xmin:
+        return True
+    return xid < xmax and str(xid) not in running.split(",")
+
+
+
+def field_specs(cur: Any, schema: str, table: str) -> list[Any]:
+    """The table's columns as the value schema of its first change event would describe them (source type, length
+    and scale, the primary key's positions): the stream's own rule then creates or alters the destination table
+    (`schema_infer.ensure_table_matches`) for a load that runs before any change event arrives."""
+    from cdc_pipeline.events import FieldSpec
+    from cdc_pipeline.schema_infer import (
+        KEY_POSITION_PARAMETER,
+        SOURCE_LENGTH_PARAMETER,
+        SOURCE_SCALE_PARAMETER,
+        SOURCE_TYPE_PARAMETER,
+    )
+
+    key = chunk_key(cur, schema, table)
+    specs = []
+    for column in list_columns(cur, schema, table):
+        parameters = {SOURCE_TYPE_PARAMETER: column.data_type}
+        if column.length is not None:
+            parameters[SOURCE_LENGTH_PARAMETER] = str(column.length)
+        if column.scale is not None:
+            parameters[SOURCE_SCALE_PARAMETER] = str(column.scale)
+        if column.name in key:
+            parameters[KEY_POSITION_PARAMETER] = str(key.index(column.name))
+        specs.append(FieldSpec(name=column.name, type="string", logical=None, parameters=parameters,
+                               optional=column.nullable))
+    return specs
