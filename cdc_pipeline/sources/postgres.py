@@ -186,7 +186,9 @@ def next_chunk_start(cur: Any, schema: str, table: str, key: Sequence[str], lowe
     from psycopg import sql
 
     names = [sql.Identifier(column) for column in key]
-    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(name) for name in names)
+    # Aliased: an output column named as a key column would make ORDER BY sort by its text.
+    texts = sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(name, sql.Identifier(f"_cdc_key{i}"))
+                               for i, name in enumerate(names))
     order = sql.SQL(", ").join(names)
     where = sql.SQL("")
     params: list[Any] = []
@@ -236,10 +238,10 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
     xmin, xmax = int(xmin_text), int(xmax_text)
     xid = int(offset["txId"])
     if xid < 1 << 32 <= xmax:
-        # pgoutput names a transaction by its 32-bit id; the snapshot's ids carry their epoch.
-        xid |= (xmax >> 32) << 32
-        if xid > xmax:
-            xid -= 1 << 32
+        # pgoutput names a transaction by its 32-bit id; the snapshot's ids carry their epoch. Ids compare modulo
+        # 2^32 within half the circle of each other (PostgreSQL's own rule), so the id is the one nearest xmax.
+        ahead = (xid - xmax) % (1 << 32)
+        xid = xmax + ahead if ahead < 1 << 31 else xmax - ((1 << 32) - ahead)
     if xid < xmin:
         return True
     return xid < xmax and str(xid) not in running.split(",")

@@ -1,0 +1,56 @@
+"""PostgreSQL source helpers of the bulk snapshot that need no server: chunk predicates, type modifiers, and which
+streamed transactions a statement snapshot already saw."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_pipeline.sources import before_snapshot, postgres
+
+
+@pytest.mark.parametrize("tx_id, seen", [
+    (99, True),      # before xmin: committed before the snapshot
+    (100, False),    # running when it was taken (in xip)
+    (101, True),     # between xmin and xmax, not running: committed
+    (103, False),    # running
+    (104, False),    # at xmax: began after it
+    (150, False),
+])
+def test_a_change_is_skipped_exactly_when_its_transaction_is_visible_in_the_snapshot(tx_id: int, seen: bool) -> None:
+    position = {"snapshot": "100:104:100,103"}
+    assert before_snapshot({"lsn": 1, "txId": tx_id}, position) is seen
+    assert postgres.before_snapshot({"lsn": 1, "txId": tx_id}, position) is seen
+
+
+def test_a_32_bit_transaction_id_takes_the_epoch_of_the_snapshot() -> None:
+    epoch = 3 << 32
+    position = {"snapshot": f"{epoch + 10}:{epoch + 20}:{epoch + 15}"}
+    assert before_snapshot({"txId": 12}, position)
+    assert not before_snapshot({"txId": 15}, position)
+    assert not before_snapshot({"txId": 25}, position)
+    # Just below the epoch's start: the previous epoch, long committed.
+    assert before_snapshot({"txId": (1 << 32) - 5}, {"snapshot": f"{epoch + 2}:{epoch + 3}:"})
+
+
+@pytest.mark.parametrize("offset", [None, {"lsn": 5}, {"lsn": 5, "txId": 1, "snapshot": True}])
+def test_offsets_without_a_streamed_transaction_are_never_skipped(offset) -> None:
+    assert not before_snapshot(offset, {"snapshot": "100:104:"})
+
+
+def test_a_binlog_position_still_goes_to_the_mariadb_rule() -> None:
+    assert before_snapshot({"file": "bin.000001", "pos": 4}, {"file": "bin.000002", "pos": 4})
+
+
+def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
+    assert postgres.chunk_predicate(["id"], ["5"], ["10"]) == """"id" >= '5' AND "id" < '10'"""
+    assert postgres.chunk_predicate(["re\"gion", "n"], None, ["it's", "3"]) == \
+        """ROW("re""gion", "n") < ROW('it''s', '3')"""
+    assert postgres.chunk_predicate(["id"], None, None) == "true"
+
+
+@pytest.mark.parametrize("type_name, typmod, modifiers", [
+    ("varchar", 24, (20, None)), ("numeric", (12 << 16) + 2 + 4, (12, 2)), ("timestamp", 3, (None, 3)),
+    ("bit", 5, (5, None)), ("int4", -1, (None, None)), ("timestamptz", -1, (None, None)),
+])
+def test_array_element_modifiers_are_read_from_the_type_modifier(type_name, typmod, modifiers) -> None:
+    assert postgres._modifiers(type_name, typmod) == modifiers
