@@ -2,7 +2,8 @@
 in parallel chunks on Spark, resumable chunk by chunk across runs, and hands over to the stream exactly.
 
 The flow of a load: Debezium takes the schema snapshot only (`no_data`: destination tables created, its binlog
-position P recorded, streaming from P). Before the stream's first change is applied, each table is split into
+position P recorded, streaming from P; a PostgreSQL source's engine creates its slot at P, and the load makes the
+destination tables from the source's catalog). Before the stream's first change is applied, each table is split into
 chunks of about `snapshot_chunk_rows` rows by its key (boundaries found by index range scans, so skewed keys make
 no huge chunk); a Spark job reads a slice of chunks in parallel through JDBC (one partition per chunk, the source
 rendering every column as text, see `sources/`), Spark turns the rows into COPY text, and each partition
@@ -16,8 +17,8 @@ rows may have missed. For a table with a key, the stream replays changes as upse
 images (`binlog_row_image=FULL`): a key's last change sets its final state whatever the chunk had read, and a
 key with no change since P was read as it is. For a table without a key (one chunk), replaying would add rows
 twice: it is read under one consistent snapshot whose exact binlog position MariaDB gives
-(`binlog_snapshot_file`/`_position`), and the stream skips that table's changes committed before it
-(`before_snapshot`). Tables are emptied when the load plans them, in the transaction that plans them.
+(`binlog_snapshot_file`/`_position`; PostgreSQL: the statement's own transaction snapshot), and the stream
+skips that table's changes committed before it (`sources.before_snapshot`). Tables are emptied when the load plans them, in the transaction that plans them.
 """
 
 from __future__ import annotations
