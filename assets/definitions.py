@@ -1,10 +1,12 @@
-"""The Dagster definitions: per connector, a `sync_<name>` job, its schedule, its asset and row-count check; the
+"""The Dagster definitions: per connector, a `sync_<name>` job, its change sensor and its schedule (one of the two
+running, by its `trigger`), its asset and row-count check; the
 `cdc_control` job and the `cdc_requests` sensor for state-change requests."""
 
 import logging
 
 from dagster import Definitions, definitions
 
+from assets.change_sensor import build_change_sensor
 from assets.connector_asset import build_connector_asset
 from assets.control_job import control_job
 from assets.request_sensor import build_request_sensor
@@ -18,11 +20,12 @@ from resources.spark_session import SparkSessionResource
 def build_definitions(config: PipelineConfig) -> Definitions:
     config_path = str(config.path)
     spark = SparkSessionResource()
-    jobs, schedules, assets, checks = [], [], [], []
+    jobs, schedules, sensors, assets, checks = [], [], [], [], []
     for connector in config.connectors.values():
         job = build_sync_job(connector, config_path, spark)
         jobs.append(job)
         schedules.append(build_sync_schedule(connector, job))
+        sensors.append(build_change_sensor(connector, job))
         asset, check = build_connector_asset(connector, config_path)
         assets.append(asset)
         checks.append(check)
@@ -31,7 +34,7 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         asset_checks=checks,
         jobs=[*jobs, control_job],
         schedules=schedules,
-        sensors=[build_request_sensor(config_path, jobs)],
+        sensors=[*sensors, build_request_sensor(config_path, jobs)],
         resources={"destination": DestinationResource(config_path=config_path)},
     )
 

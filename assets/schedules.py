@@ -36,7 +36,8 @@ def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition) -> Sched
     """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once, none while paused."""
 
     @schedule(name=f"{job.name}_schedule", cron_schedule=connector.schedule, job=job,
-              default_status=DefaultScheduleStatus.RUNNING,
+              default_status=DefaultScheduleStatus.RUNNING if connector.trigger == "schedule"
+              else DefaultScheduleStatus.STOPPED,
               description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in progress "
                           "or the connector is paused.")
     def sync_schedule(context: ScheduleEvaluationContext, destination: DestinationResource):

@@ -309,6 +309,22 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pending(args: argparse.Namespace) -> int:
+    from cdc_pipeline import pending
+
+    config = load_config()
+    names = [args.name] if args.name else list(config.connectors)
+    found = {}
+    for name in names:
+        found[name] = pending.check(config.connector(name), config.destination)
+        if not args.json:
+            print(f"{name}: {'work' if found[name].work else 'no work'}: {found[name].reason}")
+    if args.json:
+        print(json.dumps({name: {"work": item.work, "reason": item.reason} for name, item in found.items()}))
+    # Exit status 0 when some connector has work (a run would be launched), 1 when none has: usable in scripts.
+    return 0 if any(item.work for item in found.values()) else 1
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from cdc_pipeline.bench import main as bench_main
 
@@ -330,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--json", action="store_true")
     state.add_argument("-v", "--verbose", action="store_true", help="also the runner JVM's memory use")
     state.set_defaults(handler=_cmd_state)
+    pending_command = commands.add_parser(
+        "pending", help="whether each connector has work (changes at the source, a load to finish), as the change "
+                        "sensor checks it, without a JVM; exit status 0 if one has")
+    pending_command.add_argument("name", nargs="?")
+    pending_command.add_argument("--json", action="store_true")
+    pending_command.set_defaults(handler=_cmd_pending)
     stats_command = commands.add_parser("stats", help="show each connector's cumulative stats, or reset them")
     stats_command.add_argument("name", nargs="?")
     stats_command.add_argument("--json", action="store_true")

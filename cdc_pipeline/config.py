@@ -40,6 +40,8 @@ ERROR_STRATEGIES = ("exit", "retry", "skip")
 # How a connector copies the rows that exist when it starts: `spark`, parallel chunked reads and COPY (MariaDB,
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
+TRIGGERS = ("changes", "schedule")
+DEFAULT_CHECK_INTERVAL_SECONDS = 15
 BULK_SNAPSHOT_TYPES = ("mariadb", "mysql", "postgres")
 DEFAULT_SNAPSHOT_CHUNK_ROWS = 50_000
 MIN_SNAPSHOT_CHUNK_ROWS = 100
@@ -85,6 +87,8 @@ _CONNECTOR_FIELDS = (
     "retry_backoff_seconds",
     "run_retries",
     "schedule",
+    "trigger",
+    "check_interval_seconds",
     "max_events_per_run",
     "max_seconds_per_run",
     "idle_timeout_seconds",
@@ -196,6 +200,10 @@ class ConnectorConfig:
     source_lost_timeout_seconds: float = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
     snapshot_engine: str = "debezium"
     snapshot_chunk_rows: int = DEFAULT_SNAPSHOT_CHUNK_ROWS  # rows per chunk of a bulk snapshot (spark engine)
+    # What launches runs in Dagster: "changes" (a sensor that checks the source without a JVM, every
+    # check_interval_seconds) or "schedule" (the cron `schedule`).
+    trigger: str = "changes"
+    check_interval_seconds: int = DEFAULT_CHECK_INTERVAL_SECONDS
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -360,6 +368,9 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         snapshot_engine=_snapshot_engine(section, connector_type),
         snapshot_chunk_rows=section.integer("snapshot_chunk_rows", default=DEFAULT_SNAPSHOT_CHUNK_ROWS,
                                             minimum=MIN_SNAPSHOT_CHUNK_ROWS),
+        trigger=section.choice("trigger", TRIGGERS, default="changes"),
+        check_interval_seconds=section.integer("check_interval_seconds", default=DEFAULT_CHECK_INTERVAL_SECONDS,
+                                               minimum=1, maximum=3600),
     )
 
 

@@ -147,6 +147,8 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS phase text",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_snapshot_mode text",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS jvm_memory jsonb",
+    # The source position before which every change is applied (cdc_pipeline/pending.py).
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS source_checked jsonb",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the

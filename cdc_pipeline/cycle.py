@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults, objmap, offsets
+from cdc_pipeline import bulk_load, control, faults, objmap, offsets, pending
 from cdc_pipeline.apply import (
     LAST_SNAPSHOT_MARKER,
     BatchApplier,
@@ -399,6 +399,11 @@ class ConnectorSession:
         stage = control.STAGE_SNAPSHOT if snapshot_marker(plan.last_ref) else control.STAGE_CDC
         control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=stage)
 
+    def record_source_checked(self, position: dict[str, Any]) -> None:
+        """Every change of the source before `position` is applied (the batches fetched are; the caller knows)."""
+        if self.conn is not None:
+            pending.record_source_checked(self.conn, self.control_schema, self.connector.name, position)
+
     def record_streaming(self) -> None:
         """The engine streams from the source's log: the connector's stage is change data capture."""
         if self.conn is not None:
@@ -482,6 +487,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     polling_since: float | None = None
     source_lost_since: float | None = None
     streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
+    idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the source's position when the queue was empty
     schema_snapshot_done = not session.awaits_schema_snapshot
     while True:
         if session.halted():
@@ -544,7 +550,13 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 session.record_streaming()
             # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
             streaming_since = streaming_since or now
+            if idle_mark is None or idle_mark[1] < last_batch_at:
+                # Nothing queued: where the source is now. If nothing comes for the idle timeout, every change
+                # before it is applied (what the change sensor reads the source's log from).
+                idle_mark = (pending.source_position(connector), now)
             if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
+                if idle_mark[0] is not None and not group and idle_mark[1] >= last_batch_at:
+                    session.record_source_checked(idle_mark[0])
                 break
         elif runner.state in ("STOPPED", "FAILED"):
             runner.raise_if_failed()

@@ -16,6 +16,8 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
     RunRequest,
     SkipReason,
     build_schedule_context,
@@ -33,17 +35,25 @@ TWO_CONNECTORS = {
     "destination": {"dsn": "postgresql://u@127.0.0.1:5432/d"},
     "connectors": {
         "inventory": {"type": "mariadb", "hostname": "h", "user": "u", "password": "p", "database": "inventory",
-                      "schedule": "*/5 * * * *"},
+                      "schedule": "*/5 * * * *", "trigger": "schedule"},
         "billing": {"type": "postgres", "hostname": "h", "user": "u", "password": "p", "database": "billing"},
     },
 }
 
 
-def test_definitions_have_a_job_and_a_schedule_per_connector(tmp_path):
+def test_definitions_have_a_job_a_change_sensor_and_a_schedule_per_connector(tmp_path):
     defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
 
     assert {job.name for job in defs.jobs} == {"sync_inventory", "sync_billing", "cdc_control"}
-    assert {sensor.name for sensor in defs.sensors} == {"cdc_requests"}
+    assert {sensor.name for sensor in defs.sensors} == {"cdc_requests", "sync_inventory_on_changes",
+                                                        "sync_billing_on_changes"}
+    # By its trigger, one of the two launches runs (the other is there, stopped, to be switched on in the UI).
+    running = DefaultScheduleStatus.RUNNING
+    assert defs.resolve_sensor_def("sync_billing_on_changes").default_status == DefaultSensorStatus.RUNNING
+    assert defs.resolve_schedule_def("sync_billing_schedule").default_status == DefaultScheduleStatus.STOPPED
+    assert defs.resolve_sensor_def("sync_inventory_on_changes").default_status == DefaultSensorStatus.STOPPED
+    assert defs.resolve_schedule_def("sync_inventory_schedule").default_status == running
+    assert defs.resolve_sensor_def("sync_billing_on_changes").minimum_interval_seconds == 15
     assert {spec.key.path[-1] for spec in defs.assets} == {"inventory", "billing"}
     schedule = defs.resolve_schedule_def("sync_inventory_schedule")
     assert schedule.cron_schedule == "*/5 * * * *"

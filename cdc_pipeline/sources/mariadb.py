@@ -293,3 +293,51 @@ def _file_order(file_name: str, pos: int) -> tuple[Any, int]:
 
 def parse_position(text: str | None) -> dict[str, Any] | None:
     return None if text is None else json.loads(text)
+
+
+def binlog_position(cur: Any) -> dict[str, Any]:
+    """The source's current binlog file and position (where its next event will be written)."""
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except Exception:  # MySQL 8.4 renamed it
+        cur.execute("SHOW BINARY LOG STATUS")
+    row = cur.fetchone()
+    if row is None:
+        raise CdcError("the source writes no binary log (log_bin is off)")
+    return {"file": str(row[0]), "pos": int(row[1])}
+
+
+_TABLE_MAP = re.compile(r"table_id: \d+ \((.*)\)$")
+_TRANSACTION_QUERIES = ("BEGIN", "COMMIT", "ROLLBACK", "XA ", "SAVEPOINT", "SET ")
+
+
+def scan_binlog(cur: Any, start: dict[str, Any], captured: Any, database: str,
+                limit: int) -> tuple[str | None, dict[str, Any]]:
+    """Reads the binlog's events from `start` (`SHOW BINLOG EVENTS`, at most `limit` of them) for one that
+    concerns the connector: a row event's table map of a table `captured(name)` accepts, or a statement other than
+    a transaction's own run in, or naming, `database` (DDL). Returns (what was found, or None; the position
+    reached: where the next scan starts)."""
+    cur.execute("SHOW BINARY LOGS")
+    files = [str(row[0]) for row in cur.fetchall()]
+    file, pos = str(start["file"]), int(start["pos"])
+    if file not in files:
+        return f"binlog file {file} no longer exists", start
+    scanned = 0
+    for name in files[files.index(file):]:
+        cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s", (name, pos if name == file else 4, limit - scanned))
+        events = cur.fetchall()
+        for _log, event_pos, kind, _server, end_pos, info in events:
+            info = str(info or "")
+            if kind == "Table_map":
+                match = _TABLE_MAP.search(info)
+                if match is None or captured(match.group(1)):
+                    return f"a change of {match.group(1) if match else 'a table'} at {name}:{event_pos}", \
+                        {"file": name, "pos": int(event_pos)}
+            elif kind == "Query" and not info.upper().startswith(_TRANSACTION_QUERIES) and (
+                    f"use `{database}`" in info or database in info):
+                return f"a schema change at {name}:{event_pos}", {"file": name, "pos": int(event_pos)}
+            file, pos = name, int(end_pos)
+        scanned += len(events)
+        if scanned >= limit:
+            break
+    return None, {"file": file, "pos": pos}

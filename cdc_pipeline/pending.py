@@ -1,0 +1,123 @@
+"""Whether a connector has work, told cheaply and without a JVM: what the `trigger: changes` sensor asks before it
+launches a run (`cdc-pipeline pending NAME` asks the same).
+
+A connector has work when it never ran, when its bulk snapshot is not finished, or when its source holds changes it
+has not applied:
+- MariaDB/MySQL: a run that ends idle records the source's binlog position from the start of its idle wait
+  (`connector_state.source_checked`: everything before it was read). The check reads the binlog from there
+  (`SHOW BINLOG EVENTS`, a bounded number of events per check) for a row event of a captured table or a schema
+  change of the database; events of other tables and databases move the recorded position on, so writes
+  elsewhere on the server launch nothing.
+- PostgreSQL: the connector's replication slot is peeked (`pg_logical_slot_peek_binary_changes`, nothing is
+  consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
+  `synchronous_commit=off` a change shows within `wal_writer_delay`.)
+- SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
+A paused or stopped connector has none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline import bulk_load, control
+from cdc_pipeline.apply import captures
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.sources import mariadb, postgres
+
+log = logging.getLogger(__name__)
+
+BINLOG_EVENTS_PER_CHECK = 20_000
+# pgoutput's change messages (insert, update, delete, truncate); a peek may also return BEGIN, COMMIT and
+# RELATION messages, which alone are no change.
+_PGOUTPUT_CHANGES = (ord("I"), ord("U"), ord("D"), ord("T"))
+_SLOT_PEEK_MESSAGES = 512
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Whether the connector has work, and why (or why not), for the sensor's log and the CLI."""
+
+    work: bool
+    reason: str
+
+
+def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
+    """Whether a run of the connector would find work now."""
+    schema, name = destination.control_schema, connector.name
+    with psycopg.connect(destination.dsn.reveal(), autocommit=True) as conn:
+        control.ensure_control_schema(conn, schema)
+        state = control.read_state(conn, schema, name)
+        if state is None:
+            return Pending(True, "the connector has not run yet")
+        if state["state"] in control.HALTED_STATES:
+            return Pending(False, f"the connector is {state['state']}")
+        if bulk_load.running_load(conn, schema, name) is not None:
+            return Pending(True, "its bulk snapshot is not finished")
+        if connector.type in ("mariadb", "mysql"):
+            return _binlog(conn, schema, connector, state.get("source_checked"))
+        if connector.type == "postgres":
+            applied = control.read_applied_offset(conn, schema, name) or {}
+            return _slot(connector, int(applied.get("lsn") or 0))
+    return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
+
+
+def record_source_checked(conn: psycopg.Connection, schema: str, connector: str, position: dict[str, Any]) -> None:
+    """Records that the connector has applied every change of its source before `position`."""
+    conn.execute(sql.SQL("UPDATE {} SET source_checked = %s WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (json.dumps(position), connector))
+
+
+def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
+    """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
+    (the check then finds no recorded position and launches a run)."""
+    if connector.type not in ("mariadb", "mysql"):
+        return None
+    try:
+        with mariadb.connect(connector) as source, source.cursor() as cur:
+            return mariadb.binlog_position(cur)
+    except Exception as exc:  # noqa: BLE001 - a position not recorded only costs a run
+        log.warning("%s: cannot read the source's binlog position: %s", connector.name, exc)
+        return None
+
+
+def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, checked: Any) -> Pending:
+    if not checked:
+        return Pending(True, "no source position is recorded as applied yet (the last run did not end idle)")
+    start = checked if isinstance(checked, dict) else json.loads(checked)
+    with mariadb.connect(connector) as source, source.cursor() as cur:
+        if mariadb.binlog_position(cur) == start:
+            return Pending(False, f"no binlog event since {start['file']}:{start['pos']}")
+        found, reached = mariadb.scan_binlog(cur, start, lambda table: captures(connector, table),
+                                             connector.database, BINLOG_EVENTS_PER_CHECK)
+    if found:
+        return Pending(True, found)
+    if reached != start:
+        record_source_checked(conn, schema, connector.name, reached)
+    return Pending(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}")
+
+
+def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
+    """Peeks the slot for a change after `applied_lsn`: the slot is confirmed up to the last change Debezium
+    processed, not past its transaction's commit, so the transaction applied last is decoded again."""
+    slot = f"cdc_{connector.name}"
+    with postgres.connect(connector) as source:
+        row = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return Pending(True, f"replication slot {slot} does not exist yet")
+        if row[0]:
+            return Pending(False, f"replication slot {slot} is in use")
+        peeked = source.execute(
+            "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn) "
+            "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
+            (list(_PGOUTPUT_CHANGES), f"{applied_lsn >> 32:X}/{applied_lsn & 0xFFFFFFFF:X}", slot,
+             _SLOT_PEEK_MESSAGES, slot)).fetchone()
+    messages, changes = int(peeked[0]), int(peeked[1])
+    if changes or messages >= _SLOT_PEEK_MESSAGES:
+        return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
+    return Pending(False, f"replication slot {slot} holds no change")
