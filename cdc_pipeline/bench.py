@@ -327,6 +327,133 @@ def run_initial_load(rows: int, debezium_rows: int) -> dict[str, Any]:
             return measure_initial_load(source, destination, Path(work), rows, debezium_rows)
 
 
+def _server_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a server process and of its children it has reaped (PostgreSQL's backends)."""
+    fields = _read(f"/proc/{pid}/stat").decode().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(value) for value in fields[11:15]) / ticks
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
+
+
+def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer, work: Path, checks: int,
+                             seconds: float, rate: float, interval: int) -> dict[str, Any]:
+    """An idle connector under `trigger: changes`: the CPU of one evaluation of its change sensor (the sensor's
+    own process and both servers, the Dagster daemon's tick excluded) over `checks` evaluations, and per minute at
+    `interval`; then a light steady load of `rate` inserts/s for `seconds`, with a loop standing in for the
+    daemon (each `interval` it evaluates the sensor and starts a fresh `cdc-pipeline sync` process when it asks
+    for a run), and the latency of every change from its source commit to its arrival in the destination."""
+    from dagster import RunRequest, build_sensor_context, instance_for_test
+
+    from assets.definitions import build_definitions
+    from cdc_pipeline.config import load_config
+    from resources.destination import DestinationResource
+
+    database, name = "bench_idle", "idle"
+    source.execute(f"CREATE DATABASE {database}")
+    source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE NOT NULL)", database=database)
+    destination.create_database(database)
+    config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
+        "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+        "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "tables": [f"{database}.items"],
+        "check_interval_seconds": interval}}}
+    path = work / f"{name}.yaml"
+    path.write_text(json.dumps(config))
+    (work / "dagster_idle").mkdir(exist_ok=True)
+    env = {"CDC_PIPELINE_CONFIG": str(path), "BENCH_DEST_DSN": destination.dsn(database),
+           "BENCH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(work / "dagster_idle")}
+    os.environ.update(env)
+
+    def start_run() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "cdc_pipeline.cli", "sync", name], env={**os.environ, **env},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    if start_run().wait():
+        raise RuntimeError("the first run of the idle connector failed")
+    sensor = build_definitions(load_config()).resolve_sensor_def(f"sync_{name}_on_changes")
+    resources = {"destination": DestinationResource(config_path=str(path))}
+
+    with instance_for_test() as instance:
+        def evaluate() -> Any:
+            with build_sensor_context(instance=instance, resources=resources) as context:
+                return sensor(context)
+
+        evaluate()  # imports and first connections outside the measurement
+        servers = (source.pid, destination.pid)
+        cpu_before = _process_cpu() + sum(map(_server_cpu_seconds, servers))
+        started = time.monotonic()
+        launched = sum(isinstance(evaluate(), RunRequest) for _ in range(checks))
+        idle_seconds = time.monotonic() - started
+        cpu_per_check = (_process_cpu() + sum(map(_server_cpu_seconds, servers)) - cpu_before) / checks
+        results: dict[str, Any] = {"checks": checks, "runs_requested_while_idle": launched,
+                                   "cpu_ms_per_check": round(cpu_per_check * 1000, 1),
+                                   "wall_ms_per_check": round(idle_seconds / checks * 1000, 1),
+                                   "check_interval_seconds": interval,
+                                   "cpu_seconds_per_minute": round(cpu_per_check * 60 / interval, 3)}
+
+        written: dict[int, float] = {}
+        arrived: dict[int, float] = {}
+        stop = threading.Event()
+
+        def write() -> None:
+            with source.connect(database) as connection, connection.cursor() as cursor:
+                i, begin = 0, time.monotonic()
+                while not stop.is_set() and time.monotonic() - begin < seconds:
+                    i += 1
+                    now = time.time()
+                    cursor.execute("INSERT INTO items VALUES (%s, %s)", (i, now))
+                    connection.commit()
+                    written[i] = now
+                    time.sleep(max(0.0, begin + i / rate - time.monotonic()))
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        runs: list[subprocess.Popen] = []
+        deadline = time.monotonic() + seconds + 180
+        import psycopg
+
+        with psycopg.connect(destination.dsn(database), autocommit=True) as conn:
+            next_check = time.monotonic()
+            while time.monotonic() < deadline and (writer.is_alive() or len(arrived) < len(written)):
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + interval
+                    if (not runs or runs[-1].poll() is not None) and isinstance(evaluate(), RunRequest):
+                        runs.append(start_run())
+                if conn.execute("SELECT to_regclass('bench_idle.items') IS NOT NULL").fetchone()[0]:
+                    for key, _ in conn.execute("SELECT id, at FROM bench_idle.items WHERE id > %s",
+                                               (max(arrived, default=0),)).fetchall():
+                        arrived.setdefault(int(key), time.time())
+                time.sleep(0.1)
+        stop.set()
+        for process in runs:
+            process.wait()
+        latencies = [arrived[key] - written[key] for key in written if key in arrived]
+        results.update({"changes": len(written), "changes_per_second": rate, "arrived": len(latencies),
+                        "runs_launched": len(runs), "latency_p50_seconds": round(_percentile(latencies, 0.5), 2),
+                        "latency_p95_seconds": round(_percentile(latencies, 0.95), 2),
+                        "latency_max_seconds": round(max(latencies, default=float("nan")), 2)})
+    return results
+
+
+def run_idle(checks: int, seconds: float, rate: float, interval: int) -> dict[str, Any]:
+    from cdc_pipeline.runner import build_runner
+
+    build_runner()
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            return measure_idle_and_latency(source, destination, Path(work), checks, seconds, rate, interval)
+
+
 def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str, Any]:
     """Measures `rows` after a warm-up pass over `warmup_rows` in another database (0: none).
 
@@ -365,8 +492,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debezium-load-rows", type=int, default=DEBEZIUM_LOAD_ROWS,
                         help="rows the Debezium snapshot engine copies in the initial-load measurement (0: none)")
     parser.add_argument("--load-only", action="store_true", help="only the initial-load measurement")
+    parser.add_argument("--idle-only", action="store_true",
+                        help="only the idle connector's cost and the change latency under a light load")
+    parser.add_argument("--idle-checks", type=int, default=40, help="sensor evaluations measured while idle")
+    parser.add_argument("--latency-seconds", type=float, default=120, help="how long the light load lasts")
+    parser.add_argument("--latency-rate", type=float, default=50, help="changes/s of the light load")
+    parser.add_argument("--check-interval", type=int, default=15, help="the change sensor's interval (s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.idle_only:
+        idle = run_idle(args.idle_checks, args.latency_seconds, args.latency_rate, args.check_interval)
+        print(json.dumps(idle, indent=2) if args.json else print_idle(idle))
+        return 0
     load = run_initial_load(args.load_rows, args.debezium_load_rows) if args.load_rows else None
     results = {} if args.load_only else run(args.rows, args.batch_size, args.warmup_rows)
     if load is not None:
@@ -401,3 +538,13 @@ def print_initial_load(load: dict[str, Any]) -> None:
         debezium = load["debezium"]
         print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "
               f"({debezium['seconds']} s wall)  debezium / ceiling = {load['debezium_to_ceiling_ratio']}")
+
+
+def print_idle(idle: dict[str, Any]) -> str:
+    return (f"idle connector (trigger: changes, checked every {idle['check_interval_seconds']} s): "
+            f"{idle['cpu_ms_per_check']} ms CPU per check ({idle['wall_ms_per_check']} ms wall; sensor, source "
+            f"and destination), {idle['cpu_seconds_per_minute']} CPU s/minute; {idle['runs_requested_while_idle']} "
+            f"runs requested in {idle['checks']} idle checks\n"
+            f"latency under {idle['changes_per_second']} changes/s ({idle['changes']} changes, {idle['runs_launched']} "
+            f"runs launched): p50 {idle['latency_p50_seconds']} s, p95 {idle['latency_p95_seconds']} s, "
+            f"max {idle['latency_max_seconds']} s")

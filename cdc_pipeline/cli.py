@@ -111,8 +111,8 @@ class _ProgressBar(threading.Thread):
     def run(self) -> None:
         try:
             config = load_config()
-            conn = psycopg.connect(config.destination.dsn.reveal(), autocommit=True)
-        except (CdcError, psycopg.Error):
+            conn = config.destination.connect()
+        except CdcError:
             return
         with conn:
             while not self._stopped.wait(1.0):
@@ -143,10 +143,7 @@ class _ProgressBar(threading.Thread):
 
 @contextmanager
 def _control_connection(config: PipelineConfig) -> Iterator[psycopg.Connection]:
-    try:
-        conn = psycopg.connect(config.destination.dsn.reveal(), autocommit=True)
-    except psycopg.Error as exc:
-        raise CdcError(f"cannot connect to the destination PostgreSQL: {exc}") from None
+    conn = config.destination.connect()
     with conn:
         control.ensure_control_schema(conn, config.destination.control_schema)
         yield conn
@@ -273,7 +270,7 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
     connector = config.connector(args.name) if args.name else None
     # A rule that does not parse is refused before anything is stored.
     rule = objmap.parse_rule(connector, args.kind, args.source, args.destination) if args.action == "add" else None
-    with psycopg.connect(config.destination.dsn.reveal(), autocommit=True) as conn:
+    with config.destination.connect() as conn:
         control.ensure_control_schema(conn, schema)
         if rule is not None:
             objmap.add_rule(conn, schema, connector.name, rule)
@@ -437,7 +434,7 @@ def _cmd_dead_letters(args: argparse.Namespace) -> int:
     config = load_config()
     connector = config.connector(args.name)
     schema = config.destination.control_schema
-    with psycopg.connect(config.destination.dsn.reveal(), autocommit=True) as conn:
+    with config.destination.connect() as conn:
         control.ensure_control_schema(conn, schema)
         if args.action in ("list", "show"):
             status = None if args.action == "show" or args.all else control.DEAD_LETTER_PENDING

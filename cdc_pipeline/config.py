@@ -153,12 +153,52 @@ def redact_dsn(dsn: str) -> str:
     return f"{uri.group('scheme')}{netloc}{rest}"
 
 
+def dsn_secrets(dsn: str) -> list[str]:
+    """The password-like values a DSN holds, as written and percent-decoded (longest first), for scrubbing them
+    from messages that quote the DSN (a driver's parse error quotes the token it could not read)."""
+    from urllib.parse import unquote
+
+    found: list[str] = []
+    uri = _URI_DSN.fullmatch(dsn)
+    if uri is not None:
+        userinfo, at, _ = uri.group("netloc").rpartition("@")
+        if at and ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+        found += [match.group(0)[len(match.group("key")):] for match in _URI_PASSWORD_PARAMETER.finditer(
+            uri.group("rest"))]
+    else:
+        found += [match.group(0)[len(match.group("key")):].strip("'") for match in _CONNINFO_PASSWORD.finditer(dsn)]
+    variants = {value for secret in found if secret for value in (secret, unquote(secret))}
+    return sorted(variants, key=len, reverse=True)
+
+
+def scrub(message: str, dsn: str) -> str:
+    """The message with the DSN's passwords (as written or decoded) replaced by '***'."""
+    for secret in dsn_secrets(dsn):
+        message = message.replace(secret, REDACTED)
+    return message
+
+
 @dataclass(frozen=True)
 class DestinationConfig:
     """The destination PostgreSQL: where replicated tables land and where the control schema lives."""
 
     dsn: Secret
     control_schema: str
+
+    def connect(self, connector: str | None = None, **options: Any) -> Any:
+        """A psycopg connection to the destination (autocommit unless told otherwise); a failure is a CdcError
+        whose message holds no secret of the DSN (psycopg quotes a token it cannot parse, a password too)."""
+        import psycopg
+
+        from cdc_pipeline.errors import CdcError
+
+        options.setdefault("autocommit", True)
+        try:
+            return psycopg.connect(self.dsn.reveal(), **options)
+        except psycopg.Error as exc:
+            raise CdcError(f"cannot connect to the destination PostgreSQL: {scrub(str(exc), self.dsn.reveal())}",
+                           connector=connector) from None
 
     def redacted(self) -> dict[str, Any]:
         """Return the fields as plain data with the DSN's password hidden."""

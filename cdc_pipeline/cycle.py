@@ -161,10 +161,7 @@ class ConnectorSession:
         offset, marks the connector initializing, re-reads the mapping rules (renaming and retyping what they
         changed) and starts its engine."""
         name = self.connector.name
-        try:
-            self.conn = psycopg.connect(self.destination.dsn.reveal(), autocommit=True)
-        except psycopg.Error as exc:
-            raise CdcError(f"cannot connect to the destination PostgreSQL: {exc}", connector=name) from exc
+        self.conn = self.destination.connect(name)
         control.ensure_control_schema(self.conn, self.control_schema)
         control.acquire_run_lock(self.conn, name)
         self._locked = True
@@ -339,10 +336,10 @@ class ConnectorSession:
 
     def _record_state_on_new_connection(self, error: BaseException | None) -> None:
         try:
-            with psycopg.connect(self.destination.dsn.reveal(), autocommit=True, connect_timeout=10) as conn:
+            with self.destination.connect(self.connector.name, connect_timeout=10) as conn:
                 control.set_state(conn, self.control_schema, self.connector.name, self.connector.type, control.STOPPED,
                                   last_error=None if error is None else str(error), clear_error=error is None)
-        except psycopg.Error as exc:
+        except (psycopg.Error, CdcError) as exc:
             log.error("%s: cannot record the connector's state, the destination is unreachable: %s",
                       self.connector.name, exc)
 

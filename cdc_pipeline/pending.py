@@ -50,7 +50,7 @@ class Pending:
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
     """Whether a run of the connector would find work now."""
     schema, name = destination.control_schema, connector.name
-    with psycopg.connect(destination.dsn.reveal(), autocommit=True) as conn:
+    with destination.connect(connector.name) as conn:
         control.ensure_control_schema(conn, schema)
         state = control.read_state(conn, schema, name)
         if state is None:

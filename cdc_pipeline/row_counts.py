@@ -37,7 +37,7 @@ def compare_row_counts(connector: ConnectorConfig, destination: DestinationConfi
     """Counts the rows of each source table the connector captures and of its destination table."""
     source_counts = _source_row_counts(connector)
     counts = []
-    with psycopg.connect(destination.dsn.reveal(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+    with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
         for source_table, rows in sorted(source_counts.items()):
             schema, table = _destination_names(connector, source_table)
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",

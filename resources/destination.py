@@ -24,7 +24,7 @@ class DestinationResource(ConfigurableResource):
     def connect(self) -> psycopg.Connection:
         """An autocommit connection; the control schema exists once it returns."""
         destination = self.destination()
-        conn = psycopg.connect(destination.dsn.reveal(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        conn = destination.connect(connect_timeout=CONNECT_TIMEOUT_SECONDS)
         try:
             control.ensure_control_schema(conn, destination.control_schema)
         except BaseException:

@@ -588,3 +588,32 @@ def test_the_bulk_engine_is_refused_for_a_source_it_does_not_read() -> None:
 @pytest.mark.parametrize("key, value", [("snapshot_engine", "fdw"), ("snapshot_chunk_rows", 10)])
 def test_bad_snapshot_engine_settings_are_named(key: str, value: Any) -> None:
     assert key in str(config_error(with_connector_field(key, value)))
+
+
+@pytest.mark.parametrize("dsn, secret", [
+    ("postgresql://u:s3cr%t@127.0.0.1:9/d", "s3cr%t"),  # a bad percent-escape: psycopg quotes the token
+    ("postgresql://u:p%40ss@127.0.0.1:9/d", "p@ss"),
+    ("postgresql://u@127.0.0.1:9/d?password=hunter2&sslmode=disable", "hunter2"),
+    ("host=127.0.0.1 port=9 dbname=d password='my secret'", "my secret"),
+    ("host=127.0.0.1 port=9 dbname=d password=plain-pw", "plain-pw"),
+])
+def test_a_destination_that_cannot_be_reached_or_parsed_names_no_password(dsn: str, secret: str) -> None:
+    from cdc_pipeline.config import DestinationConfig, Secret
+    from cdc_pipeline.errors import CdcError
+
+    with pytest.raises(CdcError) as error:
+        DestinationConfig(dsn=Secret(dsn), control_schema="cdc").connect("inventory", connect_timeout=2)
+    message = str(error.value)
+    assert message.startswith("cannot connect to the destination PostgreSQL") and "inventory" in message
+    assert secret not in message.replace("***", ""), message
+
+
+def test_the_cli_prints_no_password_of_a_destination_dsn_it_cannot_parse(tmp_path: Path, monkeypatch, capsys) -> None:
+    from cdc_pipeline.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("destination:\n  dsn: postgresql://u:s3cr%t@127.0.0.1:9/d\nconnectors:\n  inventory:\n"
+                    "    type: mariadb\n    hostname: h\n    user: u\n    password: p\n    database: inventory\n")
+    assert main(["--config", str(path), "state"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot connect to the destination PostgreSQL" in err and "s3cr" not in err, err
