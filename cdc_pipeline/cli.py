@@ -167,6 +167,10 @@ def _cmd_state(args: argparse.Namespace) -> int:
     for name, connector in config.connectors.items():
         if (args.name is None or name == args.name) and name not in known:
             rows.append({"connector": name, "connector_type": connector.type, "state": requests.NEVER_RUN})
+    for row in rows:
+        connector = config.connectors.get(row["connector"])
+        if connector is not None and connector.type == "postgres":
+            row["source_slot"] = _slot_status(connector)
     if not args.verbose:
         for row in rows:
             row.pop("jvm_memory", None)
@@ -182,6 +186,14 @@ def _cmd_state(args: argparse.Namespace) -> int:
             if row.get(key) is not None:
                 value = row[key] if isinstance(row[key], str) else json.dumps(row[key], default=str)
                 print(f"  {label}: {value}")
+        slot = row.get("source_slot")
+        if slot and "retained_wal_bytes" in slot:
+            print(f"  replication slot: {slot['slot']} retains {slot['retained_wal_bytes'] >> 20} MB of WAL "
+                  f"(wal_status {slot['wal_status']}{', in use' if slot['active'] else ''})")
+        elif slot:
+            print(f"  replication slot: {slot.get('error', 'none yet')}")
+        if slot and slot.get("warning"):
+            print(f"  warning: {slot['warning']}")
         if row.get("bulk_snapshot"):
             print("  bulk snapshot:")
             for table in row["bulk_snapshot"]:
@@ -191,6 +203,16 @@ def _cmd_state(args: argparse.Namespace) -> int:
                   f"{row['snapshot_rows']} snapshot rows, {row['inserts']} inserts, {row['updates']} updates, "
                   f"{row['deletes']} deletes")
     return 0
+
+
+def _slot_status(connector: Any) -> dict[str, Any] | None:
+    """The PostgreSQL source's slot of the connector, or what kept it from being read."""
+    from cdc_pipeline.sources import postgres
+
+    try:
+        return postgres.slot_status(connector)
+    except CdcError as exc:
+        return {"error": str(exc)}
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:

@@ -107,3 +107,19 @@ def test_a_postgresql_connector_is_checked_through_its_slot(pg_pipeline: Postgre
     pg_pipeline.sync()
     pg_pipeline.assert_same("items")
     assert not _check(pg_pipeline.name).work, "the changes applied are confirmed to the slot"
+
+
+def test_state_shows_the_wal_a_postgresql_connector_slot_retains(pg_pipeline: PostgresPipeline, capsys):
+    pg_pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY, v text)"])
+    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.items"])
+    assert main(["state", pg_pipeline.name, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["source_slot"] is None, "no slot before the first run"
+    pg_pipeline.sync()
+    # WAL written after the slot's restart point (other tables count too: the slot keeps all WAL after it).
+    pg_pipeline.source(["CREATE TABLE other AS SELECT i, repeat('x', 500) AS t FROM generate_series(1, 20000) AS i"])
+    assert main(["state", pg_pipeline.name, "--json"]) == 0
+    slot = json.loads(capsys.readouterr().out)[0]["source_slot"]
+    assert slot["slot"] == f"cdc_{pg_pipeline.name}" and not slot["active"] and slot["wal_status"] == "reserved"
+    assert slot["retained_wal_bytes"] > 10_000_000 and "warning" not in slot
+    assert main(["state", pg_pipeline.name]) == 0
+    assert f"replication slot: cdc_{pg_pipeline.name} retains" in capsys.readouterr().out

@@ -273,3 +273,27 @@ def field_specs(cur: Any, schema: str, table: str) -> list[Any]:
         specs.append(FieldSpec(name=column.name, type="string", logical=None, parameters=parameters,
                                optional=column.nullable))
     return specs
+
+
+# A slot that keeps more WAL than this is shown with a warning (a paused or stopped connector keeps it all).
+RETAINED_WAL_WARNING_BYTES = 1 << 30
+
+
+def slot_status(connector: ConnectorConfig) -> dict[str, Any] | None:
+    """The connector's replication slot as the source sees it: the WAL it retains (bytes, from its restart LSN),
+    whether a run holds it, and PostgreSQL's `wal_status` (`lost` once `max_slot_wal_keep_size` removed WAL it
+    needed); None when the slot does not exist."""
+    with connect(connector) as source:
+        row = source.execute(
+            "SELECT slot_name, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status, "
+            "safe_wal_size FROM pg_replication_slots WHERE slot_name = %s", (f"cdc_{connector.name}",)).fetchone()
+    if row is None:
+        return None
+    retained = int(row[2] or 0)
+    status = {"slot": row[0], "active": bool(row[1]), "retained_wal_bytes": retained, "wal_status": row[3],
+              "safe_wal_size": row[4]}
+    if retained > RETAINED_WAL_WARNING_BYTES or row[3] in ("unreserved", "lost"):
+        status["warning"] = (f"the slot retains {retained >> 20} MB of WAL on the source (wal_status {row[3]}): "
+                             "resume or run the connector, or bound it with max_slot_wal_keep_size "
+                             "(docs/triggers.md)")
+    return status
