@@ -466,12 +466,14 @@ def offset_in_snapshot(conn: psycopg.Connection, schema: str, connector: str) ->
     from its start)."""
     rows = conn.execute(sql.SQL("SELECT offset_value FROM {} WHERE connector = %s").format(
         sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchall()
-    for (value,) in rows:
-        offset = json.loads(value) if value else {}
-        snapshot = str(offset.get("snapshot", "false")).lower()  # true, or the snapshot's kind (INITIAL, ...)
-        if snapshot != "false" and str(offset.get("snapshot_completed")).lower() != "true":
-            return True
-    return False
+    return any(inside_snapshot(json.loads(value) if value else {}) for (value,) in rows)
+
+
+def inside_snapshot(offset: dict[str, Any] | None) -> bool:
+    """Whether a Debezium offset was taken inside a snapshot that had not completed."""
+    offset = offset or {}
+    snapshot = str(offset.get("snapshot", "false")).lower()  # true, or the snapshot's kind (INITIAL, ...)
+    return snapshot != "false" and str(offset.get("snapshot_completed")).lower() != "true"
 
 
 def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:

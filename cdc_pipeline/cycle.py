@@ -647,6 +647,11 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
             # Debezium's snapshot of a large table outlasts any budget: its batches are let go as they are applied,
             # so the runner holds one group, not the whole table.
             session.complete_applied_batches()
+        elif plan.last_ref is None or not control.inside_snapshot(plan.last_ref.offset):
+            # A streamed group is let go (Debezium's offset committed) as soon as it is committed: the runner and
+            # this process hold one group whatever the run's length, and a kill re-delivers that group at most.
+            faults.pause_point(faults.GROUP_COMMITTED)
+            session.complete_applied_batches()
     return applied
 
 

@@ -20,14 +20,18 @@ FETCHED = "fetched"
 CONVERTED = "converted"
 # A batch's steps, applied position and counts are written; its destination transaction is not committed.
 IN_TRANSACTION = "in_transaction"
-# The cycle's batches are committed; none is marked complete in the runner (Debezium's offset has not moved).
+# A group of streamed batches is committed; it is not marked complete in the runner yet (Debezium's offset is
+# where the group began): the one group a kill can make come again.
+GROUP_COMMITTED = "group_committed"
+# The cycle's batches are committed, the streamed ones marked complete group by group; those of a snapshot Debezium
+# is still taking are not marked complete yet.
 COMMITTED = "committed"
 # The bulk snapshot committed a slice of chunks (each with its checkpoint); the next slice has not begun.
 BULK_SLICE = "bulk_slice"
 # Inside a bulk snapshot chunk's transaction: its rows are COPYed and its checkpoint written, not committed. This
 # pause point is in the runner's ChunkCopyWriter (a Spark task); `@n` is not read there.
 BULK_COPY = "bulk_copy"
-STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, COMMITTED, BULK_SLICE, BULK_COPY)
+STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, GROUP_COMMITTED, COMMITTED, BULK_SLICE, BULK_COPY)
 
 _reached: Counter = Counter()
 

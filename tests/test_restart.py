@@ -74,7 +74,8 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     assert (stats["inserts"], stats["updates"], stats["deletes"]) == (
         inserts + late + logged, doubled + log_updates, deleted + log_deletes), "every change is counted once"
     assert stats["events"] - baseline["events"] == stream_events
-    assert stats["redelivered"] > 0, "the events applied before the kill came again and were skipped"
+    # Each group is marked complete once committed: a kill right after a commit may come before its marking.
+    assert 0 <= stats["redelivered"] - baseline["redelivered"] <= 10_000, "at most the group in flight came again"
     _assert_ended_cleanly(pipeline)
 
 
