@@ -40,6 +40,7 @@ from cdc_pipeline.runner import (
     engine_failure,
     merge_batches,
 )
+from cdc_pipeline.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.spark import batch_dataframe
 
 log = logging.getLogger(__name__)
@@ -183,9 +184,10 @@ class ConnectorSession:
         in_snapshot = control.offset_in_snapshot(self.conn, self.control_schema, name)
         takes_snapshot = self.snapshot_mode == "always" or in_snapshot or not (
             control.has_offset(self.conn, self.control_schema, name)
-            # The bulk engine's load was begun: an engine that emitted nothing since (PostgreSQL's streams from
-            # its slot) has stored no offset yet.
-            or (self.connector.bulk_snapshot and bulk_load.has_load(self.conn, self.control_schema, name)))
+            # The bulk engine's load was begun: PostgreSQL's engine stores no offset before the first change it
+            # streams (its slot holds the position), so none says so.
+            or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
+                and bulk_load.has_load(self.conn, self.control_schema, name)))
         self.takes_data_snapshot = takes_snapshot and not self.connector.bulk_snapshot \
             and self.snapshot_mode in ROW_COPYING_MODES
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
@@ -214,8 +216,11 @@ class ConnectorSession:
             if control.has_offset(self.conn, schema, name):
                 bulk_load.forget_engine_position(self.conn, schema, name)
             bulk_load.begin_load(self.conn, schema, name)
-        self.awaits_schema_snapshot = copies_rows
         self.bulk_load_pending = bulk_load.running_load(self.conn, schema, name) is not None
+        # The load waits for the engine's start (its schema snapshot, or its slot) when it begins now, and when the
+        # engine has no position yet (a load begun by a run that failed before its engine started streaming).
+        self.awaits_schema_snapshot = copies_rows or (self.bulk_load_pending and not control.has_offset(
+            self.conn, schema, name))
         self.snapshot_positions = bulk_load.snapshot_positions(self.conn, schema, name)
         if not copies_rows:
             # A load begun, and no offset yet: the engine streams from where its load began (for PostgreSQL, its
