@@ -221,13 +221,14 @@ def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, dat
 
 
 def measure_sync_process(source: MariaDbServer, destination: PostgresServer, work: Path, database: str,
-                         engine: str, tables: Sequence[str]) -> dict[str, Any]:
+                         engine: str, tables: Sequence[str], new_destination: bool = True) -> dict[str, Any]:
     """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
     it starts (children's peak RSS, from the kernel)."""
     name = f"load_{engine}"
     dest_database = f"{database}_{engine}"
-    destination.create_database(dest_database)
+    if new_destination:
+        destination.create_database(dest_database)
     config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
         "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
         "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine,
@@ -252,7 +253,9 @@ def measure_sync_process(source: MariaDbServer, destination: PostgresServer, wor
         raise RuntimeError(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}")
     summary = json.loads(out.strip().splitlines()[-1])
     rows = int(summary["snapshot_rows"])
+    events = int(summary.get("events") or 0)
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds),
+            "events": events, "events_per_second": round(events / seconds),
             "load_seconds": summary.get("load_seconds"), "cpu_seconds": round(
                 after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb, "cycle": summary}
@@ -315,6 +318,29 @@ def measure_initial_load(source: MariaDbServer, destination: PostgresServer, wor
         results["debezium"] = debezium
         results["debezium_to_ceiling_ratio"] = round(debezium["rows_per_second"] / ceiling.rate, 3)
     return results
+
+
+def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Path, changes: int) -> dict[str, Any]:
+    """A fresh `cdc-pipeline sync` process catching up a backlog of `changes` row changes (half inserts, a quarter
+    updates, a quarter deletes) made while the connector did not run, as a scheduled run meets it: wall rate with
+    the process's start, CPU, and the peak memory of the JVM and of Python (one run, default memory)."""
+    database = "bench_backlog"
+    load_source(source, changes, database, "items")
+    measure_sync_process(source, destination, work, database, "spark", ["items"])  # the initial load
+    made = change_source(source, changes, database)
+    caught_up = measure_sync_process(source, destination, work, database, "spark", ["items"], new_destination=False)
+    return {"changes": made, **{key: value for key, value in caught_up.items() if key != "cycle"},
+            "cycle_seconds": {key: value for key, value in caught_up["cycle"].items() if key.endswith("_seconds")}}
+
+
+def run_backlog(changes: int) -> dict[str, Any]:
+    from cdc_pipeline.runner import build_runner
+
+    build_runner()
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            return measure_backlog(source, destination, Path(work), changes)
 
 
 def run_initial_load(rows: int, debezium_rows: int) -> dict[str, Any]:
@@ -492,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debezium-load-rows", type=int, default=DEBEZIUM_LOAD_ROWS,
                         help="rows the Debezium snapshot engine copies in the initial-load measurement (0: none)")
     parser.add_argument("--load-only", action="store_true", help="only the initial-load measurement")
+    parser.add_argument("--backlog-changes", type=int, default=0,
+                        help="only: a fresh sync process catching up this many changes (with peak memory)")
     parser.add_argument("--idle-only", action="store_true",
                         help="only the idle connector's cost and the change latency under a light load")
     parser.add_argument("--idle-checks", type=int, default=40, help="sensor evaluations measured while idle")
@@ -500,6 +528,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check-interval", type=int, default=15, help="the change sensor's interval (s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.backlog_changes:
+        backlog = run_backlog(args.backlog_changes)
+        print(json.dumps(backlog, indent=2) if args.json else
+              f"backlog of {backlog['changes']} changes caught up by a fresh `cdc-pipeline sync` process: "
+              f"{backlog['events_per_second']} changes/s ({backlog['seconds']} s wall, {backlog['cpu_seconds']} CPU s, "
+              f"peak RSS: JVM {backlog['peak_rss_mb_jvm']} MB, Python {backlog['peak_rss_mb_python']} MB)")
+        return 0
     if args.idle_only:
         idle = run_idle(args.idle_checks, args.latency_seconds, args.latency_rate, args.check_interval)
         print(json.dumps(idle, indent=2) if args.json else print_idle(idle))
