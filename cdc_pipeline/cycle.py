@@ -500,6 +500,21 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             if not session.run_bulk_load(started + connector.max_seconds_per_run):
                 break
             continue
+        if session.bulk_load_pending and not schema_snapshot_done and connector.type in SCHEMA_FROM_EVENTS_TYPES:
+            # An engine without schema events (PostgreSQL) has its position once it streams (its slot exists); the
+            # changes it streams wait in its queue, none applied before the load.
+            if runner.is_streaming():
+                schema_snapshot_done = True
+            elif runner.state in ("STOPPED", "FAILED"):
+                runner.raise_if_failed()
+                break
+            elif time.monotonic() - started > ENGINE_START_TIMEOUT_SECONDS:
+                raise RunnerError(f"the Debezium engine did not start streaming within "
+                                  f"{ENGINE_START_TIMEOUT_SECONDS:.0f} s (state {runner.state})",
+                                  connector=connector.name)
+            else:
+                time.sleep(0.05)
+            continue
         with session.phase(control.PHASE_FETCHING, "fetch"):
             batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
@@ -526,11 +541,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             group, group_events = [], 0
             continue
         elif not schema_snapshot_done and (session.snapshot_ended or (
-                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS
-                and (runner.snapshot_status().get("completed") or runner.is_streaming()))):
+                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS and runner.snapshot_status().get("completed"))):
             # Its batches are all applied (the queue is empty and no group is open): its last event came, or it
-            # completed with none (Debezium's metric may say so before its last batches reach the queue), or there
-            # was none to take (PostgreSQL's `no_data` skips the snapshot: its slot exists once it streams).
+            # completed with none (Debezium's metric may say so before its last batches reach the queue).
             schema_snapshot_done = True
             continue
         elif not session.streams and runner.is_polling():
@@ -556,7 +569,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 # Nothing queued: where the source is now. If nothing comes for the idle timeout, every change
                 # before it is applied (what the change sensor reads the source's log from).
                 idle_mark = (pending.source_position(connector), now)
-            if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds:
+            if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds and schema_snapshot_done \
+                    and not session.bulk_load_pending:
+                # (A load still to run first waits for the engine's start, whatever the idle timeout.)
                 if idle_mark[0] is not None and not group and idle_mark[1] >= last_batch_at:
                     session.record_source_checked(idle_mark[0])
                 break

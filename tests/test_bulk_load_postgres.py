@@ -132,8 +132,10 @@ def test_a_load_killed_inside_a_chunk_goes_on_over_several_runs(pg_pipeline: Pos
     assert _query(pg_pipeline, "SELECT count(done_at) FROM cdc.bulk_load_chunks") == [(0,)]
     assert pg_pipeline.dest_rows("items") == []
     pg_pipeline.source(["UPDATE items SET qty = -qty WHERE id <= 40", "INSERT INTO notes VALUES ('dup', 0)"])
-    # A budget spent at once: each run copies one slice of chunks (4 here) and stops.
-    pg_pipeline.write_config(tables=tables, snapshot_chunk_rows=500, max_seconds_per_run=0.01)
+    # A budget spent at once: each run copies one slice of chunks (4 here) and stops. An idle timeout shorter than
+    # the wait for the engine's start does not end a run before its load.
+    pg_pipeline.write_config(tables=tables, snapshot_chunk_rows=500, max_seconds_per_run=0.01,
+                             idle_timeout_seconds=0.5)
     done = []
     for _ in range(4):
         summary = pg_pipeline.sync()
