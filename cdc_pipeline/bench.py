@@ -220,8 +220,9 @@ def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, dat
     return Measurement(int(count), seconds)
 
 
-def measure_sync_process(source: MariaDbServer, destination: PostgresServer, work: Path, database: str,
-                         engine: str, tables: Sequence[str], new_destination: bool = True) -> dict[str, Any]:
+def measure_sync_process(source: MariaDbServer | None, destination: PostgresServer, work: Path, database: str,
+                         engine: str, tables: Sequence[str], new_destination: bool = True,
+                         connector: dict[str, Any] | None = None) -> dict[str, Any]:
     """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
     it starts (children's peak RSS, from the kernel)."""
@@ -229,11 +230,11 @@ def measure_sync_process(source: MariaDbServer, destination: PostgresServer, wor
     dest_database = f"{database}_{engine}"
     if new_destination:
         destination.create_database(dest_database)
+    source_fields = connector or {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port if source else 0,
+                                  "user": CAPTURE_USER, "tables": [f"{database}.{table}" for table in tables]}
     config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
-        "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
-        "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine,
-        "tables": [f"{database}.{table}" for table in tables], "idle_timeout_seconds": 1,
-        "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}}}
+        **source_fields, "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine,
+        "idle_timeout_seconds": 1, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600}}}
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config))
     (work / f"dagster_{name}").mkdir(exist_ok=True)
@@ -343,11 +344,45 @@ def run_backlog(changes: int) -> dict[str, Any]:
             return measure_backlog(source, destination, Path(work), changes)
 
 
-def run_initial_load(rows: int, debezium_rows: int) -> dict[str, Any]:
+def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
+    """The initial load from a PostgreSQL source: its copy ceiling (`psql` streaming `COPY ... TO STDOUT` into
+    `psql`'s `COPY ... FROM STDIN`, no conversion) and the bulk engine in a fresh `cdc-pipeline sync` process, on a
+    table of the bench's shape."""
+    columns = "id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int, created timestamp(3), note text"
+    with start_postgres(work, logical=True) as source, start_postgres(work) as destination:
+        source.create_database(LOAD_DATABASE)
+        destination.create_database(LOAD_DATABASE)
+        source.execute([f"CREATE TABLE items ({columns})",
+                        f"INSERT INTO items SELECT i, 'item-' || i, i / 100.0, i % 1000, timestamp '2024-01-01' + "
+                        f"i * interval '1 second', repeat('x', i % 50) FROM generate_series(1, {int(rows)}) AS i"],
+                       dbname=LOAD_DATABASE)
+        destination.execute(f"CREATE TABLE ceiling ({columns})", dbname=LOAD_DATABASE)
+        started = time.monotonic()
+        reader = subprocess.Popen(["psql", "-X", "-q", source.dsn(LOAD_DATABASE), "-c", "COPY items TO STDOUT"],
+                                  stdout=subprocess.PIPE)
+        writer = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(LOAD_DATABASE), "-c",
+                                 "COPY ceiling FROM STDIN"], stdin=reader.stdout, capture_output=True, text=True)
+        reader.stdout.close()
+        reader.wait()
+        ceiling = Measurement(rows, time.monotonic() - started)
+        if reader.returncode or writer.returncode:
+            raise RuntimeError(f"the copy ceiling pipe failed: {writer.stderr.strip()}")
+        bulk = measure_sync_process(None, destination, work, LOAD_DATABASE, "spark", ["items"], connector={
+            "type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
+            "tables": ["public.items"]})
+    load_rate = bulk["rows"] / bulk["load_seconds"] if bulk.get("load_seconds") else 0.0
+    return {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate), "ceiling_seconds": round(ceiling.seconds, 2),
+            "bulk": bulk, "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
+            "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
+
+
+def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb") -> dict[str, Any]:
     from cdc_pipeline.runner import build_runner
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        if source_type == "postgres":
+            return measure_postgres_initial_load(Path(work), rows)
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             return measure_initial_load(source, destination, Path(work), rows, debezium_rows)
@@ -518,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debezium-load-rows", type=int, default=DEBEZIUM_LOAD_ROWS,
                         help="rows the Debezium snapshot engine copies in the initial-load measurement (0: none)")
     parser.add_argument("--load-only", action="store_true", help="only the initial-load measurement")
+    parser.add_argument("--load-source", choices=("mariadb", "postgres"), default="mariadb",
+                        help="the initial load's source type (postgres: the ceiling and the bulk engine only)")
     parser.add_argument("--backlog-changes", type=int, default=0,
                         help="only: a fresh sync process catching up this many changes (with peak memory)")
     parser.add_argument("--idle-only", action="store_true",
@@ -539,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle = run_idle(args.idle_checks, args.latency_seconds, args.latency_rate, args.check_interval)
         print(json.dumps(idle, indent=2) if args.json else print_idle(idle))
         return 0
-    load = run_initial_load(args.load_rows, args.debezium_load_rows) if args.load_rows else None
+    load = run_initial_load(args.load_rows, args.debezium_load_rows, args.load_source) if args.load_rows else None
     results = {} if args.load_only else run(args.rows, args.batch_size, args.warmup_rows)
     if load is not None:
         results["initial_load"] = load
@@ -564,11 +601,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def print_initial_load(load: dict[str, Any]) -> None:
     bulk = load["bulk"]
     print(f"initial load of {load['rows']} rows (a fresh `cdc-pipeline sync` process, its start included):")
-    print(f"  (i) copy ceiling (mariadb | psql COPY): {load['ceiling_rows_per_second']:>9} rows/s "
+    pipe = "psql COPY TO | psql COPY" if "load_to_ceiling_ratio" in load else "mariadb | psql COPY"
+    print(f"  (i) copy ceiling ({pipe}): {load['ceiling_rows_per_second']:>9} rows/s "
           f"({load['ceiling_seconds']} s)")
     print(f"  bulk snapshot engine (spark):           {bulk['rows_per_second']:>9} rows/s ({bulk['seconds']} s wall, "
           f"load {bulk['load_seconds']} s, {bulk['cpu_seconds']} CPU s, peak RSS: JVM {bulk['peak_rss_mb_jvm']} MB, "
           f"Python {bulk['peak_rss_mb_python']} MB)  bulk / ceiling = {load['bulk_to_ceiling_ratio']}")
+    if "load_to_ceiling_ratio" in load:
+        print(f"  bulk load phase / ceiling = {load['load_to_ceiling_ratio']}")
     if "debezium" in load:
         debezium = load["debezium"]
         print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "

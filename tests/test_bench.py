@@ -31,3 +31,13 @@ def test_bench_measures_the_initial_load_against_the_copy_ceiling(tmp_path):
                  results["debezium"]["rows_per_second"]):
         assert rate > 0
     assert results["bulk_to_ceiling_ratio"] > 0 and results["bulk"]["peak_rss_mb_jvm"] > 0
+
+
+def test_bench_measures_a_postgresql_initial_load_and_a_backlog():
+    load = bench.run_initial_load(rows=3_000, debezium_rows=0, source_type="postgres")
+    assert load["bulk"]["rows"] == 3_000 and load["ceiling_rows_per_second"] > 0
+    assert load["bulk_to_ceiling_ratio"] > 0 and load["load_to_ceiling_ratio"] > 0
+
+    backlog = bench.run_backlog(2_000)
+    assert backlog["changes"] == backlog["events"] == 2_000 and backlog["events_per_second"] > 0
+    assert backlog["peak_rss_mb_jvm"] > 0 and backlog["peak_rss_mb_python"] > 0
