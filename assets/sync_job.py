@@ -95,6 +95,10 @@ def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerRes
             metadata[f"{prefix}/rows_done"] = MetadataValue.int(int(table["rows_done"]))
             metadata[f"{prefix}/rows_total"] = MetadataValue.int(int(table["rows_total"]))
             metadata[f"{prefix}/rows_per_second"] = MetadataValue.float(float(table["rows_per_second"]))
+        slot = session.source_slot()
+        if slot is not None:
+            # A PostgreSQL source keeps the WAL after the slot's position: plotted, so that a growing one shows.
+            metadata["source_slot/retained_wal_mb"] = MetadataValue.float(round(slot["retained_wal_bytes"] / 2**20, 1))
         yield AssetMaterialization(asset_key=["cdc", session.connector.name], metadata=metadata,
                                    description=f"fetch cycle of connector {session.connector.name}")
         yield Output(summary)

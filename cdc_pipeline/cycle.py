@@ -401,6 +401,22 @@ class ConnectorSession:
         stage = control.STAGE_SNAPSHOT if snapshot_marker(plan.last_ref) else control.STAGE_CDC
         control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=stage)
 
+    def source_slot(self) -> dict[str, Any] | None:
+        """A PostgreSQL source's slot of the connector (the WAL it retains; `sources.postgres.slot_status`), logged
+        with a warning when it retains much; None for other sources or when it cannot be read."""
+        if self.connector.type != "postgres":
+            return None
+        from cdc_pipeline.sources import postgres
+
+        try:
+            slot = postgres.slot_status(self.connector)
+        except CdcError as exc:
+            log.warning("%s: cannot read the replication slot's state: %s", self.connector.name, exc)
+            return None
+        if slot and slot.get("warning"):
+            log.warning("%s: %s", self.connector.name, slot["warning"])
+        return slot
+
     def record_source_checked(self, position: dict[str, Any]) -> None:
         """Every change of the source before `position` is applied (the batches fetched are; the caller knows)."""
         if self.conn is not None:

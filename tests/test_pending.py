@@ -123,3 +123,14 @@ def test_state_shows_the_wal_a_postgresql_connector_slot_retains(pg_pipeline: Po
     assert slot["retained_wal_bytes"] > 10_000_000 and "warning" not in slot
     assert main(["state", pg_pipeline.name]) == 0
     assert f"replication slot: cdc_{pg_pipeline.name} retains" in capsys.readouterr().out
+
+    # Each run's materialization of the connector's asset carries it too.
+    from dagster import AssetKey, DagsterInstance
+
+    from assets.sync_job import build_sync_job
+
+    job = build_sync_job(load_config().connector(pg_pipeline.name), str(pg_pipeline.config_path))
+    with DagsterInstance.ephemeral() as instance:
+        assert job.execute_in_process(instance=instance).success
+        event = instance.get_latest_materialization_event(AssetKey(["cdc", pg_pipeline.name]))
+    assert event.asset_materialization.metadata["source_slot/retained_wal_mb"].value >= 0
