@@ -356,7 +356,7 @@ def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
                         f"INSERT INTO items SELECT i, 'item-' || i, i / 100.0, i % 1000, timestamp '2024-01-01' + "
                         f"i * interval '1 second', repeat('x', i % 50) FROM generate_series(1, {int(rows)}) AS i"],
                        dbname=LOAD_DATABASE)
-        destination.execute(f"CREATE TABLE ceiling ({columns})", dbname=LOAD_DATABASE)
+        destination.execute("CREATE TABLE ceiling (" + columns + ")", dbname=LOAD_DATABASE)
         started = time.monotonic()
         reader = subprocess.Popen(["psql", "-X", "-q", source.dsn(LOAD_DATABASE), "-c", "COPY items TO STDOUT"],
                                   stdout=subprocess.PIPE)
@@ -407,19 +407,17 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 
 def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer, work: Path, checks: int,
                              seconds: float, rate: float, interval: int) -> dict[str, Any]:
-    """An idle connector under `trigger: changes`: the CPU of one evaluation of its change sensor (the sensor's
-    own process and both servers, the Dagster daemon's tick excluded) over `checks` evaluations, and per minute at
-    `interval`; then a light steady load of `rate` inserts/s for `seconds`, with a loop standing in for the
-    daemon (each `interval` it evaluates the sensor and starts a fresh `cdc-pipeline sync` process when it asks
-    for a run), and the latency of every change from its source commit to its arrival in the destination."""
-    from dagster import RunRequest, build_sensor_context, instance_for_test
-
-    from assets.definitions import build_definitions
+    """An idle connector under `trigger: changes`: the CPU of one change check (`pending.check`, what its sensor
+    runs: this process and both servers; the sensor's query of Dagster's runs and the daemon's tick excluded) over
+    `checks` checks, and per minute at `interval`; then a light steady load of `rate` inserts/s for `seconds`, with
+    a loop standing in for the daemon (each `interval` it checks and starts a fresh `cdc-pipeline sync` process
+    when there is work), and the latency of every change from its source commit to its arrival in the
+    destination."""
+    from cdc_pipeline import pending
     from cdc_pipeline.config import load_config
-    from resources.destination import DestinationResource
 
     database, name = "bench_idle", "idle"
-    source.execute(f"CREATE DATABASE {database}")
+    source.execute("CREATE DATABASE bench_idle")
     source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE NOT NULL)", database=database)
     destination.create_database(database)
     config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
@@ -439,69 +437,67 @@ def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer,
 
     if start_run().wait():
         raise RuntimeError("the first run of the idle connector failed")
-    sensor = build_definitions(load_config()).resolve_sensor_def(f"sync_{name}_on_changes")
-    resources = {"destination": DestinationResource(config_path=str(path))}
+    config = load_config()
 
-    with instance_for_test() as instance:
-        def evaluate() -> Any:
-            with build_sensor_context(instance=instance, resources=resources) as context:
-                return sensor(context)
+    # The change sensor's own check (assets/change_sensor.py adds a query of Dagster's runs to it).
+    def evaluate() -> bool:
+        return pending.check(config.connector(name), config.destination).work
 
-        evaluate()  # imports and first connections outside the measurement
-        servers = (source.pid, destination.pid)
-        cpu_before = _process_cpu() + sum(map(_server_cpu_seconds, servers))
-        started = time.monotonic()
-        launched = sum(isinstance(evaluate(), RunRequest) for _ in range(checks))
-        idle_seconds = time.monotonic() - started
-        cpu_per_check = (_process_cpu() + sum(map(_server_cpu_seconds, servers)) - cpu_before) / checks
-        results: dict[str, Any] = {"checks": checks, "runs_requested_while_idle": launched,
-                                   "cpu_ms_per_check": round(cpu_per_check * 1000, 1),
-                                   "wall_ms_per_check": round(idle_seconds / checks * 1000, 1),
-                                   "check_interval_seconds": interval,
-                                   "cpu_seconds_per_minute": round(cpu_per_check * 60 / interval, 3)}
+    evaluate()  # imports and first connections outside the measurement
+    servers = (source.pid, destination.pid)
+    cpu_before = _process_cpu() + sum(map(_server_cpu_seconds, servers))
+    started = time.monotonic()
+    launched = sum(evaluate() for _ in range(checks))
+    idle_seconds = time.monotonic() - started
+    cpu_per_check = (_process_cpu() + sum(map(_server_cpu_seconds, servers)) - cpu_before) / checks
+    results: dict[str, Any] = {"checks": checks, "runs_requested_while_idle": launched,
+                               "cpu_ms_per_check": round(cpu_per_check * 1000, 1),
+                               "wall_ms_per_check": round(idle_seconds / checks * 1000, 1),
+                               "check_interval_seconds": interval,
+                               "cpu_seconds_per_minute": round(cpu_per_check * 60 / interval, 3)}
 
-        written: dict[int, float] = {}
-        arrived: dict[int, float] = {}
-        stop = threading.Event()
+    written: dict[int, float] = {}
+    arrived: dict[int, float] = {}
+    stop = threading.Event()
 
-        def write() -> None:
-            with source.connect(database) as connection, connection.cursor() as cursor:
-                i, begin = 0, time.monotonic()
-                while not stop.is_set() and time.monotonic() - begin < seconds:
-                    i += 1
-                    now = time.time()
-                    cursor.execute("INSERT INTO items VALUES (%s, %s)", (i, now))
-                    connection.commit()
-                    written[i] = now
-                    time.sleep(max(0.0, begin + i / rate - time.monotonic()))
+    def write() -> None:
+        with source.connect(database) as connection, connection.cursor() as cursor:
+            i, begin = 0, time.monotonic()
+            while not stop.is_set() and time.monotonic() - begin < seconds:
+                i += 1
+                now = time.time()
+                cursor.execute("INSERT INTO items VALUES (%s, %s)", (i, now))
+                connection.commit()
+                written[i] = now
+                time.sleep(max(0.0, begin + i / rate - time.monotonic()))
 
-        writer = threading.Thread(target=write, daemon=True)
-        writer.start()
-        runs: list[subprocess.Popen] = []
-        deadline = time.monotonic() + seconds + 180
-        import psycopg
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    runs: list[subprocess.Popen] = []
+    deadline = time.monotonic() + seconds + 180
+    import psycopg
 
-        with psycopg.connect(destination.dsn(database), autocommit=True) as conn:
-            next_check = time.monotonic()
-            while time.monotonic() < deadline and (writer.is_alive() or len(arrived) < len(written)):
-                now = time.monotonic()
-                if now >= next_check:
-                    next_check = now + interval
-                    if (not runs or runs[-1].poll() is not None) and isinstance(evaluate(), RunRequest):
-                        runs.append(start_run())
-                if conn.execute("SELECT to_regclass('bench_idle.items') IS NOT NULL").fetchone()[0]:
-                    for key, _ in conn.execute("SELECT id, at FROM bench_idle.items WHERE id > %s",
-                                               (max(arrived, default=0),)).fetchall():
-                        arrived.setdefault(int(key), time.time())
-                time.sleep(0.1)
-        stop.set()
-        for process in runs:
-            process.wait()
-        latencies = [arrived[key] - written[key] for key in written if key in arrived]
-        results.update({"changes": len(written), "changes_per_second": rate, "arrived": len(latencies),
-                        "runs_launched": len(runs), "latency_p50_seconds": round(_percentile(latencies, 0.5), 2),
-                        "latency_p95_seconds": round(_percentile(latencies, 0.95), 2),
-                        "latency_max_seconds": round(max(latencies, default=float("nan")), 2)})
+    with psycopg.connect(destination.dsn(database), autocommit=True) as conn:
+        next_check = time.monotonic()
+        while time.monotonic() < deadline and (writer.is_alive() or len(arrived) < len(written)):
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + interval
+                if (not runs or runs[-1].poll() is not None) and evaluate():
+                    runs.append(start_run())
+            if conn.execute("SELECT to_regclass('bench_idle.items') IS NOT NULL").fetchone()[0]:
+                for key, _ in conn.execute("SELECT id, at FROM bench_idle.items WHERE id > %s",
+                                           (max(arrived, default=0),)).fetchall():
+                    arrived.setdefault(int(key), time.time())
+            time.sleep(0.1)
+    stop.set()
+    for process in runs:
+        process.wait()
+    latencies = [arrived[key] - written[key] for key in written if key in arrived]
+    results.update({"changes": len(written), "changes_per_second": rate, "arrived": len(latencies),
+                    "runs_launched": len(runs), "latency_p50_seconds": round(_percentile(latencies, 0.5), 2),
+                    "latency_p95_seconds": round(_percentile(latencies, 0.95), 2),
+                    "latency_max_seconds": round(max(latencies, default=float("nan")), 2)})
     return results
 
 
