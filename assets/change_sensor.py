@@ -8,14 +8,13 @@ from dagster import (
     DefaultSensorStatus,
     JobDefinition,
     RunRequest,
-    RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
     sensor,
 )
 
-from assets.schedules import ACTIVE_RUN_STATUSES
+from assets.schedules import active_run_skip
 from cdc_pipeline import pending
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
@@ -36,10 +35,9 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition) -> Senso
                         "is not finished), checked without a JVM; skips while a run is in progress or the "
                         "connector is paused.")
     def change_sensor(context: SensorEvaluationContext, destination: DestinationResource):
-        active = context.instance.get_runs(filters=RunsFilter(job_name=job.name, statuses=ACTIVE_RUN_STATUSES),
-                                           limit=1)
-        if active:
-            return SkipReason(f"run {active[0].run_id} of {job.name} is still {active[0].status.value.lower()}")
+        busy = active_run_skip(context, job)
+        if busy is not None:
+            return busy
         try:
             found = pending.check(connector, destination.destination())
         except (psycopg.Error, CdcError) as exc:

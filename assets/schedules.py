@@ -2,6 +2,7 @@
 
 
 import logging
+from typing import Any
 
 import psycopg
 from dagster import (
@@ -32,6 +33,14 @@ ACTIVE_RUN_STATUSES = [
 ]
 
 
+def active_run_skip(context: Any, job: JobDefinition) -> SkipReason | None:
+    """A skip naming the job's run still in progress, or None: never two runs of a connector at once."""
+    active = context.instance.get_runs(filters=RunsFilter(job_name=job.name, statuses=ACTIVE_RUN_STATUSES), limit=1)
+    if active:
+        return SkipReason(f"run {active[0].run_id} of {job.name} is still {active[0].status.value.lower()}")
+    return None
+
+
 def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition) -> ScheduleDefinition:
     """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once, none while paused."""
 
@@ -41,10 +50,9 @@ def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition) -> Sched
               description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in progress "
                           "or the connector is paused.")
     def sync_schedule(context: ScheduleEvaluationContext, destination: DestinationResource):
-        active = context.instance.get_runs(filters=RunsFilter(job_name=job.name, statuses=ACTIVE_RUN_STATUSES),
-                                           limit=1)
-        if active:
-            return SkipReason(f"run {active[0].run_id} of {job.name} is still {active[0].status.value.lower()}")
+        busy = active_run_skip(context, job)
+        if busy is not None:
+            return busy
         try:
             with destination.connect() as conn:
                 state = control.read_state(conn, destination.destination().control_schema, connector.name)
