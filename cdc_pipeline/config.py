@@ -250,6 +250,11 @@ class ConnectorConfig:
         """Whether this connector copies existing rows with the bulk snapshot engine."""
         return self.snapshot_engine == "spark"
 
+    @property
+    def replication_slot(self) -> str:
+        """A PostgreSQL source's replication slot (and publication): one per connector."""
+        return f"cdc_{self.name}"
+
     def redacted(self) -> dict[str, Any]:
         """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""
         plain: dict[str, Any] = {}

@@ -182,8 +182,9 @@ class ConnectorSession:
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
         # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
         in_snapshot = control.offset_in_snapshot(self.conn, self.control_schema, name)
+        self.had_offset = control.has_offset(self.conn, self.control_schema, name)
         takes_snapshot = self.snapshot_mode == "always" or in_snapshot or not (
-            control.has_offset(self.conn, self.control_schema, name)
+            self.had_offset
             # The bulk engine's load was begun: PostgreSQL's engine stores no offset before the first change it
             # streams (its slot holds the position), so none says so.
             or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
@@ -212,21 +213,22 @@ class ConnectorSession:
         assert self.conn is not None
         name, schema = self.connector.name, self.control_schema
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
+        has_offset = self.had_offset
         if copies_rows:
-            if control.has_offset(self.conn, schema, name):
+            if has_offset:
                 bulk_load.forget_engine_position(self.conn, schema, name)
+                has_offset = False
             bulk_load.begin_load(self.conn, schema, name)
         self.bulk_load_pending = bulk_load.running_load(self.conn, schema, name) is not None
         # The load waits for the engine's start (its schema snapshot, or its slot) when it begins now, and when the
         # engine has no position yet (a load begun by a run that failed before its engine started streaming).
-        self.awaits_schema_snapshot = copies_rows or (self.bulk_load_pending and not control.has_offset(
-            self.conn, schema, name))
+        self.awaits_schema_snapshot = copies_rows or (self.bulk_load_pending and not has_offset)
         self.snapshot_positions = bulk_load.snapshot_positions(self.conn, schema, name)
         if not copies_rows:
             # A load begun, and no offset yet: the engine streams from where its load began (for PostgreSQL, its
             # slot) and copies no rows.
-            no_offset = not control.has_offset(self.conn, schema, name)
-            return "no_data" if no_offset and self.snapshot_mode in ("initial", "when_needed") else self.snapshot_mode
+            streams_only = not has_offset and self.snapshot_mode in ("initial", "when_needed")
+            return "no_data" if streams_only else self.snapshot_mode
         return "schemasync" if self.snapshot_mode == "initial_only" else "no_data"
 
     def run_bulk_load(self, deadline: float) -> bool:
@@ -581,14 +583,17 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 session.record_streaming()
             # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
             streaming_since = streaming_since or now
-            if idle_mark is None or idle_mark[1] < last_batch_at:
-                # Nothing queued: where the source is now. If nothing comes for the idle timeout, every change
-                # before it is applied (what the change sensor reads the source's log from).
+            quiet_for = now - max(last_batch_at, streaming_since)
+            if (idle_mark is None or idle_mark[1] < last_batch_at) and quiet_for >= connector.idle_timeout_seconds / 2:
+                # Quiet for half the idle timeout: where the source is now. If nothing comes for the rest of it,
+                # every change before it is applied (what the change sensor reads the source's log from). Read
+                # only once the stream is quiet, not each time the queue drains while it flows.
                 idle_mark = (pending.source_position(connector), now)
-            if now - max(last_batch_at, streaming_since) >= connector.idle_timeout_seconds and schema_snapshot_done \
+            if quiet_for >= connector.idle_timeout_seconds and schema_snapshot_done \
                     and not session.bulk_load_pending:
                 # (A load still to run first waits for the engine's start, whatever the idle timeout.)
-                if idle_mark[0] is not None and not group and idle_mark[1] >= last_batch_at:
+                if idle_mark is not None and idle_mark[0] is not None and not group \
+                        and now - idle_mark[1] >= connector.idle_timeout_seconds / 2:
                     session.record_source_checked(idle_mark[0])
                 break
         elif runner.state in ("STOPPED", "FAILED"):

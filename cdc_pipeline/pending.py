@@ -105,7 +105,7 @@ def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, c
 def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
     """Peeks the slot for a change after `applied_lsn`: the slot is confirmed up to the last change Debezium
     processed, not past its transaction's commit, so the transaction applied last is decoded again."""
-    slot = f"cdc_{connector.name}"
+    slot = connector.replication_slot
     with postgres.connect(connector) as source:
         row = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
         if row is None:

@@ -222,8 +222,8 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
     elif connector.type == "postgres":
         props["database.dbname"] = connector.database
         props["plugin.name"] = "pgoutput"
-        props["slot.name"] = f"cdc_{connector.name}"
-        props["publication.name"] = f"cdc_{connector.name}"
+        props["slot.name"] = connector.replication_slot
+        props["publication.name"] = connector.replication_slot
         props["publication.autocreate.mode"] = "filtered"
         # PostgreSQL emits no DDL events: destination tables are derived from the value schemas, which need
         # each column's source type, length and scale to reproduce it.

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.table import SourceTable
 
 CONNECT_TIMEOUT_SECONDS = 10
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
@@ -72,13 +73,6 @@ def jdbc_url(connector: ConnectorConfig) -> str:
     so that Spark applies its MySQL dialect (backquoted column names: it double-quotes them for a URL it does not
     know, which MariaDB reads as strings)."""
     return f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
-
-
-@dataclass(frozen=True)
-class SourceTable:
-    name: str
-    estimated_rows: int
-    average_row_bytes: int
 
 
 @dataclass(frozen=True)

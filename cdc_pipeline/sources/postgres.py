@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.table import SourceTable
 
 CONNECT_TIMEOUT_SECONDS = 10
 JDBC_DRIVER = "org.postgresql.Driver"
@@ -67,13 +68,6 @@ def connect(connector: ConnectorConfig) -> Any:
 def jdbc_url(connector: ConnectorConfig) -> str:
     """The JDBC URL Spark's readers use (its PostgreSQL dialect: double-quoted names, a cursor per read)."""
     return f"jdbc:postgresql://{connector.hostname}:{connector.port}/{connector.database}"
-
-
-@dataclass(frozen=True)
-class SourceTable:
-    name: str
-    estimated_rows: int
-    average_row_bytes: int
 
 
 @dataclass(frozen=True)
@@ -286,7 +280,7 @@ def slot_status(connector: ConnectorConfig) -> dict[str, Any] | None:
     with connect(connector) as source:
         row = source.execute(
             "SELECT slot_name, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status, "
-            "safe_wal_size FROM pg_replication_slots WHERE slot_name = %s", (f"cdc_{connector.name}",)).fetchone()
+            "safe_wal_size FROM pg_replication_slots WHERE slot_name = %s", (connector.replication_slot,)).fetchone()
     if row is None:
         return None
     retained = int(row[2] or 0)
