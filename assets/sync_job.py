@@ -5,8 +5,7 @@ of batches, and the apply op drives it, one group of batches at a time, while th
 """
 
 
-import time
-from typing import Any, Optional
+from typing import Optional
 
 from dagster import (
     AssetMaterialization,
@@ -82,9 +81,7 @@ def mark_batches_complete(context: OpExecutionContext, debezium_runner: Debezium
     out=Out(dict))
 def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, marked: int):
     with debezium_runner.step() as session:
-        stats = session.cycle_stats
-        stats.finished_at = time.monotonic()
-        summary: dict[str, Any] = {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
+        summary = cycle.cycle_summary(session, marked)
         memory = session.memory_report()
         metadata = {key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
                     for key, value in summary.items() if isinstance(value, (int, float))}

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import psycopg
+from psycopg import sql
 from pyspark.sql import functions as F
 
 from cdc_pipeline import cycle
@@ -173,6 +175,61 @@ def measure_apply_stage(config: PipelineConfig, spark: Any) -> Measurement:
         return Measurement(rows, seconds)
 
 
+def keep_table_state(destination: PostgresServer, database: str, table: str, copy: str) -> None:
+    """Copies `table` (schema.table) as `copy`, with its primary key: the state the destination ceiling starts
+    from."""
+    source, target = _qualified(table), _qualified(copy)
+    with psycopg.connect(destination.dsn(database), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
+        conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(target, source))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(target, source))
+
+
+def measure_destination_ceiling(destination: PostgresServer, database: str, before: str, after: str,
+                                key: str = "id") -> Measurement:
+    """The destination alone writing the same net changes the pipeline applied, as the pipeline writes them: the
+    net rows (those `after` holds and `before` does not hold as they are) and the deleted keys, already as COPY
+    text in memory, are copied into temporary staging tables and merged into `before` (DELETE ... USING, INSERT
+    ... ON CONFLICT DO UPDATE) in one transaction. Returns the rows written and the seconds from BEGIN to COMMIT.
+    """
+    target, current, key_name = _qualified(before), _qualified(after), sql.Identifier(key)
+    with psycopg.connect(destination.dsn(database)) as conn, conn.cursor() as cur:
+        upserts = _copy_out(cur, sql.SQL("SELECT * FROM {} EXCEPT SELECT * FROM {}").format(current, target))
+        deletes = _copy_out(cur, sql.SQL("SELECT {k} FROM {b} EXCEPT SELECT {k} FROM {a}").format(
+            k=key_name, b=target, a=current))
+        columns = [row[0] for row in cur.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum", (before,)).fetchall()]
+        conn.commit()
+        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name))
+                                     for name in columns if name != key)
+        started = time.monotonic()
+        cur.execute(sql.SQL("CREATE TEMP TABLE ceiling_deletes ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0").format(
+            key_name, target))
+        with cur.copy("COPY ceiling_deletes FROM STDIN") as copy:
+            copy.write(deletes)
+        cur.execute(sql.SQL("DELETE FROM {} AS t USING ceiling_deletes AS s WHERE t.{k} = s.{k}").format(
+            target, k=key_name))
+        cur.execute(sql.SQL("CREATE TEMP TABLE ceiling_upserts ON COMMIT DROP AS SELECT * FROM {} LIMIT 0").format(
+            target))
+        with cur.copy("COPY ceiling_upserts FROM STDIN") as copy:
+            copy.write(upserts)
+        cur.execute(sql.SQL("INSERT INTO {} SELECT * FROM ceiling_upserts ON CONFLICT ({}) DO UPDATE SET {}").format(
+            target, key_name, updates))
+        conn.commit()
+        seconds = time.monotonic() - started
+    return Measurement(upserts.count(b"\n") + deletes.count(b"\n"), seconds)
+
+
+def _qualified(name: str) -> sql.Identifier:
+    return sql.Identifier(*name.split("."))
+
+
+def _copy_out(cur: Any, query: sql.Composable) -> bytes:
+    with cur.copy(sql.SQL("COPY ({}) TO STDOUT").format(query)) as copy:
+        return b"".join(bytes(block) for block in copy)
+
+
 def measure_phases(source: MariaDbServer, destination: PostgresServer, spark: Any, rows: int, batch_size: int,
                    database: str) -> dict[str, Any]:
     """Loads `rows` into a new source database and measures its snapshot, then a stream of changes to it."""
@@ -185,11 +242,18 @@ def measure_phases(source: MariaDbServer, destination: PostgresServer, spark: An
         raw = measure_raw_capture(config, spark, expected)
         parse_only = measure_parse_only(config, spark)
         end_to_end, cycle_stats = measure_pipeline(config, spark)
+        if phase == "stream":
+            keep_table_state(destination, database, "apply_stage.items", "apply_stage.items_ceiling")
         apply_stage = measure_apply_stage(config, spark)
+        ceiling = measure_destination_ceiling(destination, database, "apply_stage.items_ceiling",
+                                              "apply_stage.items") if phase == "stream" else None
         results[phase] = {
             "raw_capture_events_per_second": round(raw.rate),
             "pipeline_events_per_second": round(end_to_end.rate),
             "apply_rows_per_second": round(apply_stage.rate),
+            **({"destination_ceiling_rows_per_second": round(ceiling.rate), "destination_ceiling_rows": ceiling.events,
+                "apply_to_ceiling_ratio": round(apply_stage.rate / ceiling.rate, 3) if ceiling.rate else None}
+               if ceiling else {}),
             "pipeline_to_capture_ratio": round(end_to_end.rate / raw.rate, 3) if raw.rate else None,
             "parse_only_events_per_second": round(parse_only.rate),
             "parse_only_to_capture_ratio": round(parse_only.rate / raw.rate, 3) if raw.rate else None,

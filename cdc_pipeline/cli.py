@@ -1,4 +1,5 @@
-"""The `cdc-pipeline` command: run a fetch cycle through the connector's Dagster job; ask a connector to pause,
+"""The `cdc-pipeline` command: run a fetch cycle of a connector (the steps of its Dagster job, in this process and
+without Dagster); ask a connector to pause,
 resume, move its offset, restart or reload its rules; show its state, requests and stats."""
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import psycopg
@@ -21,12 +21,6 @@ from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
 log = logging.getLogger(__name__)
-
-
-def _use_project_dagster_home() -> None:
-    """Runs started from the CLI go to the project's Dagster instance (so the UI shows them) unless one is set."""
-    if "DAGSTER_HOME" not in os.environ and Path("dagster_home/dagster.yaml").is_file():
-        os.environ["DAGSTER_HOME"] = str(Path("dagster_home").resolve())
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -45,25 +39,18 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_sync(name: str, verbose: bool = False, start_offset: str | None = None) -> dict[str, Any]:
-    """Runs one fetch cycle of the connector through its `sync_<name>` job in this process; returns its summary.
+def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
+    """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
+    Dagster); returns its summary.
 
     With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
     """
-    from dagster import DagsterInstance
-
-    from assets.sync_job import build_sync_job
+    from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
+    from cdc_pipeline.spark import build_spark_session
 
     config = load_config()
     connector = config.connector(name)
-    _use_project_dagster_home()
-    instance = DagsterInstance.get() if "DAGSTER_HOME" in os.environ else DagsterInstance.ephemeral()
-    job = build_sync_job(connector, str(config.path))
-    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
-    if start_offset is not None:
-        run_config["resources"] = {"replay": {"config": {"start_offset": start_offset}}}
-    result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=True)
-    return result.output_for_node("record_stats")
+    return run_cycle(connector, config.destination, build_spark_session(), start_offset=start_offset)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -84,7 +71,9 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     try:
         if bar is not None:
             bar.start()
-        summary = run_sync(args.name, verbose=args.verbose, start_offset=args.start_offset)
+        if args.verbose:
+            logging.getLogger().setLevel(logging.INFO)
+        summary = run_sync(args.name, start_offset=args.start_offset)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = _root_cause(exc)
         print(f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)

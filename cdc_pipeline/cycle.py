@@ -730,3 +730,26 @@ def mark_batches_complete(session: ConnectorSession, batch_ids: list[int]) -> in
     assert session.runner is not None
     faults.pause_point(faults.COMMITTED)
     return session.complete_batches(batch_ids)
+
+
+def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
+    """What a finished cycle reports: the connector, the cycle's counts and timings, the events marked complete."""
+    stats = session.cycle_stats
+    stats.finished_at = time.monotonic()
+    return {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
+
+
+def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession,
+              start_offset: str | None = None) -> dict[str, Any]:
+    """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
+    convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.
+
+    The session takes the connector's run lock, so a cycle run this way and a Dagster run never overlap; a failure
+    is recorded as the connector's last error and raised.
+    """
+    with ConnectorSession(connector, destination, spark, start_offset=start_offset) as session:
+        plans = convert_dml(session, convert_ddl(session, parse_batches(session, fetch_batches(session))))
+        marked = mark_batches_complete(session, apply_batches(session, plans))
+        summary = cycle_summary(session, marked)
+        session.memory_report()  # recorded in the connector's state, as the job's last step records it
+        return summary
