@@ -45,6 +45,7 @@ demo-stop:
 	@test -x $(PY) && $(PY) -m cdc_pipeline.demo stop || true
 
 test: setup
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest --durations=15
 
 unit-test: setup
