@@ -16,9 +16,11 @@ from resources.spark_session import SparkSessionResource
 class DebeziumRunnerResource(ConfigurableResource):
     """Starts the connector's embedded Debezium engine in the Spark driver JVM when the run starts.
 
-    Setup connects to the destination, takes the connector's run lock and starts the engine; teardown stops
-    the engine (flushing the offsets of completed batches), records the connector's final state and the
-    run's error if any, and releases the lock, also when the run fails.
+    The first step of a run connects to the destination, takes the connector's run lock and starts the engine;
+    teardown stops the engine (flushing the offsets of completed batches), records the connector's final state
+    and the run's error if any, and releases the lock, also when the run fails. Nothing starts at setup: Dagster
+    also initializes a run's resources where no step runs (the `dagster job execute` command does so again after
+    the run ends), and one run must start one engine.
     """
 
     connector: str = Field(description="Connector name in the connectors file.")
@@ -29,17 +31,6 @@ class DebeziumRunnerResource(ConfigurableResource):
     _session: Optional[ConnectorSession] = PrivateAttr(default=None)
     _error: Optional[BaseException] = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        config = load_config(self.config_path)
-        session = ConnectorSession(config.connector(self.connector), config.destination, self.spark.get_session(),
-                                   start_offset=self.replay.start_offset)
-        try:
-            session.open()
-        except BaseException as exc:
-            session.close(exc)
-            raise
-        self._session = session
-
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._session is not None:
             session, self._session = self._session, None
@@ -47,8 +38,17 @@ class DebeziumRunnerResource(ConfigurableResource):
 
     @property
     def session(self) -> ConnectorSession:
+        """The run's connector session, opened (engine started) on first use."""
         if self._session is None:
-            raise RuntimeError(f"the Debezium runner of connector {self.connector!r} is not started")
+            config = load_config(self.config_path)
+            session = ConnectorSession(config.connector(self.connector), config.destination,
+                                       self.spark.get_session(), start_offset=self.replay.start_offset)
+            try:
+                session.open()
+            except BaseException as exc:
+                session.close(exc)
+                raise
+            self._session = session
         return self._session
 
     @contextmanager
