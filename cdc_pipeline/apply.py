@@ -302,6 +302,17 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     return not connector.tables or source_table in connector.tables
 
 
+SNAPSHOT_INCLUDE_LIST = "snapshot.include.collection.list"
+
+
+def snapshot_reads(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether Debezium's snapshot reads the table: every captured table, unless the connector's
+    `snapshot.include.collection.list` (regular expressions matched against the whole `db.table`, case aside, as
+    Debezium matches them) narrows it. A table the snapshot does not read keeps its rows."""
+    patterns = [part.strip() for part in connector.debezium.get(SNAPSHOT_INCLUDE_LIST, "").split(",") if part.strip()]
+    return not patterns or any(re.fullmatch(pattern, source_table, re.IGNORECASE) for pattern in patterns)
+
+
 def attach_dml_frames(plan: BatchPlan) -> None:
     """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema.
 
@@ -495,7 +506,7 @@ class BatchApplier:
                          moved.snapshot_rows)
         elif step.kind == SNAPSHOT_END:
             for source_table in control.tables_not_replaced_by_snapshot(cur, schema, name):
-                if captures(self.connector, source_table):
+                if captures(self.connector, source_table) and snapshot_reads(self.connector, source_table):
                     self._empty_for_snapshot(cur, source_table, step.ref, "the snapshot read no rows of it")
         else:
             if step.counts.snapshot_rows and control.replace_snapshot_rows(cur, schema, name, step.source_table):
