@@ -296,7 +296,7 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     Debezium keeps every table of the source server in its schema history, and may report schema changes
     of tables it does not capture: those must never reach the destination.
     """
-    container, _, table = source_table.rpartition(".")
+    container, _ = connector.split_table(source_table)
     if connector.type in ("mariadb", "mysql") and container != connector.database:
         return False
     return not connector.tables or source_table in connector.tables
@@ -730,6 +730,8 @@ class BatchApplier:
             unchanged_columns("after", columns, placeholder).alias("unchanged_after"),
             zero_dates("after", columns).alias("zero_dates")).orderBy("seq").collect()
         target = sql.Identifier(schema, table)
+        # Statements with parameters: a `%` in a name must reach psycopg doubled, or it reads as a placeholder.
+        param_target = param_identifier(schema, table)
         zero_dates_written = sum(row.zero_dates for row in rows if row.op != "d")
         if not any(row.op in ("u", "d") and (row.unchanged_before or row.unchanged_after) for row in rows):
             self._apply_keyless_net(cur, target, columns, rows, transforms)
@@ -747,17 +749,18 @@ class BatchApplier:
             matched = [i for i, name in enumerate(names) if name not in row.unchanged_before]
             before = [parse_copy_line(row.before_line)[i] for i in matched]
             match = sql.SQL(" AND ").join(
-                sql.SQL("{} IS NOT DISTINCT FROM {}").format(sql.Identifier(names[i]), values[i]) for i in matched)
-            one_row = sql.SQL("ctid = (SELECT ctid FROM {t} WHERE {match} LIMIT 1)").format(t=target, match=match)
+                sql.SQL("{} IS NOT DISTINCT FROM {}").format(param_identifier(names[i]), values[i]) for i in matched)
+            one_row = sql.SQL("ctid = (SELECT ctid FROM {t} WHERE {match} LIMIT 1)").format(t=param_target,
+                                                                                              match=match)
             if row.op == "d":
-                cur.execute(sql.SQL("DELETE FROM {} WHERE ").format(target) + one_row, before)
+                cur.execute(sql.SQL("DELETE FROM {} WHERE ").format(param_target) + one_row, before)
             else:
                 written = [i for i, name in enumerate(names) if name not in row.unchanged_after]
                 after = [parse_copy_line(row.after_line)[i] for i in written]
                 assignments = sql.SQL(", ").join(
-                    sql.SQL("{} = {}").format(sql.Identifier(names[i]), values[i]) for i in written)
-                cur.execute(sql.SQL("UPDATE {} SET ").format(target) + assignments + sql.SQL(" WHERE ") + one_row,
-                            [*after, *before])
+                    sql.SQL("{} = {}").format(param_identifier(names[i]), values[i]) for i in written)
+                cur.execute(sql.SQL("UPDATE {} SET ").format(param_target) + assignments + sql.SQL(" WHERE ")
+                            + one_row, [*after, *before])
         if pending_inserts:
             self._insert_lines(cur, target, columns, pending_inserts, transforms)
         return self._zero_dates_written(step, zero_dates_written)
@@ -827,6 +830,12 @@ def spark_failure(error: BaseException) -> tuple[str, int | None]:
     message = raised.group(1) if raised else text.strip().splitlines()[0] if text.strip() else repr(error)
     seq = _SEQ_IN_MESSAGE.search(message)
     return message, int(seq.group(1)) if seq else None
+
+
+def param_identifier(*names: str) -> sql.Identifier:
+    """An identifier for a statement executed with parameters: psycopg reads `%` there as a placeholder's start
+    (also inside a quoted name), and `%%` as one `%`."""
+    return sql.Identifier(*(name.replace("%", "%%") for name in names))
 
 
 def _match_columns(names: list[str], left: str, values: dict[str, sql.Composable]) -> sql.Composed:

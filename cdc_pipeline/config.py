@@ -250,6 +250,16 @@ class ConnectorConfig:
         """Whether this connector copies existing rows with the bulk snapshot engine."""
         return self.snapshot_engine == "spark"
 
+    def split_table(self, source_table: str) -> tuple[str, str]:
+        """A source table id (`db.table`, `schema.table`) as (container, table). A table's name may hold a dot
+        (`db.a.b` is table `a.b` of database `db`): the connector's own database is taken off whole, and other
+        ids are split at their first dot."""
+        prefix = f"{self.database}."
+        if self.type in ("mariadb", "mysql") and source_table.startswith(prefix):
+            return self.database, source_table[len(prefix):]
+        container, _, table = source_table.partition(".")
+        return container, table
+
     @property
     def replication_slot(self) -> str:
         """A PostgreSQL source's replication slot (and publication): one per connector."""

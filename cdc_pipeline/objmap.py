@@ -33,7 +33,7 @@ from cdc_pipeline.ddl import DdlChange, TableDef, parse_table_id, rename_table_s
 from cdc_pipeline.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
 from cdc_pipeline.errors import ConversionError, MappingRuleError
 from cdc_pipeline.events import EventRef
-from cdc_pipeline.typemap import ColumnDef, canonical_pg_type, dest_identifier
+from cdc_pipeline.typemap import ColumnDef, canonical_pg_type, default_table_name, dest_identifier
 
 log = logging.getLogger(__name__)
 
@@ -346,10 +346,7 @@ class ObjectMap:
         return bool(self.rules)
 
     def default_table_name(self, source_table: str) -> tuple[str, str]:
-        parts = source_table.split(".")
-        casing = self.connector.letter_casing
-        schema = self.connector.destination_schema or dest_identifier(parts[0], casing)
-        return schema, dest_identifier(parts[-1], casing)
+        return default_table_name(self.connector, source_table)
 
     def table_name(self, source_table: str, default: tuple[str, str] | None = None) -> tuple[str, str]:
         """The destination (schema, table) of a source table (`db.table`)."""

@@ -13,7 +13,7 @@ from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import mariadb
 from cdc_pipeline.sources.mariadb import quote_mysql
-from cdc_pipeline.typemap import dest_identifier
+from cdc_pipeline.objmap import ObjectMap, read_rules
 
 CONNECT_TIMEOUT_SECONDS = 10
 _POSTGRES_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
@@ -38,8 +38,11 @@ def compare_row_counts(connector: ConnectorConfig, destination: DestinationConfi
     source_counts = _source_row_counts(connector)
     counts = []
     with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+        # The applier's naming: the table rules first, else the default rule.
+        object_map = ObjectMap(connector, read_rules(conn, destination.control_schema, connector.name)
+                               if _has_rules_table(conn, destination.control_schema) else [])
         for source_table, rows in sorted(source_counts.items()):
-            schema, table = _destination_names(connector, source_table)
+            schema, table = object_map.table_name(source_table)
             exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
                                   (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
             dest_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
@@ -48,10 +51,9 @@ def compare_row_counts(connector: ConnectorConfig, destination: DestinationConfi
     return counts
 
 
-def _destination_names(connector: ConnectorConfig, source_table: str) -> tuple[str, str]:
-    container, _, table = source_table.rpartition(".")
-    schema = connector.destination_schema or dest_identifier(container, connector.letter_casing)
-    return schema, dest_identifier(table, connector.letter_casing)
+def _has_rules_table(conn: psycopg.Connection, schema: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                        (sql.Identifier(schema, "objmap").as_string(conn),)).fetchone()[0]
 
 
 def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
@@ -68,7 +70,7 @@ def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
         tables = [table.name for table in mariadb.list_tables(cur, connector.database)]
         counts = {}
         for source_table in filter(lambda name: captures(connector, name), tables):
-            database, _, table = source_table.partition(".")
+            database, table = connector.split_table(source_table)
             # pymysql has no identifier composition like psycopg.sql: the names are backquoted by quote_mysql.
             cur.execute("SELECT COUNT(*) FROM " + quote_mysql(database) + "." + quote_mysql(table))
             counts[source_table] = int(cur.fetchone()[0])

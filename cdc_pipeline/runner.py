@@ -231,7 +231,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         # Intervals as ISO-8601 text keep months and days apart (the numeric form folds them into microseconds).
         props["interval.handling.mode"] = "string"
         if connector.tables:
-            schemas = dict.fromkeys(table.rpartition(".")[0] for table in connector.tables)
+            schemas = dict.fromkeys(connector.split_table(table)[0] for table in connector.tables)
             props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
     elif connector.type == "sqlserver":
         props["database.names"] = connector.database

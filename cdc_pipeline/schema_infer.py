@@ -27,6 +27,7 @@ from cdc_pipeline.typemap import (
     ColumnDef,
     canonical_pg_type,
     column_def_from_source,
+    default_table_name,
     dest_identifier,
     postgres_array_element,
 )
@@ -150,7 +151,7 @@ def table_def_from_event_schema(fields: Sequence[FieldSpec], key_fields: Sequenc
     if not fields:
         raise ConversionError("the change events carry no row-image columns", connector=connector.name,
                               table=source_table)
-    parts = source_table.split(".")
+    schema, name = default_table_name(connector, source_table)
     columns = tuple(
         column_def_from_field(spec, connector_type=connector.type, letter_casing=connector.letter_casing)
         for spec in fields
@@ -167,8 +168,8 @@ def table_def_from_event_schema(fields: Sequence[FieldSpec], key_fields: Sequenc
         raise ConversionError(f"key columns not among the columns: {', '.join(missing)}",
                               connector=connector.name, table=source_table)
     return TableDef(
-        schema=connector.destination_schema or dest_identifier(parts[0], connector.letter_casing),
-        name=dest_identifier(parts[-1], connector.letter_casing),
+        schema=schema,
+        name=name,
         columns=columns,
         primary_key=primary_key,
         source_id=source_table,

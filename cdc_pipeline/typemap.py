@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg import sql
 
-from cdc_pipeline.config import LETTER_CASINGS
+from cdc_pipeline.config import LETTER_CASINGS, ConnectorConfig
 from cdc_pipeline.errors import ConfigError, ConversionError
 
 logger = logging.getLogger(__name__)
@@ -252,6 +252,15 @@ def dest_identifier(name: str, letter_casing: str) -> str:
     if letter_casing == "asis":
         return name
     raise ConfigError(f"letter casing must be one of {', '.join(LETTER_CASINGS)}, not {letter_casing!r}")
+
+
+def default_table_name(connector: ConnectorConfig, source_table: str) -> tuple[str, str]:
+    """The destination (schema, table) of a source table when no table rule maps it: the connector's
+    `destination_schema`, else the source's database (schema), and the table's own name, in the connector's
+    letter casing. The one place this rule is written (`ObjectMap.table_name` adds the rules)."""
+    container, table = connector.split_table(source_table)
+    casing = connector.letter_casing
+    return connector.destination_schema or dest_identifier(container, casing), dest_identifier(table, casing)
 
 
 def pg_type_for(source_type: str, column: dict[str, Any], connector_type: str) -> str:

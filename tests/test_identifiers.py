@@ -36,3 +36,49 @@ def test_odd_identifiers_are_names_not_sql(pipeline):
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
         (f'"{pipeline.source_db}"."{TABLE.lower().replace(chr(34), chr(34) * 2)}"',))
     assert [name for (name,) in columns] == [name.lower() for name in COLUMNS] + ['new"col;']
+
+
+DOTTED = "a.b"
+PERCENT = "pct%s_100%"
+
+
+def test_a_dot_or_a_percent_in_a_table_name_replicates_and_counts(pipeline):
+    # A dot in a table's name is part of the name (`db.a.b` is table `a.b`), not a schema separator.
+    pipeline.source([
+        f"CREATE TABLE `{DOTTED}` (id INT PRIMARY KEY, v VARCHAR(10))",
+        f"CREATE TABLE `{PERCENT}` (`n%` INT, v VARCHAR(10))",
+        f"INSERT INTO `{DOTTED}` VALUES (1, 'one'), (2, 'two')",
+        f"INSERT INTO `{PERCENT}` VALUES (1, 'x'), (1, 'x')",
+    ])
+    pipeline.sync()
+    pipeline.source([f"INSERT INTO `{DOTTED}` VALUES (3, 'three')", f"UPDATE `{DOTTED}` SET v = 'TWO' WHERE id = 2",
+                     f"DELETE FROM `{DOTTED}` WHERE id = 1", f"DELETE FROM `{PERCENT}` LIMIT 1",
+                     f"INSERT INTO `{PERCENT}` VALUES (2, 'y')"])
+    pipeline.sync()
+
+    assert pipeline.dest_rows(DOTTED) == pipeline.source_rows(DOTTED)
+    assert sorted(pipeline.dest_rows(PERCENT)) == sorted(pipeline.source_rows(PERCENT))
+    from cdc_pipeline.config import load_config
+    from cdc_pipeline.row_counts import compare_row_counts
+
+    config = load_config(pipeline.config_path)
+    counts = {count.source_table: count for count in compare_row_counts(config.connector(pipeline.name),
+                                                                        config.destination)}
+    assert set(counts) == {f"{pipeline.source_db}.{DOTTED}", f"{pipeline.source_db}.{PERCENT}"}
+    assert all(count.matches for count in counts.values()), counts
+
+
+def test_statements_with_parameters_take_names_with_a_percent(destination_pg):
+    import psycopg
+    from psycopg import sql
+
+    from cdc_pipeline.apply import param_identifier
+
+    destination_pg.create_database("percent_names")
+    with psycopg.connect(destination_pg.dsn("percent_names"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} ({} int, v text)").format(sql.Identifier(PERCENT), sql.Identifier("n%")))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'a')").format(sql.Identifier(PERCENT)))
+        updated = conn.execute(sql.SQL("UPDATE {} SET v = %s WHERE {} = %s").format(
+            param_identifier(PERCENT), param_identifier("n%")), ("b", 1)).rowcount
+
+    assert updated == 1

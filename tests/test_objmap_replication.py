@@ -16,6 +16,8 @@ from conftest import Pipeline, new_pipeline
 from pg_source_helpers import pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
 from cdc_pipeline.cli import main
+from cdc_pipeline.config import load_config
+from cdc_pipeline.row_counts import compare_row_counts
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +132,11 @@ def test_names_types_and_transforms_apply_to_snapshot_stream_and_ddl(mapped: Pip
     assert objmap(mapped, "show") == 0
     shown = capsys.readouterr().out
     assert f"{db}.employee.salary DECIMAL -> hr.staff.salary numeric(10,2)  transform round(%d * 1.1, 2)" in shown
+    # The row-count check names tables as the applier does: by the table rules.
+    config = load_config(mapped.config_path)
+    counts = compare_row_counts(config.connector(mapped.name), config.destination)
+    assert {(count.source_table, count.destination_table, count.matches) for count in counts} == {
+        (f"{db}.employee", "hr.staff", True), (f"{db}.notes", f"{db}.notes", True)}
 
 
 def test_a_failing_transform_fails_the_batch_with_column_value_and_position(mapped: Pipeline) -> None:

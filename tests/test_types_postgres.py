@@ -201,7 +201,9 @@ LARGE_JSONB = "(SELECT jsonb_agg(md5(random()::text)) FROM generate_series(1, 20
 LARGE_COLUMNS = ("big", "blob", "tags", "numbers", "doc")
 TOAST_TABLE = ("CREATE TABLE toasted (id integer PRIMARY KEY, counter integer, big text, blob bytea, tags text[], "
                "numbers integer[], doc jsonb)")
-KEYLESS_TABLE = "CREATE TABLE toasted_keyless (n integer, counter integer, big text)"
+# A `%` in its name: the keyless one-event-at-a-time statements carry parameters.
+KEYLESS = "toasted%keyless"
+KEYLESS_TABLE = f'CREATE TABLE "{KEYLESS}" (n integer, counter integer, big text)'
 
 
 def _large_values() -> str:
@@ -215,25 +217,25 @@ def _stored_sizes(dsn: str, table: str) -> list[tuple]:
 
 
 def test_unchanged_toasted_values_keep_their_stored_value(pg_pipeline):
-    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.toasted", f"{SOURCE_SCHEMA}.toasted_keyless"])
+    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.toasted", f"{SOURCE_SCHEMA}.{KEYLESS}"])
     pg_pipeline.source([
         TOAST_TABLE, "ALTER TABLE toasted REPLICA IDENTITY DEFAULT",
-        KEYLESS_TABLE, "ALTER TABLE toasted_keyless REPLICA IDENTITY FULL",
+        KEYLESS_TABLE, f'ALTER TABLE "{KEYLESS}" REPLICA IDENTITY FULL',
         f"INSERT INTO toasted SELECT g, 0, {_large_values()} FROM generate_series(1, 3) AS g",
-        f"INSERT INTO toasted_keyless SELECT g, 0, {LARGE_TEXT} FROM generate_series(1, 2) AS g",
+        f'INSERT INTO "{KEYLESS}" SELECT g, 0, {LARGE_TEXT} FROM generate_series(1, 2) AS g',
     ])
     assert all(stored > 2000 for stored, _ in _stored_sizes(pg_pipeline.source_dsn, "toasted"))
 
     pg_pipeline.sync()
 
-    for table in ("toasted", "toasted_keyless"):
+    for table in ("toasted", KEYLESS):
         assert_same_values(pg_pipeline, table, {})
 
     pg_pipeline.source([
         # Only `counter` changes: every large column of rows 1 and 2 arrives as the placeholder.
         "UPDATE toasted SET counter = counter + 1 WHERE id IN (1, 2)",
         "UPDATE toasted SET counter = counter + 1 WHERE id = 1",
-        "UPDATE toasted_keyless SET counter = 5 WHERE n = 1",
+        f'UPDATE "{KEYLESS}" SET counter = 5 WHERE n = 1',
         # New large values, then changes that leave them alone, in one batch: the new values must win.
         f"UPDATE toasted SET ({', '.join(LARGE_COLUMNS)}) = ({_large_values()}) WHERE id = 2",
         "UPDATE toasted SET counter = counter + 10 WHERE id = 2",
@@ -241,14 +243,14 @@ def test_unchanged_toasted_values_keep_their_stored_value(pg_pipeline):
         "UPDATE toasted SET counter = 7 WHERE id = 3",
         f"INSERT INTO toasted SELECT 4, 0, {_large_values()}",
         "UPDATE toasted SET counter = 1 WHERE id = 4",
-        f"UPDATE toasted_keyless SET big = {LARGE_TEXT} WHERE n = 2",
-        "UPDATE toasted_keyless SET counter = 9 WHERE n = 2",
+        f'UPDATE "{KEYLESS}" SET big = {LARGE_TEXT} WHERE n = 2',
+        f'UPDATE "{KEYLESS}" SET counter = 9 WHERE n = 2',
     ])
 
     summary = pg_pipeline.sync()
 
     assert (summary["inserts"], summary["updates"]) == (1, 11)
-    for table in ("toasted", "toasted_keyless"):
+    for table in ("toasted", KEYLESS):
         assert_same_values(pg_pipeline, table, {})
     sizes = _stored_sizes(pg_pipeline.dest_dsn, "toasted")
     assert len(sizes) == 4 and all(length == 6400 for _, length in sizes)
