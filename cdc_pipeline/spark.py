@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
+from cdc_pipeline import jvm_archive
 from cdc_pipeline.runner import FetchedBatch, executor_jars, runner_classpath
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ DEFAULT_CONF = {
 }
 
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 MASTER_ENV = "CDC_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
 
@@ -43,11 +45,17 @@ def build_spark_session(master: str | None = None, conf: Mapping[str, str] | Non
     already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
     """
     master = master or default_master()
-    classpath = os.pathsep.join(str(jar) for jar in runner_classpath())
+    jars = runner_classpath()
+    classpath = os.pathsep.join(str(jar) for jar in jars)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    archive_options = jvm_archive.java_options(jars)
+    if archive_options:
+        # The driver JVM maps the class archive (built by `cdc-pipeline jvm-archive`): a shorter start.
+        settings[DRIVER_JAVA_OPTIONS] = f"{settings.get(DRIVER_JAVA_OPTIONS, '')} {archive_options}".strip()
+    for key, value in settings.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraClassPath", classpath)
     # The bulk snapshot's tasks read the source and write the destination through JDBC, on whatever executors

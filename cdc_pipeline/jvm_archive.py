@@ -1,0 +1,113 @@
+"""A class-data-sharing archive of the driver JVM: the classes a run loads (Spark, the JSON parser, the runner,
+Debezium's engine), parsed and verified once and mapped by every later run, so that each run's fixed start is
+shorter (see docs/benchmarks in the README: the start of a Spark session and its first jobs).
+
+The archive is built by `cdc-pipeline jvm-archive` (`make setup` runs it): a short JVM run that loads those
+classes and dumps them when it exits (`-XX:ArchiveClassesAtExit`), written under a temporary name and renamed
+once the run ended well, since a JVM refuses to start from a truncated archive. Runs use it only when its key
+(the Java binary and every jar of the driver's classpath, with their sizes and times) matches; otherwise they
+start as before. `CDC_JVM_ARCHIVE=off` turns it off; `CDC_JVM_ARCHIVE_DIR` moves it (default
+`~/.cache/cdc-pipeline`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ARCHIVE_ENV = "CDC_JVM_ARCHIVE"
+ARCHIVE_DIR_ENV = "CDC_JVM_ARCHIVE_DIR"
+# The JVM's CDS messages (classes it cannot archive, such as those of signed jars) are not the user's business.
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Classes of the runner's dependencies a run loads after the session starts; loading them here puts them in.
+_RUNNER_CLASSES = (
+    "io.cdcpipeline.runner.DebeziumRunner", "io.cdcpipeline.runner.ChangeBatch",
+    "io.cdcpipeline.runner.EventSerializer",
+    "io.debezium.embedded.async.AsyncEmbeddedEngine", "io.debezium.connector.mariadb.MariaDbConnector",
+    "io.debezium.connector.postgresql.PostgresConnector", "org.apache.kafka.connect.json.JsonConverter",
+    "org.postgresql.Driver", "org.mariadb.jdbc.Driver",
+)
+
+
+def enabled() -> bool:
+    return os.environ.get(ARCHIVE_ENV, "on").lower() not in ("off", "0", "false", "no")
+
+
+def archive_path(classpath: list[Path]) -> Path:
+    """Where the archive for this Java and this driver classpath lives (its name is their key)."""
+    import pyspark
+
+    java = shutil.which("java") or "java"
+    java_path = Path(java).resolve()
+    spark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    parts = [f"{java_path}:{_stamp(java_path)}"]
+    parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars]]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+    directory = Path(os.environ.get(ARCHIVE_DIR_ENV) or Path.home() / ".cache" / "cdc-pipeline")
+    return directory / f"driver-{key}.jsa"
+
+
+def _stamp(path: Path) -> str:
+    try:
+        stat = path.stat()
+    except OSError:
+        return "missing"
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def java_options(classpath: list[Path]) -> str:
+    """The driver JVM's options that map the archive, or '' when there is none for this classpath (or it is off)."""
+    if not enabled():
+        return ""
+    archive = archive_path(classpath)
+    return f"-XX:SharedArchiveFile={archive} {_QUIET}" if archive.is_file() else ""
+
+
+def build(timeout_seconds: float = 600) -> tuple[Path, float]:
+    """Builds the archive for the current classpath in a child process; returns its path and the seconds taken."""
+    from cdc_pipeline.runner import runner_classpath
+
+    archive = archive_path(runner_classpath())
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "cdc_pipeline.jvm_archive", str(partial)], capture_output=True,
+                              text=True, timeout=timeout_seconds)
+        if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+            raise RuntimeError(f"building the JVM class archive failed (exit {done.returncode}): "
+                               f"{done.stderr.strip()[-2000:]}")
+        partial.replace(archive)
+    finally:
+        partial.unlink(missing_ok=True)
+    return archive, time.monotonic() - started
+
+
+def _load_classes(partial: str) -> None:
+    """The child's work: a session started as runs start it, the kinds of Spark jobs a run has, the runner's
+    classes; the JVM writes the archive when it exits."""
+    from pyspark.sql import functions as F
+
+    from cdc_pipeline.spark import build_spark_session
+
+    os.environ[ARCHIVE_ENV] = "off"
+    spark = build_spark_session(conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}"},
+                                app_name="cdc-pipeline-jvm-archive")
+    lines = spark.createDataFrame([('{"seq":1,"value":{"op":"c","after":{"id":"1"}}}',)], ["line"])
+    parsed = lines.select(F.from_json("line", "seq long, value struct<op string, after map<string,string>>").alias("e"))
+    parsed.groupBy(F.col("e.value.op")).agg(F.count("*"), F.concat_ws("\n", F.collect_list("e.value.after.id"))) \
+        .collect()
+    parsed.select(F.to_json("e")).orderBy(F.col("e.seq")).collect()
+    jvm = spark._jvm
+    for name in _RUNNER_CLASSES:
+        jvm.java.lang.Class.forName(name)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    _load_classes(sys.argv[1])
