@@ -394,8 +394,11 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
     measure_sync_process(source, destination, work, database, "spark", ["items"])  # the initial load
     made = change_source(source, changes, database)
     caught_up = measure_sync_process(source, destination, work, database, "spark", ["items"], new_destination=False)
+    # A run's fixed cost: a fresh process with nothing to do (its 1 s idle timeout included).
+    idle = measure_sync_process(source, destination, work, database, "spark", ["items"], new_destination=False)
     return {"changes": made, **{key: value for key, value in caught_up.items() if key != "cycle"},
-            "cycle_seconds": {key: value for key, value in caught_up["cycle"].items() if key.endswith("_seconds")}}
+            "cycle_seconds": {key: value for key, value in caught_up["cycle"].items() if key.endswith("_seconds")},
+            "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
 
 
 def run_backlog(changes: int) -> dict[str, Any]:
