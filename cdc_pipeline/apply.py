@@ -149,7 +149,7 @@ class BatchPlan:
 
 def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None,
                object_map: objmap.ObjectMap | None = None,
-               snapshot_positions: dict[str, dict] | None = None) -> BatchPlan:
+               snapshot_positions: dict[str, dict] | None = None, resumed_from: dict | None = None) -> BatchPlan:
     """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL, in the names
     and types of `object_map`'s rules).
 
@@ -157,12 +157,13 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
     have no such order; they are tracked per table instead (`SnapshotStep`). A table the bulk snapshot read under
     one consistent snapshot (`snapshot_positions`, a table without a key) already holds the changes committed
-    before that snapshot: those are counted as re-delivered too.
+    before that snapshot: those are counted as re-delivered too. `resumed_from` (the engine's stored offset when
+    the run started) tells a re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`).
     """
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
-    redelivered = redelivery_test(applied_offset)
+    redelivered = redelivery_test(applied_offset, resumed_from, connector=connector.name)
     snapshot_steps: dict[str, SnapshotStep] = {}
     placed_snapshot_steps: set[str] = set()
     snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's

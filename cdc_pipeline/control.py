@@ -461,6 +461,14 @@ def has_offset(conn: psycopg.Connection, schema: str, connector: str) -> bool:
     return bool(row and row[0])
 
 
+def read_engine_offset(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The connector's stored Debezium offset (where its engine resumes), or None; with several partitions, the
+    first."""
+    row = conn.execute(sql.SQL("SELECT offset_value FROM {} WHERE connector = %s ORDER BY offset_key").format(
+        sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchone()
+    return json.loads(row[0]) if row and row[0] else None
+
+
 def offset_in_snapshot(conn: psycopg.Connection, schema: str, connector: str) -> bool:
     """Whether the connector's stored offset was taken inside a snapshot (Debezium then takes that snapshot again
     from its start)."""

@@ -133,6 +133,7 @@ class ConnectorSession:
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
         self.applied_offset: dict[str, Any] | None = None
+        self.resumed_from: dict[str, Any] | None = None
         self.snapshot_mode = connector.snapshot_mode
         self._requested_mode: str | None = None
         self.object_map: objmap.ObjectMap | None = None
@@ -193,6 +194,8 @@ class ConnectorSession:
             and self.snapshot_mode in ROW_COPYING_MODES
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
                                                                                        name)
+        # Where the engine resumes: re-delivered events come from there on (see events.redelivery_test).
+        self.resumed_from = None if takes_snapshot else control.read_engine_offset(self.conn, self.control_schema, name)
         self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
         engine_mode = self._prepare_bulk_load(takes_snapshot) if self.connector.bulk_snapshot else self.snapshot_mode
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
@@ -386,7 +389,7 @@ class ConnectorSession:
     def count_transactions(self, plan: BatchPlan) -> None:
         """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches
         counts once; re-delivered events count none)."""
-        redelivered = redelivery_test(self.applied_offset)
+        redelivered = redelivery_test(self.applied_offset, self.resumed_from, connector=self.connector.name)
         for ref in plan.parsed.refs:
             key = _transaction_key(ref)
             if key is None or key == self._last_transaction:
@@ -648,7 +651,7 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     for batch in parsed:
         with session.phase(control.PHASE_CONVERTING, "convert"):
             plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map,
-                              session.snapshot_positions)
+                              session.snapshot_positions, session.resumed_from)
             session.count_transactions(plan)
         yield plan
 

@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdc_pipeline.errors import CdcError
 from cdc_pipeline.runner import FetchedBatch
 
 log = logging.getLogger(__name__)
@@ -268,7 +269,24 @@ def _pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | N
     return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
 
 
-def redelivery_test(applied: dict[str, Any] | None) -> Callable[[dict[str, Any] | None], bool] | None:
+class SourceLogChangedError(CdcError):
+    """A streamed record that cannot be placed after what was applied: the source's binlog is not the one the
+    applied position belongs to."""
+
+
+def _binlog_base(offset: dict[str, Any]) -> str:
+    """The binlog's base name (`mariadb-bin` of `mariadb-bin.000012`)."""
+    name = str(offset.get("file", ""))
+    stem, _, suffix = name.rpartition(".")
+    return stem if suffix.isdigit() else name
+
+
+def _binlog_place(offset: dict[str, Any]) -> str:
+    return f"{offset.get('file')}:{offset.get('pos')}"
+
+
+def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
+                    connector: str | None = None) -> Callable[[dict[str, Any] | None], bool] | None:
     """A test telling, from a record's Debezium offset, whether it is at or before `applied` (the offset of the
     last record a committed batch applied): a re-delivery after a crash between the commit and the offset flush.
     None when `applied` has no such order (nothing then counts as re-delivered).
@@ -278,12 +296,33 @@ def redelivery_test(applied: dict[str, Any] | None) -> Callable[[dict[str, Any] 
     or before its `lsn` (a transaction's changes have growing LSNs), or to a transaction before it, which its
     `lsn_commit` (the commit LSN of the transaction before the record's) tells: lower than the applied record's.
     Snapshot records never count: they are tracked per table (`SnapshotStep`).
+
+    A binlog record is only compared when it belongs to the applied position's binlog: one of another base name,
+    or one before the transaction the engine resumed from (`resumed_from`, its stored offset: re-deliveries start
+    there), means the source's log was reset (`RESET MASTER`), renamed, or is another server's (a failover). Such a
+    record would compare as already applied and be lost: `SourceLogChangedError` stops the run instead.
     """
     binlog = offset_order(applied)
     if binlog is not None:
+        assert applied is not None
+        base = _binlog_base(applied)
+        start = offset_order(resumed_from) if resumed_from and _binlog_base(resumed_from) == base else None
+
         def binlog_test(offset: dict[str, Any] | None) -> bool:
             order = offset_order(offset)
-            return order is not None and order <= binlog
+            if order is None:
+                return False
+            assert offset is not None
+            if _binlog_base(offset) != base or (start is not None and order[:2] < start[:2]):
+                raise SourceLogChangedError(
+                    f"the source's binlog changed: a streamed event at {_binlog_place(offset)} cannot be placed "
+                    f"after the applied position {_binlog_place(applied)}"
+                    + (f" (the engine resumed from {_binlog_place(resumed_from)})" if start is not None else "")
+                    + ": the binlog was reset (RESET MASTER), renamed (log_bin), or belongs to another server (a "
+                    "failover). Nothing of it was applied. Take a new snapshot (`cdc-pipeline restart NAME always`), "
+                    "or, if every change before it is applied, move the offset to it (`cdc-pipeline set-offset`)",
+                    connector=connector, position=offset)
+            return order <= binlog
         return binlog_test
     pg = _pg_stream_offset(applied)
     if pg is not None:

@@ -216,3 +216,27 @@ def test_the_parse_of_another_batch_reuses_the_generated_code(spark: SparkSessio
 
     assert {row.batch_id for row in rows} == {"2"}
     assert compilations.getCount() == before
+
+
+def _binlog(file: str, pos: int, event: int = 0, row: int = 0) -> dict:
+    return {"file": file, "pos": pos, "event": event, "row": row, "server_id": 1, "ts_sec": 1}
+
+
+def test_a_record_of_a_reset_renamed_or_other_binlog_stops_the_run_instead_of_counting_as_applied():
+    from cdc_pipeline.events import SourceLogChangedError, redelivery_test
+
+    applied = _binlog("mariadb-bin.000012", 5000, 1, 3)
+    resumed = _binlog("mariadb-bin.000012", 4000, 2)
+    test = redelivery_test(applied, resumed, connector="c")
+
+    assert test(_binlog("mariadb-bin.000012", 4000, 2)), "re-delivered from where the engine resumed"
+    assert test(_binlog("mariadb-bin.000012", 5000, 1, 3))
+    assert not test(_binlog("mariadb-bin.000012", 5000, 1, 4)) and not test(_binlog("mariadb-bin.000013", 4))
+    for changed in (_binlog("mariadb-bin.000001", 4),  # RESET MASTER: the files start over
+                    _binlog("mariadb-bin.000012", 3000),  # before the transaction the engine resumed from
+                    _binlog("mysql-bin.000002", 900)):  # another server's binlog, or a renamed log_bin
+        with pytest.raises(SourceLogChangedError, match="the source's binlog changed") as raised:
+            test(changed)
+        assert raised.value.connector == "c" and "restart NAME always" in str(raised.value)
+    # Without a stored offset (it was moved by hand, or lost) only the base name is checked.
+    assert redelivery_test(applied)(_binlog("mariadb-bin.000011", 1))
