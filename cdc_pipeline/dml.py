@@ -318,8 +318,11 @@ def converter_for(spec: FieldSpec) -> Converter | None:
 
 
 def copy_escape(text: Column) -> Column:
-    """Escapes a text value for COPY text format (backslash, newline, carriage return, tab)."""
-    escaped = F.replace(text, F.lit("\\"), F.lit("\\\\"))
+    """Escapes a text value for COPY text format (backslash, newline, carriage return, tab), and takes out NUL
+    characters: PostgreSQL's text types cannot hold them (a MariaDB/MySQL string may), and a value with one would
+    stop the connector on every run."""
+    escaped = F.replace(text, F.lit("\u0000"), F.lit(""))
+    escaped = F.replace(escaped, F.lit("\\"), F.lit("\\\\"))
     escaped = F.replace(escaped, F.lit("\n"), F.lit("\\n"))
     escaped = F.replace(escaped, F.lit("\r"), F.lit("\\r"))
     return F.replace(escaped, F.lit("\t"), F.lit("\\t"))

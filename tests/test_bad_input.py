@@ -95,3 +95,20 @@ def test_a_malformed_line_alone_becomes_a_dead_letter_under_skip(destination, de
     assert f"malformed event line (seq {BROKEN_SEQ}" in error
     assert raw_event.startswith(BROKEN_PREFIX), "the dead letter keeps the line as it came"
     assert bad_events == (1,)
+
+
+@pytest.mark.integration
+def test_nul_characters_in_text_are_taken_out_by_the_bulk_snapshot_and_the_stream(pipeline) -> None:
+    # PostgreSQL's text types cannot hold NUL; MariaDB's strings can. Bytes keep theirs.
+    pipeline.source([
+        "CREATE TABLE notes (id INT PRIMARY KEY, short VARCHAR(20), body TEXT, raw VARBINARY(8))",
+        "INSERT INTO notes VALUES (1, CONCAT('a', CHAR(0), 'b'), CONCAT(CHAR(0), 'x\\ty'), CONCAT('p', CHAR(0)))",
+    ])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO notes VALUES (2, CHAR(0), CONCAT('n', CHAR(0), CHAR(0)), CHAR(0))",
+                     "UPDATE notes SET body = CONCAT('u', CHAR(0), 'v') WHERE id = 1"])
+    summary = pipeline.sync()
+
+    assert (summary["inserts"], summary["updates"]) == (1, 1)
+    assert pipeline.dest_query('SELECT id, short, body, raw FROM "{}".notes ORDER BY id'.format(pipeline.source_db)) == [
+        (1, "ab", "uv", b"p\x00"), (2, "", "n", b"\x00")]
