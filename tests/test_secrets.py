@@ -88,3 +88,28 @@ def test_a_destination_role_with_only_the_listed_rights_replicates_and_stores_no
             assert secret not in text, f"{secret!r} is stored in {schema}.{name}"
     for secret in (CAPTURE_PASSWORD, WRITER_PASSWORD):
         assert secret not in out + err + out2 + err2
+
+
+ACCOUNT_SECRET = "acct-secret-5f1c"
+
+
+def test_account_statements_of_the_source_never_reach_the_schema_history(pipeline):
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1, 'x')"])
+    pipeline.sync()
+    user = f"u_{pipeline.name}"
+    pipeline.source([f"CREATE USER '{user}'@'%' IDENTIFIED BY '{ACCOUNT_SECRET}'",
+                     f"ALTER USER '{user}'@'%' IDENTIFIED BY '{ACCOUNT_SECRET}-2'",
+                     f"SET PASSWORD FOR '{user}'@'%' = PASSWORD('{ACCOUNT_SECRET}-3')",
+                     f"GRANT SELECT ON *.* TO '{user}'@'%'",
+                     "ALTER TABLE t ADD COLUMN w INT", "INSERT INTO t VALUES (2, 'y', 2)"])
+    try:
+        pipeline.sync()
+    finally:
+        pipeline.mariadb.execute([f"DROP USER IF EXISTS '{user}'@'%'"])
+
+    history = str(pipeline.dest_query("SELECT h::text FROM cdc.debezium_schema_history h"))
+    assert "ADD COLUMN w" in history, "the table's DDL is kept"
+    assert ACCOUNT_SECRET not in history, "an account statement (with its password) was stored"
+    for table in ("connector_state", "applied_positions", "stats", "dead_letters"):
+        assert ACCOUNT_SECRET not in str(pipeline.dest_query(f"SELECT x::text FROM cdc.{table} x"))
+    pipeline.assert_same("t")
