@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control
+from cdc_pipeline import control, objmap
 from cdc_pipeline.apply import BatchApplier, SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
@@ -60,11 +60,13 @@ def retry(conn: psycopg.Connection, spark: SparkSession, connector: ConnectorCon
     control.acquire_run_lock(conn, connector.name)
     try:
         outcomes: list[tuple[int, str]] = []
-        applier = BatchApplier(conn, connector, control_schema)
+        # The rules as the cycles apply them: a retried event lands where its table's events land, transformed.
+        object_map = objmap.ObjectMap(connector, objmap.read_rules(conn, control_schema, connector.name))
+        applier = BatchApplier(conn, connector, control_schema, object_map)
         for letter in letters:
             parsed = replay_batch(spark, connector, letter)
             try:
-                plan = plan_batch(parsed, connector)
+                plan = plan_batch(parsed, connector, object_map=object_map)
                 # A replayed event is never a snapshot's start or end.
                 plan.steps = [step for step in plan.steps if not isinstance(step, SnapshotStep)]
                 attach_dml_frames(plan)

@@ -5,6 +5,7 @@ dead-letter commands retry (after the cause is fixed) and discard."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -149,3 +150,27 @@ def test_dagster_retries_a_failed_run_as_the_connector_says(pipeline):
     assert decisions["retry"][:3] == (False, True, "2") and retry_strategy.value == "ALL_STEPS", \
         "under retry the daemon launches the failed run again, all of its steps"
     assert decisions["exit"] == (False, False, "0", None), "under exit the next scheduled run retries the batch"
+
+
+def test_a_retried_dead_letter_follows_the_mapping_rules(pipeline):
+    db = pipeline.source_db
+    pipeline.write_config(error_strategy="skip")
+    pipeline.source(ORDERS)
+    # The table is renamed and its note masked by the rules: a retried event must land there, masked, as well.
+    for rule in (("table", f"{db}.orders", "sales.purchases"), ("transform", f"{db}.orders.note", "left(md5(%d), 12)")):
+        assert cli.main(["objmap", "add", pipeline.name, *rule]) == 0
+    pipeline.sync()
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute(LIMIT.format(schema="sales").replace(".orders", ".purchases"))
+    pipeline.source("INSERT INTO orders VALUES (1, 5000, 'secret-1'), (2, 3, 'secret-2')")
+    summary = pipeline.sync()
+    assert summary["bad_events"] == 1, [letter["error"] for letter in _letters(pipeline)]
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE sales.purchases DROP CONSTRAINT qty_limit")
+
+    _cli(pipeline, "retry")
+
+    rows = pipeline.dest_query("SELECT id, qty, note FROM sales.purchases ORDER BY id")
+    assert rows == [(1, 5000, hashlib.md5(b"secret-1").hexdigest()[:12]),
+                    (2, 3, hashlib.md5(b"secret-2").hexdigest()[:12])]
+    assert not pipeline.dest_table_exists("orders"), "nothing under the default name"
