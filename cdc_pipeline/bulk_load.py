@@ -384,7 +384,7 @@ class BulkLoader:
     def _writer(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any:
         jvm: Any = self.spark._jvm
         gateway: Any = self.spark.sparkContext._gateway
-        url, user, password = jdbc_target(self.destination.dsn.reveal())
+        url, user, password = jdbc_target(self.destination)
         target = _table(table.dest_schema, table.dest_table)
         names = [column.dest_name for column in columns]
         chunks_table = _table(self.schema, "bulk_load_chunks")

@@ -71,7 +71,14 @@ CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
 REDACTED = "***"
 
 _TOP_LEVEL_FIELDS = ("destination", "connectors")
-_DESTINATION_FIELDS = ("dsn", "control_schema")
+_DESTINATION_FIELDS = (
+    "dsn", "control_schema", "lock_timeout_seconds", "statement_timeout_seconds",
+)
+# No run waits forever on the destination: a lock it cannot get, or a statement that does not end, fails the run.
+DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
+DEFAULT_STATEMENT_TIMEOUT_SECONDS = 1800.0
+# TCP keepalives on every destination connection: a dead peer is noticed in about a minute.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 _REQUIRED_CONNECTOR_FIELDS = ("type", "hostname", "user", "password", "database")
 _CONNECTOR_FIELDS = (
     *_REQUIRED_CONNECTOR_FIELDS,
@@ -185,15 +192,28 @@ class DestinationConfig:
 
     dsn: Secret
     control_schema: str
+    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+
+    @property
+    def session_settings(self) -> dict[str, str]:
+        """The settings every destination session of the pipeline runs with (Python's and the JVM's)."""
+        return {"lock_timeout": f"{int(self.lock_timeout_seconds * 1000)}ms",
+                "statement_timeout": f"{int(self.statement_timeout_seconds * 1000)}ms"}
 
     def connect(self, connector: str | None = None, **options: Any) -> Any:
-        """A psycopg connection to the destination (autocommit unless told otherwise); a failure is a CdcError
-        whose message holds no secret of the DSN (psycopg quotes a token it cannot parse, a password too)."""
+        """A psycopg connection to the destination (autocommit unless told otherwise), with the lock and statement
+        timeouts and TCP keepalives; a failure is a CdcError whose message holds no secret of the DSN (psycopg
+        quotes a token it cannot parse, a password too)."""
         import psycopg
 
         from cdc_pipeline.errors import CdcError
 
         options.setdefault("autocommit", True)
+        for key, value in KEEPALIVES.items():
+            options.setdefault(key, value)
+        settings = " ".join(f"-c {key}={value}" for key, value in self.session_settings.items())
+        options["options"] = f"{options.get('options', '')} {settings}".strip()
         try:
             return psycopg.connect(self.dsn.reveal(), **options)
         except psycopg.Error as exc:
@@ -202,7 +222,9 @@ class DestinationConfig:
 
     def redacted(self) -> dict[str, Any]:
         """Return the fields as plain data with the DSN's password hidden."""
-        return {"dsn": redact_dsn(self.dsn.reveal()), "control_schema": self.control_schema}
+        return {"dsn": redact_dsn(self.dsn.reveal()), "control_schema": self.control_schema,
+                "lock_timeout_seconds": self.lock_timeout_seconds,
+                "statement_timeout_seconds": self.statement_timeout_seconds}
 
 
 @dataclass(frozen=True, repr=False)
@@ -384,6 +406,9 @@ def _parse_destination(section: _Section) -> DestinationConfig:
     return DestinationConfig(
         dsn=Secret(section.string("dsn", secret=True)),
         control_schema=section.identifier("control_schema", default=DEFAULT_CONTROL_SCHEMA),
+        lock_timeout_seconds=section.positive_number("lock_timeout_seconds", default=DEFAULT_LOCK_TIMEOUT_SECONDS),
+        statement_timeout_seconds=section.positive_number("statement_timeout_seconds",
+                                                          default=DEFAULT_STATEMENT_TIMEOUT_SECONDS),
     )
 
 

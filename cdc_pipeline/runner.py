@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict
 
@@ -123,15 +124,27 @@ def executor_jars() -> list[Path]:
     return [RUNNER_JAR, *jars]
 
 
-def jdbc_target(dsn: str) -> tuple[str, str | None, str | None]:
-    """The JDBC URL, user and password of a libpq DSN (URI or conninfo)."""
-    params = conninfo_to_dict(dsn)
+# libpq DSN parameters pgjdbc takes under the same name and meaning.
+_JDBC_PASSED_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout")
+
+
+def jdbc_target(destination: DestinationConfig) -> tuple[str, str | None, str | None]:
+    """The JDBC URL, user and password of the destination's libpq DSN (URI or conninfo): the JVM's connections
+    (offsets, schema history, the bulk snapshot's COPY) get the DSN's TLS settings, the destination's lock and
+    statement timeouts, and TCP keepalives, as the Python connections do."""
+    params = conninfo_to_dict(destination.dsn.reveal())
     host = params.get("host") or "localhost"
     if host.startswith("/"):
         raise RunnerError("the destination DSN must name a TCP host (the Java stores use JDBC), not a socket directory")
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or params.get("user") or "postgres"
-    return f"jdbc:postgresql://{host}:{port}/{dbname}", params.get("user"), params.get("password")
+    query = {"tcpKeepAlive": "true",
+             "options": " ".join(f"-c {key}={value}" for key, value in destination.session_settings.items())}
+    query.update({key: params[key] for key in _JDBC_PASSED_PARAMETERS if params.get(key)})
+    if "connect_timeout" in query:
+        query["connectTimeout"] = query.pop("connect_timeout")
+    return (f"jdbc:postgresql://{host}:{port}/{quote(dbname, safe='')}?{urlencode(query, quote_via=quote)}",
+            params.get("user"), params.get("password"))
 
 
 def _server_id(name: str) -> str:
@@ -164,7 +177,7 @@ NON_STREAMING_MODES = ("initial_only", "schemasync")
 
 def debezium_properties(connector: ConnectorConfig, destination: DestinationConfig) -> dict[str, str]:
     """Every engine and connector property for one connector; the config's raw ``debezium`` map wins."""
-    url, user, password = jdbc_target(destination.dsn.reveal())
+    url, user, password = jdbc_target(destination)
     props: dict[str, str] = {
         "name": connector.name,
         "connector.class": CONNECTOR_CLASSES[connector.type],

@@ -165,7 +165,7 @@ class Pipeline:
         """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
         return start_sync(self.name, *args, env=self.env, **popen)
 
-    def write_config(self, **overrides: Any) -> None:
+    def write_config(self, destination: dict[str, Any] | None = None, **overrides: Any) -> None:
         connector = {
             "type": "mariadb",
             "hostname": "127.0.0.1",
@@ -177,7 +177,7 @@ class Pipeline:
             "batch_size": 2048,
             **overrides,
         }
-        document = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc"},
+        document = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc", **(destination or {})},
                     "connectors": {self.name: connector}}
         self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 

@@ -113,3 +113,36 @@ def test_a_missing_schema_history_says_to_run_recovery_and_recovery_restores_it(
     pipeline.sync()
     pipeline.assert_same("items")
     assert _state(pipeline) == ("syncing", None)
+
+
+def test_a_locked_table_or_a_statement_that_does_not_end_fails_the_run_in_time_and_frees_the_connector(pipeline):
+    pipeline.write_config(destination={"lock_timeout_seconds": 1, "statement_timeout_seconds": 3})
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])
+    pipeline.sync()
+    target = f'"{pipeline.source_db}".items'
+
+    # Another session holds the destination table: the run gives up after the lock timeout.
+    pipeline.source("INSERT INTO items VALUES (2, 'b')")
+    with psycopg.connect(pipeline.dest_dsn) as locker:
+        locker.execute(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        message = _failure(pipeline)
+        waited = time.monotonic() - started
+    assert "lock timeout" in message and "items" in message, message
+    assert waited < 60, f"the run waited {waited:.0f} s on the lock"
+    assert pipeline.sync()["inserts"] == 1, "the failed run released the connector's run lock"
+
+    # A statement that does not end (here a trigger that sleeps) is cancelled after the statement timeout.
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute("""CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS
+                        $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$""")
+        conn.execute(f"CREATE TRIGGER slow BEFORE INSERT ON {target} FOR EACH ROW EXECUTE FUNCTION slow()")
+    pipeline.source("INSERT INTO items VALUES (3, 'c')")
+    started = time.monotonic()
+    message = _failure(pipeline)
+    assert "statement timeout" in message and "items" in message, message
+    assert time.monotonic() - started < 60
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TRIGGER slow ON {target}")
+    assert pipeline.sync()["inserts"] == 1
+    pipeline.assert_same("items")
