@@ -33,6 +33,7 @@ from cdc_pipeline.ddl import DdlChange, TableDef, parse_table_id, rename_table_s
 from cdc_pipeline.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
 from cdc_pipeline.errors import ConversionError, MappingRuleError
 from cdc_pipeline.events import EventRef
+from cdc_pipeline.transform_guard import TransformRejected, check_expression, check_type_name
 from cdc_pipeline.typemap import ColumnDef, canonical_pg_type, default_table_name, dest_identifier
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,14 @@ def parse_transform(expression: str) -> Transform:
     flush()
     if not expression.strip():
         raise MappingRuleError("a transform needs an expression")
+    # PostgreSQL's parser has the last word: one scalar expression of the value, nothing else (transform_guard).
+    parameters = {"d": "$1", "w": "$2", "s": "$3"}
+    try:
+        check_expression("".join(
+            parameters[part.letter] if isinstance(part, _Placeholder)
+            else "'x'" if isinstance(part, _StringWithPlaceholders) else part for part in parts))
+    except TransformRejected as exc:
+        raise MappingRuleError(f"transform {expression!r}: {exc}") from None
     return Transform(expression, tuple(parts))
 
 
@@ -227,6 +236,11 @@ def parse_type_mapping(destination: str) -> TypeMapping:
     pg_type = " ".join(pg_type.split())
     if not _PG_TYPE.fullmatch(pg_type):
         raise MappingRuleError(f"datatype destination {destination!r}: {pg_type!r} is not a PostgreSQL type name")
+    try:
+        check_type_name(pg_type)
+    except TransformRejected as exc:
+        raise MappingRuleError(f"datatype destination {destination!r}: {pg_type!r} is not a PostgreSQL type name "
+                               f"({exc})") from None
     try:
         length = int(length_text) if length_text.strip() else NO_LENGTH
     except ValueError:

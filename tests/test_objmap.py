@@ -71,6 +71,9 @@ def test_rules_are_stored_normalized() -> None:
     ("column", "inv.t.c", "a.b", "is not a column name"),
     ("datatype", "point|maybe", "text", "auto-increment flag"),
     ("datatype", "inv.t.c", "text; drop table x", "is not a PostgreSQL type name"),
+    ("datatype", "inv.t.c", "integer default current_user", "is not a PostgreSQL type name"),
+    ("datatype", "inv.t.c", "text check (false)", "is not a PostgreSQL type name"),
+    ("datatype", "inv.t.c", "text collate \"C\"", "is not a PostgreSQL type name"),
     ("datatype", "inv.t.c", "numeric(10,2)|4", "modifiers already"),
     ("datatype", "inv.t.c", "text|-3", "must be -1, 0 or positive"),
     ("transform", "inv.t.c", "%d; drop table x", "without ';'"),
@@ -78,6 +81,22 @@ def test_rules_are_stored_normalized() -> None:
     ("transform", "inv.t.c", "'%d", "unterminated string literal"),
     ("transform", "inv.t.c", "%x + 1", "unknown placeholder %x"),
     ("transform", "inv.t.c", "$$%d$$", "dollar quotes"),
+    # PostgreSQL's parser and the allow-list: the value and pure functions of it, nothing else.
+    ("transform", "inv.t.c", "(SELECT passwd FROM pg_shadow LIMIT 1)", "a sub-query is not allowed"),
+    ("transform", "inv.t.c", "%d || (SELECT count(*) FROM hr.salaries)", "a sub-query is not allowed"),
+    ("transform", "inv.t.c", "pg_read_file('/etc/passwd')", "function pg_read_file is not allowed"),
+    ("transform", "inv.t.c", "current_setting('is_superuser')", "function current_setting is not allowed"),
+    ("transform", "inv.t.c", "set_config('role', 'x', false)", "function set_config is not allowed"),
+    ("transform", "inv.t.c", "nextval('s') + %d", "function nextval is not allowed"),
+    ("transform", "inv.t.c", "public.mask(%d)", "function public.mask is not allowed"),
+    ("transform", "inv.t.c", "%d || current_user", "a session value"),
+    ("transform", "inv.t.c", "other_column || %d", "a column or table reference"),
+    ("transform", "inv.t.c", "count(*)", "function count is not allowed"),
+    ("transform", "inv.t.c", "upper(%d) OVER ()", "not allowed"),
+    ("transform", "inv.t.c", "'pg_authid'::regclass::text", "catalog lookup types"),
+    ("transform", "inv.t.c", "%d AS x", "without a FROM, a WHERE or a name"),
+    ("transform", "inv.t.c", "%d FROM pg_shadow", "without a FROM, a WHERE or a name"),
+    ("transform", "inv.t.c", "%d +", "PostgreSQL cannot parse it"),
 ])
 def test_malformed_rules_are_refused_with_the_reason(kind: str, source: str, destination: str, reason: str) -> None:
     with pytest.raises(MappingRuleError) as raised:
@@ -153,7 +172,7 @@ def test_transforms_reference_the_staged_value_typed_or_as_text() -> None:
         'CAST((round(CAST("s"."v" AS numeric(10,2)) * 1.1, 2)) AS numeric(10,2))'
     assert render("'%d' || '-suffix'", "character varying(20)") == """CAST((("s"."v") || '-suffix') AS text)"""
     assert render("'<%d>'") == """CAST((('<' || "s"."v" || '>')) AS integer)"""
-    assert render("to_my_type('%d')", "my_type") == """CAST((to_my_type(("s"."v"))) AS my_type)"""
+    assert render("upper('%d')", "my_type") == """CAST((upper(("s"."v"))) AS my_type)"""
 
 
 def test_percent_signs_are_doubled_only_when_the_statement_has_parameters() -> None:
