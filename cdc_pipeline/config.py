@@ -72,7 +72,7 @@ REDACTED = "***"
 
 _TOP_LEVEL_FIELDS = ("destination", "connectors")
 _DESTINATION_FIELDS = (
-    "dsn", "control_schema", "lock_timeout_seconds", "statement_timeout_seconds",
+    "dsn", "control_schema", "lock_timeout_seconds", "statement_timeout_seconds", "operator_role",
 )
 # No run waits forever on the destination: a lock it cannot get, or a statement that does not end, fails the run.
 DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
@@ -194,6 +194,8 @@ class DestinationConfig:
     control_schema: str
     lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
     statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    # A role that may submit requests and manage mapping rules, and read the state, and nothing else.
+    operator_role: str | None = None
 
     @property
     def session_settings(self) -> dict[str, str]:
@@ -224,7 +226,7 @@ class DestinationConfig:
         """Return the fields as plain data with the DSN's password hidden."""
         return {"dsn": redact_dsn(self.dsn.reveal()), "control_schema": self.control_schema,
                 "lock_timeout_seconds": self.lock_timeout_seconds,
-                "statement_timeout_seconds": self.statement_timeout_seconds}
+                "statement_timeout_seconds": self.statement_timeout_seconds, "operator_role": self.operator_role}
 
 
 @dataclass(frozen=True, repr=False)
@@ -409,6 +411,7 @@ def _parse_destination(section: _Section) -> DestinationConfig:
         lock_timeout_seconds=section.positive_number("lock_timeout_seconds", default=DEFAULT_LOCK_TIMEOUT_SECONDS),
         statement_timeout_seconds=section.positive_number("statement_timeout_seconds",
                                                           default=DEFAULT_STATEMENT_TIMEOUT_SECONDS),
+        operator_role=section.identifier("operator_role", default=None),
     )
 
 

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from cdc_pipeline.errors import ConnectorBusyError
+from cdc_pipeline.errors import CdcError, ConnectorBusyError
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +227,31 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in (*_TABLES, *_MIGRATIONS, *_OBJMAP_TABLES):
             cur.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+
+
+# What the operator role may read: the state and the numbers, never replicated rows (dead letters hold some) nor
+# the engine's offsets and schema history.
+OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
+                  "objmap_columns", "objmap_attributes", "bulk_loads", "bulk_load_tables")
+
+
+def grant_operator(conn: psycopg.Connection, schema: str, role: str) -> None:
+    """Gives the operator role its rights in the control schema, and only those: read the state, submit requests
+    (INSERT of connector, kind and argument: the pipeline serves and validates them), and add, change and delete
+    mapping rules (which every run reads through `transform_guard`). Nothing on replicated tables."""
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if not exists:
+        raise CdcError(f"the destination's operator_role {role!r} does not exist: create it (CREATE ROLE "
+                       f"{role} LOGIN PASSWORD ...) or take operator_role out of the connectors file")
+    target, who = sql.Identifier(schema), sql.Identifier(role)
+    with conn.transaction():
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(target, who))
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
+            sql.SQL(", ").join(sql.Identifier(schema, name) for name in OPERATOR_READS), who))
+        conn.execute(sql.SQL("GRANT INSERT (connector, kind, argument) ON {} TO {}").format(
+            sql.Identifier(schema, "requests"), who))
+        conn.execute(sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(sql.Identifier(schema, "requests_id_seq"), who))
+        conn.execute(sql.SQL("GRANT INSERT, UPDATE, DELETE ON {} TO {}").format(sql.Identifier(schema, "objmap"), who))
 
 
 def acquire_run_lock(conn: psycopg.Connection, connector: str) -> None:

@@ -165,6 +165,8 @@ class ConnectorSession:
         name = self.connector.name
         self.conn = self.destination.connect(name)
         control.ensure_control_schema(self.conn, self.control_schema)
+        if self.destination.operator_role:
+            control.grant_operator(self.conn, self.control_schema, self.destination.operator_role)
         control.acquire_run_lock(self.conn, name)
         self._locked = True
         state = control.read_state(self.conn, self.control_schema, name) or {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from conftest import CAPTURE_PASSWORD
@@ -113,3 +114,43 @@ def test_account_statements_of_the_source_never_reach_the_schema_history(pipelin
     for table in ("connector_state", "applied_positions", "stats", "dead_letters"):
         assert ACCOUNT_SECRET not in str(pipeline.dest_query(f"SELECT x::text FROM cdc.{table} x"))
     pipeline.assert_same("t")
+
+
+def test_an_operator_submits_requests_and_rules_and_can_do_nothing_else(pipeline):
+    OPERATOR = f"op_{pipeline.name}"  # noqa: N806 (a role of this test's own)
+    pipeline.destination.execute([f"CREATE ROLE {OPERATOR} LOGIN"])
+    pipeline.write_config(destination={"operator_role": OPERATOR})
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))", "INSERT INTO t VALUES (1, 'x')"])
+    pipeline.sync()
+    db, name = pipeline.source_db, pipeline.name
+    operator_dsn = pipeline.destination.dsn(pipeline.dest_db, user=OPERATOR)
+
+    with psycopg.connect(operator_dsn, autocommit=True) as operator:
+        # What it may do: read the state and the numbers, submit a request, manage rules.
+        assert operator.execute("SELECT state FROM cdc.connector_state WHERE connector = %s", (name,)).fetchone()
+        operator.execute("SELECT * FROM cdc.stats").fetchall()
+        operator.execute("INSERT INTO cdc.objmap (connector, kind, source_object, destination_object) VALUES "
+                         "(%s, 'transform', %s, 'upper(%%d)')", (name, f"{db}.t.v"))
+        # What it may not: the rows, the offsets, the state's own columns, others' requests.
+        for statement in (f'SELECT * FROM "{db}".t', "SELECT * FROM cdc.debezium_offsets",
+                          "SELECT * FROM cdc.debezium_schema_history", "SELECT * FROM cdc.dead_letters",
+                          "UPDATE cdc.connector_state SET state = 'syncing'", "DELETE FROM cdc.stats",
+                          "UPDATE cdc.requests SET status = 'done'", f'CREATE TABLE "{db}".mine (i int)',
+                          "INSERT INTO cdc.requests (connector, kind, status) VALUES ('x', 'pause', 'done')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                operator.execute(statement)
+    pipeline.source("INSERT INTO t VALUES (2, 'y')")
+    assert pipeline.sync()["inserts"] == 1
+    assert pipeline.dest_rows("t") == [(1, "x"), (2, "Y")], "the operator's rule applies to new changes"
+
+    # A transform that would read other data, written into the rules table by hand, never runs: the run fails
+    # naming the rule, and nothing is applied.
+    with psycopg.connect(operator_dsn, autocommit=True) as operator:
+        operator.execute("UPDATE cdc.objmap SET destination_object = %s WHERE connector = %s",
+                         ("(SELECT string_agg(offset_value, ',') FROM cdc.debezium_offsets)", name))
+    pipeline.source("INSERT INTO t VALUES (3, 'z')")
+    with pytest.raises(Exception) as failed:
+        pipeline.sync()
+    assert "a sub-query is not allowed" in str(failed.value)
+    assert pipeline.dest_rows("t") == [(1, "x"), (2, "Y")]
+    pipeline.destination.execute([f"DROP OWNED BY {OPERATOR}", f"DROP ROLE {OPERATOR}"], dbname=pipeline.dest_db)
