@@ -42,8 +42,9 @@ def archive_path(classpath: list[Path]) -> Path:
     """Where the archive for this Java and this driver classpath lives (its name is their key)."""
     import pyspark
 
-    java = shutil.which("java") or "java"
-    java_path = Path(java).resolve()
+    # The java Spark launches: $JAVA_HOME's, else the one on the PATH.
+    java_home = os.environ.get("JAVA_HOME")
+    java_path = Path(f"{java_home}/bin/java" if java_home else shutil.which("java") or "java").resolve()
     spark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     parts = [f"{java_path}:{_stamp(java_path)}"]
     parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars]]

@@ -40,20 +40,18 @@ def compare_row_counts(connector: ConnectorConfig, destination: DestinationConfi
     with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
         # The applier's naming: the table rules first, else the default rule.
         object_map = ObjectMap(connector, read_rules(conn, destination.control_schema, connector.name)
-                               if _has_rules_table(conn, destination.control_schema) else [])
+                               if _exists(conn, destination.control_schema, "objmap") else [])
         for source_table, rows in sorted(source_counts.items()):
             schema, table = object_map.table_name(source_table)
-            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                  (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
             dest_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                sql.Identifier(schema, table))).fetchone()[0] if exists else None
+                sql.Identifier(schema, table))).fetchone()[0] if _exists(conn, schema, table) else None
             counts.append(TableCount(source_table, f"{schema}.{table}", rows, dest_rows))
     return counts
 
 
-def _has_rules_table(conn: psycopg.Connection, schema: str) -> bool:
+def _exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
     return conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                        (sql.Identifier(schema, "objmap").as_string(conn),)).fetchone()[0]
+                        (sql.Identifier(schema, table).as_string(conn),)).fetchone()[0]
 
 
 def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
