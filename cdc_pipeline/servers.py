@@ -98,10 +98,11 @@ def start_mariadb(base_dir: Path | None = None) -> MariaDbServer:
     return server.start()
 
 
-def start_postgres(base_dir: Path | None = None, logical: bool = False) -> PostgresServer:
+def start_postgres(base_dir: Path | None = None, logical: bool = False, tls: bool = False) -> PostgresServer:
     """Start a PostgreSQL server in a new temporary directory (under base_dir if given) on a free port."""
     work_dir = _make_work_dir("postgres-", base_dir)
-    server = PostgresServer(port=free_port(), datadir=work_dir / "data", logical=logical, remove_on_stop=True)
+    server = PostgresServer(port=free_port(), datadir=work_dir / "data", logical=logical, tls=tls,
+                            remove_on_stop=True)
     return server.start()
 
 
@@ -375,9 +376,16 @@ class PostgresServer:
     superuser: str = "postgres"
     host: str = LOOPBACK_HOST
     logical: bool = False
+    # TLS only: a self-signed certificate for the host (`ca_file`), and TCP connections without TLS refused.
+    tls: bool = False
     remove_on_stop: bool = False
     stop_at_exit: bool = True
     _running: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def ca_file(self) -> Path:
+        """The server's self-signed certificate: the root a client verifies it with (`tls` servers)."""
+        return self.datadir / "server.crt"
 
     @property
     def work_dir(self) -> Path:
@@ -531,6 +539,14 @@ class PostgresServer:
         }
         if self.logical:
             settings.update(wal_level="logical", max_replication_slots=10, max_wal_senders=10)
+        if self.tls:
+            self._make_certificate()
+            settings.update(ssl="on", ssl_cert_file=_conf_string(str(self.ca_file)),
+                            ssl_key_file=_conf_string(str(self.datadir / "server.key")))
+            (self.datadir / "pg_hba.conf").write_text(
+                "local all all trust\n"
+                f"hostssl all all {self.host}/32 trust\n"
+                "hostnossl all all all reject\n")
         lines = ["", "# throwaway server settings written by cdc_pipeline.servers"]
         lines += [f"{name} = {value}" for name, value in settings.items()]
         with open(self.datadir / "postgresql.conf", "a", encoding="utf-8") as config:
@@ -560,6 +576,13 @@ class PostgresServer:
 
     def _pg_ctl(self, arguments: list[str], timeout: float) -> None:
         self._run_as_server_user([str(self._bin("pg_ctl")), "-D", str(self.datadir), "-s", *arguments], timeout)
+
+    def _make_certificate(self) -> None:
+        key = self.datadir / "server.key"
+        self._run_as_server_user([
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={self.host}",
+            "-addext", f"subjectAltName=IP:{self.host}", "-keyout", str(key), "-out", str(self.ca_file)])
+        self._run_as_server_user(["chmod", "600", str(key)])
 
     def _run_as_server_user(self, command: list[str], timeout: float | None = None) -> None:
         if _running_as_root():
