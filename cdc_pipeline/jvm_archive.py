@@ -86,7 +86,19 @@ def build(timeout_seconds: float = 600) -> tuple[Path, float]:
         partial.replace(archive)
     finally:
         partial.unlink(missing_ok=True)
+    _prune(archive.parent)
     return archive, time.monotonic() - started
+
+
+KEPT_ARCHIVES = 3
+
+
+def _prune(directory: Path) -> None:
+    """Keeps the newest archives (other checkouts and builds each have their own key) and removes the rest: each
+    is about 160 MB."""
+    archives = sorted(directory.glob("driver-*.jsa"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for stale in archives[KEPT_ARCHIVES:]:
+        stale.unlink(missing_ok=True)
 
 
 def _load_classes(partial: str) -> None:

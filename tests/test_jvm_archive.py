@@ -41,3 +41,16 @@ def test_runs_map_the_archive_only_when_it_is_there_and_not_turned_off(tmp_path,
     assert f"-XX:SharedArchiveFile={archive}" in jvm_archive.java_options([jar])
     monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, "off")
     assert jvm_archive.java_options([jar]) == ""
+
+
+def test_building_keeps_the_newest_archives_only(tmp_path):
+    for age in range(5):
+        archive = tmp_path / f"driver-{age}.jsa"
+        archive.write_bytes(b"x")
+        os.utime(archive, (time.time() - age * 60, time.time() - age * 60))
+    (tmp_path / "other.txt").write_text("kept")
+
+    jvm_archive._prune(tmp_path)
+
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["driver-0.jsa", "driver-1.jsa", "driver-2.jsa",
+                                                                "other.txt"]
