@@ -185,9 +185,9 @@ class ConnectorSession:
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
         # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
         in_snapshot = control.offset_in_snapshot(self.conn, self.control_schema, name)
-        self.had_offset = control.has_offset(self.conn, self.control_schema, name)
+        had_offset = control.has_offset(self.conn, self.control_schema, name)
         takes_snapshot = self.snapshot_mode == "always" or in_snapshot or not (
-            self.had_offset
+            had_offset
             # The bulk engine's load was begun: PostgreSQL's engine stores no offset before the first change it
             # streams (its slot holds the position), so none says so.
             or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
@@ -199,7 +199,8 @@ class ConnectorSession:
         # Where the engine resumes: re-delivered events come from there on (see events.redelivery_test).
         self.resumed_from = None if takes_snapshot else control.read_engine_offset(self.conn, self.control_schema, name)
         self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
-        engine_mode = self._prepare_bulk_load(takes_snapshot) if self.connector.bulk_snapshot else self.snapshot_mode
+        engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
+                       else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
         self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
@@ -208,7 +209,7 @@ class ConnectorSession:
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
         return self
 
-    def _prepare_bulk_load(self, takes_snapshot: bool) -> str:
+    def _prepare_bulk_load(self, takes_snapshot: bool, has_offset: bool) -> str:
         """Under the bulk snapshot engine: begins a new load when this cycle's snapshot mode copies rows, and
         returns the snapshot mode the Debezium engine starts with (the schema only, when rows are copied).
 
@@ -218,7 +219,6 @@ class ConnectorSession:
         assert self.conn is not None
         name, schema = self.connector.name, self.control_schema
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
-        has_offset = self.had_offset
         if copies_rows:
             if has_offset:
                 bulk_load.forget_engine_position(self.conn, schema, name)
