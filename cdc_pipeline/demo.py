@@ -432,7 +432,7 @@ def describe_source(mariadb: MariaDbServer) -> str:
 
 def sync(title: str) -> None:
     """Run one fetch cycle of the demo connector (its Dagster job's steps, in this process) and print its summary."""
-    print(f"\n{title}: running job sync_{CONNECTOR_NAME} (starts Spark and Debezium) ...", flush=True)
+    print(f"\n{title}: one fetch cycle of {CONNECTOR_NAME} (starts Spark and Debezium) ...", flush=True)
     started = time.monotonic()
     summary = run_sync(CONNECTOR_NAME)
     print(f"  {format_summary(summary)}")
