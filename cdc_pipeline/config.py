@@ -198,10 +198,11 @@ class DestinationConfig:
     operator_role: str | None = None
 
     @property
-    def session_settings(self) -> dict[str, str]:
-        """The settings every destination session of the pipeline runs with (Python's and the JVM's)."""
-        return {"lock_timeout": f"{int(self.lock_timeout_seconds * 1000)}ms",
-                "statement_timeout": f"{int(self.statement_timeout_seconds * 1000)}ms"}
+    def session_options(self) -> str:
+        """The settings every destination session of the pipeline runs with (Python's and the JVM's), as the
+        `options` connection parameter both libpq and pgjdbc take."""
+        return (f"-c lock_timeout={int(self.lock_timeout_seconds * 1000)}ms "
+                f"-c statement_timeout={int(self.statement_timeout_seconds * 1000)}ms")
 
     def connect(self, connector: str | None = None, **options: Any) -> Any:
         """A psycopg connection to the destination (autocommit unless told otherwise), with the lock and statement
@@ -214,8 +215,7 @@ class DestinationConfig:
         options.setdefault("autocommit", True)
         for key, value in KEEPALIVES.items():
             options.setdefault(key, value)
-        settings = " ".join(f"-c {key}={value}" for key, value in self.session_settings.items())
-        options["options"] = f"{options.get('options', '')} {settings}".strip()
+        options["options"] = f"{options.get('options', '')} {self.session_options}".strip()
         try:
             return psycopg.connect(self.dsn.reveal(), **options)
         except psycopg.Error as exc:

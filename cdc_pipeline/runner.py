@@ -138,8 +138,7 @@ def jdbc_target(destination: DestinationConfig) -> tuple[str, str | None, str | 
         raise RunnerError("the destination DSN must name a TCP host (the Java stores use JDBC), not a socket directory")
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or params.get("user") or "postgres"
-    query = {"tcpKeepAlive": "true",
-             "options": " ".join(f"-c {key}={value}" for key, value in destination.session_settings.items())}
+    query = {"tcpKeepAlive": "true", "options": destination.session_options}
     query.update({key: params[key] for key in _JDBC_PASSED_PARAMETERS if params.get(key)})
     if "connect_timeout" in query:
         query["connectTimeout"] = query.pop("connect_timeout")
