@@ -22,7 +22,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline import control, faults, objmap
+from cdc_pipeline import control, faults, objmap, stage_copy
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ddl import (
@@ -37,6 +37,7 @@ from cdc_pipeline.dml import (
     ColumnPlan,
     apply_error,
     compact_by_key,
+    copy_escape,
     copy_line,
     parse_copy_line,
     plan_columns,
@@ -59,6 +60,7 @@ from cdc_pipeline.events import (
 from cdc_pipeline.schema_infer import ensure_table_matches
 from cdc_pipeline.sources import before_snapshot
 from cdc_pipeline.spark import collect_lines
+from cdc_pipeline.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
 
@@ -340,11 +342,14 @@ class BatchApplier:
     """Applies batch plans of one connector to the destination, each in one transaction."""
 
     def __init__(self, conn: psycopg.Connection, connector: ConnectorConfig, control_schema: str,
-                 object_map: objmap.ObjectMap | None = None) -> None:
+                 object_map: objmap.ObjectMap | None = None, staging: ExecutorStaging | None = None) -> None:
         self.conn = conn
         self.connector = connector
         self.control_schema = control_schema
         self.object_map = object_map or objmap.ObjectMap(connector)
+        # With staging, Spark's tasks COPY a keyed step's rows into the destination (`stage_copy`); without, the
+        # driver collects them and COPYs them.
+        self.staging = staging
         self._staging_seq = 0
         self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
@@ -360,6 +365,8 @@ class BatchApplier:
         """
         self._batch_refs = plan.parsed.refs
         self._set_aside_seqs = set()
+        if self.staging is not None:
+            self.staging.clear()
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             for step in plan.steps:
@@ -582,6 +589,8 @@ class BatchApplier:
         try:
             # With transforms, a savepoint: a transform failing on a value is then traced to its column and event.
             with self.conn.transaction() if transforms else nullcontext():
+                if key and self.staging is not None:
+                    return self._merge_keyed_staged(cur, schema, table, step, columns, key, transforms)
                 if key:
                     return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
                 return self._apply_keyless(cur, schema, table, step, columns, transforms)
@@ -637,18 +646,7 @@ class BatchApplier:
         A column an update left out (an unchanged TOASTed value, sent as a placeholder) is not written: the
         destination keeps its stored value. Transformed columns are staged as text and transformed in the merge.
         """
-        by_dest = {column.dest_name: column for column in columns}
-        missing = [name for name in key if name not in by_dest]
-        if missing:
-            raise ConversionError(f"primary key column(s) {missing} of {schema}.{table} are not in the change events",
-                                  connector=self.connector.name, table=step.source_table)
-        key_columns = [by_dest[name] for name in key]
-        placeholder = unavailable_placeholder(self.connector)
-        if set(step.ops) <= {"c", "r"}:
-            # Inserts and snapshot reads alone never repeat a key: no compaction (and no shuffle) needed.
-            compacted = step.frame
-        else:
-            compacted = compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder)
+        compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key)
         lines = collect_lines(compacted.select(self._merge_line(columns, key_columns, placeholder)))
         upserts: dict[tuple[str, ...], list[str]] = {}
         deletes: list[str] = []
@@ -674,15 +672,99 @@ class BatchApplier:
             staging = self._staging(cur, target, names, transforms)
             self._copy(cur, staging, names, lines)
             written = [name for name in names if name not in unchanged]
-            updates = [name for name in written if name not in key_names]
-            on_conflict = sql.SQL("DO NOTHING") if not updates else sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
             cur.execute(sql.SQL(
                 "INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s ON CONFLICT ({key}) {action}").format(
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 values=sql.SQL(", ").join(values[name] for name in written),
-                key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=on_conflict))
+                key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=_on_conflict(written, key_names)))
         return self._zero_dates_written(step, zero_dates_written)
+
+    def _net_changes(self, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan], key: list[str]
+                     ) -> tuple[DataFrame, list[ColumnPlan], str | None]:
+        """The step's last change per key (lazily, in Spark), the key's columns and the TOAST placeholder."""
+        by_dest = {column.dest_name: column for column in columns}
+        missing = [name for name in key if name not in by_dest]
+        if missing:
+            raise ConversionError(f"primary key column(s) {missing} of {schema}.{table} are not in the change events",
+                                  connector=self.connector.name, table=step.source_table)
+        key_columns = [by_dest[name] for name in key]
+        placeholder = unavailable_placeholder(self.connector)
+        if set(step.ops) <= {"c", "r"}:
+            # Inserts and snapshot reads alone never repeat a key: no compaction (and no shuffle) needed.
+            return step.frame, key_columns, placeholder
+        return (compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder),
+                key_columns, placeholder)
+
+    def _merge_keyed_staged(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
+                            columns: list[ColumnPlan], key: list[str], transforms: dict[str, objmap.Transform]) -> int:
+        """`_merge_keyed` with the rows staged by Spark's tasks (`stage_copy`): the net changes never reach Python.
+
+        PostgreSQL refusing a value in the merge (a cast, a constraint) says less than a COPY into the table does
+        (which names the column, the value and its line), so the merge is undone (a savepoint) and the step is
+        applied again through the driver (`_merge_keyed`), whose COPY fails with the column, value and event.
+        """
+        assert self.staging is not None
+        compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key)
+        names = [column.dest_name for column in columns]
+        staging = self.staging.table(schema, table, names)
+        number = self.staging.write(compacted.select(self._stage_line(columns, key_columns, placeholder)), staging,
+                                    names)
+        try:
+            with self.conn.transaction():
+                return self._merge_staged(cur, schema, table, step, staging, number, columns, key_columns, transforms)
+        except psycopg.Error as exc:
+            if self.conn.broken or isinstance(exc, psycopg.OperationalError):
+                raise
+            log.info("%s: the merge into %s.%s refused a staged value (%s); applying the step through the driver "
+                     "to name it", self.connector.name, schema, table, exc.diag.message_primary or exc)
+            return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
+
+    def _merge_staged(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, staging: sql.Identifier,
+                      number: int, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
+                      transforms: dict[str, objmap.Transform]) -> int:
+        """Deletes and upserts the staged net changes of step `number`; returns the zero dates written as NULL."""
+        target = sql.Identifier(schema, table)
+        names = [column.dest_name for column in columns]
+        key_names = [column.dest_name for column in key_columns]
+        values = objmap.staged_values(columns, transforms, "s", all_text=True)
+        this_step = sql.SQL("s.{} = {}").format(sql.Identifier(stage_copy.STEP), sql.Literal(number))
+        op = sql.Identifier("s", stage_copy.OP)
+        if "d" in step.ops:
+            cur.execute(sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE {step} AND {op} = 'd' AND {match}").format(
+                t=target, s=staging, step=this_step, op=op, match=_match_columns(key_names, "t", values)))
+        unchanged_column = sql.Identifier("s", stage_copy.UNCHANGED)
+        cur.execute(sql.SQL("SELECT {u}, sum(s.{z}) FROM {s} AS s WHERE {step} AND {op} <> 'd' GROUP BY {u}").format(
+            u=unchanged_column, z=sql.Identifier(stage_copy.ZERO_DATES), s=staging, step=this_step, op=op))
+        zero_dates_written = 0
+        for unchanged_text, zero_dates_of_rows in cur.fetchall():
+            zero_dates_written += int(zero_dates_of_rows)
+            unchanged = set(json.loads(unchanged_text))
+            written = [name for name in names if name not in unchanged]
+            cur.execute(sql.SQL(
+                "INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s WHERE {step} AND {op} <> 'd' "
+                "AND {u} = {unchanged} ON CONFLICT ({key}) {action}").format(
+                t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
+                values=sql.SQL(", ").join(values[name] for name in written), step=this_step, op=op,
+                u=unchanged_column, unchanged=sql.Literal(unchanged_text),
+                key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=_on_conflict(written, key_names)))
+        return self._zero_dates_written(step, zero_dates_written)
+
+    def _stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None
+                    ) -> Column:
+        """The line Spark's tasks stage per net change (`stage_copy.LINE_HEADER`, then every column's value; a
+        delete's line has its key's values only). Built once per table version, as `_merge_line` is."""
+        cache_key = ("stage", repr(columns), tuple(column.source_name for column in key_columns), placeholder)
+        line = self._merge_lines.get(cache_key)
+        if line is None:
+            line = F.concat_ws(
+                "\t", F.col("op"), zero_dates("after", columns).cast("string"),
+                copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))),
+                F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns}))
+                .otherwise(copy_line("after", columns, placeholder)))
+            if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
+                self._merge_lines.pop(next(iter(self._merge_lines)))
+            self._merge_lines[cache_key] = line
+        return line
 
     def _merge_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None) -> Column:
         """The line `_merge_keyed` collects per change: a header "op zero_dates unchanged" (the unchanged columns
@@ -837,6 +919,15 @@ def param_identifier(*names: str) -> sql.Identifier:
     """An identifier for a statement executed with parameters: psycopg reads `%` there as a placeholder's start
     (also inside a quoted name), and `%%` as one `%`."""
     return sql.Identifier(*(name.replace("%", "%%") for name in names))
+
+
+def _on_conflict(written: list[str], key_names: list[str]) -> sql.Composable:
+    """An upsert's action on an existing key: every written column that is not the key takes the new value."""
+    updates = [name for name in written if name not in key_names]
+    if not updates:
+        return sql.SQL("DO NOTHING")
+    return sql.SQL("DO UPDATE SET {}").format(
+        sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
 
 
 def _match_columns(names: list[str], left: str, values: dict[str, sql.Composable]) -> sql.Composed:

@@ -40,6 +40,7 @@ ERROR_STRATEGIES = ("exit", "retry", "skip")
 # How a connector copies the rows that exist when it starts: `spark`, parallel chunked reads and COPY (MariaDB,
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
+APPLY_COPIERS = ("executors", "driver")
 TRIGGERS = ("changes", "schedule")
 DEFAULT_CHECK_INTERVAL_SECONDS = 15
 BULK_SNAPSHOT_TYPES = ("mariadb", "mysql", "postgres")
@@ -89,6 +90,7 @@ _CONNECTOR_FIELDS = (
     "snapshot_chunk_rows",
     "batch_size",
     "apply_batch_events",
+    "apply_copy",
     "error_strategy",
     "retry_attempts",
     "retry_backoff_seconds",
@@ -268,6 +270,9 @@ class ConnectorConfig:
     # check_interval_seconds) or "schedule" (the cron `schedule`).
     trigger: str = "changes"
     check_interval_seconds: int = DEFAULT_CHECK_INTERVAL_SECONDS
+    # Who COPYs a keyed table's streamed rows into the destination: "executors" (Spark's tasks, into a staging
+    # table the batch's transaction merges from) or "driver" (collected to the driver and COPYed there).
+    apply_copy: str = "executors"
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -454,6 +459,7 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         trigger=section.choice("trigger", TRIGGERS, default="changes"),
         check_interval_seconds=section.integer("check_interval_seconds", default=DEFAULT_CHECK_INTERVAL_SECONDS,
                                                minimum=1, maximum=3600),
+        apply_copy=section.choice("apply_copy", APPLY_COPIERS, default="executors"),
     )
 
 

@@ -42,6 +42,7 @@ from cdc_pipeline.runner import (
 )
 from cdc_pipeline.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.spark import batch_dataframe
+from cdc_pipeline.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class ConnectorSession:
         self.snapshot_positions: dict[str, dict[str, Any]] = {}
         self.applied_batch_ids: list[int] = []
         self._completed_batch_ids: set[int] = set()
+        self._staging: ExecutorStaging | None = None
 
     @property
     def control_schema(self) -> str:
@@ -306,6 +308,9 @@ class ConnectorSession:
         that came while the cycle ran is kept.
         """
         stop_error: BaseException | None = None
+        if self._staging is not None:
+            self._staging.close()
+            self._staging = None
         if self.runner is not None:
             try:
                 self.runner.stop()
@@ -456,7 +461,9 @@ class ConnectorSession:
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None
-        return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map)
+        if self._staging is None and self.connector.apply_copy == "executors":
+            self._staging = ExecutorStaging(self.destination, self.control_schema, self.connector.name)
+        return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map, self._staging)
 
 
 def _transaction_key(ref: EventRef) -> Any:

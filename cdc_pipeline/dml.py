@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import psycopg
 from pyspark.sql import Column, DataFrame, Window
@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.catalog import ColumnType
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import DATA_CHANGE, EventRef, FieldSpec
+from cdc_pipeline.events import EventRef, FieldSpec
 from cdc_pipeline.schema_infer import SOURCE_SCALE_PARAMETER, SOURCE_TYPE_PARAMETER
 
 log = logging.getLogger(__name__)
@@ -506,14 +506,19 @@ def _needs_copy_escape(spec: FieldSpec) -> bool:
     return spec.type not in _PLAIN_TYPES
 
 
-def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = None) -> Column:
+def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = None,
+              only: Collection[str] | None = None) -> Column:
     """One COPY text line from the `before` or `after` map, in the order of `columns`.
 
     Zero dates become NULL, and so do placeholders of unchanged TOASTed values when `placeholder` is given:
-    those columns are left out of the write (see `unchanged_columns`).
+    those columns are left out of the write (see `unchanged_columns`). With `only` (destination names), the other
+    columns are NULL (a deleted key's line).
     """
     values = []
     for column in columns:
+        if only is not None and column.dest_name not in only:
+            values.append(F.lit(NULL_TEXT))
+            continue
         raw = F.col(image)[column.source_name]
         value = column.convert(raw, column.spec, column.input_type)
         for nulled in (zero_date(raw, column.spec), _is_placeholder(raw, column.spec, placeholder)):

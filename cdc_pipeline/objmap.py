@@ -506,21 +506,33 @@ def transform_sql(transform: Transform, value: sql.Composable, pg_type: str, *, 
 
 
 _CHARACTER_TYPES = frozenset({"character varying", "character", "varchar", "char", "bpchar"})
+# A numeric type modifier (`(64)`, `(12,2)`), whose explicit cast would cut or pad a value silently.
+_NUMERIC_TYPMOD = re.compile(r"\(\s*\d+\s*(?:,\s*-?\d+\s*)?\)")
 
 
 def _result_type(pg_type: str) -> str:
-    """What a transform's result is cast to: the column's type, but text for a character type, so that a result
-    too long for the column fails on assignment instead of being cut short by the explicit cast."""
-    return "text" if pg_type.split("(", 1)[0].strip().lower() in _CHARACTER_TYPES else pg_type
+    """What a text value (a transform's result, a staged value) is cast to before it is written to a column of
+    `pg_type`: the type without its numeric modifier, and text for a character type. An explicit cast to
+    varchar(n), char(n) or bit(n) cuts a value short silently; the assignment to the column then applies the
+    modifier as COPY does (a value too long fails, a numeric or time value is rounded)."""
+    base = _NUMERIC_TYPMOD.sub("", pg_type).strip()
+    return "text" if base.lower() in _CHARACTER_TYPES else base
 
 
-def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform],
-                  alias: str) -> dict[str, sql.Composable]:
-    """Each column's destination value read from a staging table: the staged column, or its transform."""
-    return {column.dest_name: (transform_sql(transforms[column.dest_name], sql.Identifier(alias, column.dest_name),
-                                             column.pg_type, with_parameters=False)
-                               if column.dest_name in transforms else sql.Identifier(alias, column.dest_name))
-            for column in columns}
+def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform], alias: str, *,
+                  all_text: bool = False) -> dict[str, sql.Composable]:
+    """Each column's destination value read from a staging table: the staged column, or its transform.
+
+    `all_text`: every staged column holds text (`stage_copy`), and is cast to its column's type."""
+    def value(column: ColumnPlan) -> sql.Composable:
+        staged = sql.Identifier(alias, column.dest_name)
+        if column.dest_name in transforms:
+            return transform_sql(transforms[column.dest_name], staged, column.pg_type, with_parameters=False)
+        if all_text:
+            return sql.SQL("CAST({} AS {})").format(staged, sql.SQL(_result_type(column.pg_type)))
+        return staged
+
+    return {column.dest_name: value(column) for column in columns}
 
 
 def parameter_value(column: ColumnPlan, transform: Transform | None) -> sql.Composable:

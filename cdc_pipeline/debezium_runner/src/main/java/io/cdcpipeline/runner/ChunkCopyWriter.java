@@ -10,10 +10,6 @@ import java.sql.PreparedStatement;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.Iterator;
-import java.util.Properties;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.TimeUnit;
 
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
@@ -39,8 +35,6 @@ import org.postgresql.copy.CopyIn;
 public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
     private static final long serialVersionUID = 1L;
     private static final int FLUSH_BYTES = 1 << 18;
-    private static final int BUFFERS_IN_FLIGHT = 4;
-    private static final byte[] END = new byte[0];
     static final String PAUSE_STAGE = "bulk_copy";
 
     private final String url;
@@ -77,15 +71,7 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
     @Override
     public void call(Iterator<InternalRow> rows) throws Exception {
         long chunkId = chunkIds[TaskContext.getPartitionId()];
-        Properties properties = new Properties();
-        if (user != null) {
-            properties.setProperty("user", user);
-        }
-        if (password != null) {
-            properties.setProperty("password", password);
-        }
-        // The driver class itself, not DriverManager: executors load the JDBC jar through Spark's class loader.
-        try (Connection connection = new org.postgresql.Driver().connect(url, properties)) {
+        try (Connection connection = ExecutorJdbc.connect(url, user, password)) {
             connection.setAutoCommit(false);
             try {
                 if (!claim(connection, chunkId)) {
@@ -129,7 +115,7 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
 
     private CopyResult copy(Connection connection, Iterator<InternalRow> rows) throws Exception {
         CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
-        Copier copier = new Copier(copy);
+        CopyFeeder copier = new CopyFeeder(copy, "cdc-chunk-copy");
         copier.start();
         String position = null;
         long zeroDates = 0;
@@ -163,60 +149,6 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
             copier.interrupt();
             if (copy.isActive()) {
                 copy.cancelCopy();
-            }
-        }
-    }
-
-    /** The thread that writes the COPY data, a few buffers behind the task's thread. */
-    private static final class Copier extends Thread {
-        private final CopyIn copy;
-        private final BlockingQueue<byte[]> buffers = new ArrayBlockingQueue<>(BUFFERS_IN_FLIGHT);
-        private volatile Throwable failure;
-
-        Copier(CopyIn copy) {
-            super("cdc-chunk-copy");
-            setDaemon(true);
-            this.copy = copy;
-        }
-
-        @Override
-        public void run() {
-            try {
-                for (byte[] bytes = buffers.take(); bytes != END; bytes = buffers.take()) {
-                    copy.writeToCopy(bytes, 0, bytes.length);
-                }
-            }
-            catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            catch (Throwable e) {
-                failure = e;
-            }
-        }
-
-        void put(byte[] bytes) throws Exception {
-            while (!buffers.offer(bytes, 100, TimeUnit.MILLISECONDS)) {
-                rethrow();
-            }
-            rethrow();
-        }
-
-        void finish() throws Exception {
-            put(END);
-            join();
-            rethrow();
-        }
-
-        private void rethrow() throws Exception {
-            Throwable error = failure;
-            if (error instanceof Exception) {
-                throw (Exception) error;
-            }
-            if (error != null) {
-                throw new SQLException(error);
-            }
-            if (!isAlive() && !buffers.isEmpty() && buffers.peek() != END) {
-                throw new SQLException("the COPY thread ended early");
             }
         }
     }

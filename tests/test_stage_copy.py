@@ -1,0 +1,108 @@
+"""Keyed steps staged by Spark's tasks (`apply_copy: executors`, the default) against the driver's COPY."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+from pyspark.sql import functions as F
+
+from cdc_pipeline.config import DestinationConfig, Secret
+from cdc_pipeline.objmap import _result_type
+from cdc_pipeline.stage_copy import ExecutorStaging
+
+ITEMS = """CREATE TABLE items (
+    id INT PRIMARY KEY,
+    name VARCHAR(40),
+    amount DECIMAL(12,2),
+    made DATETIME(3),
+    note TEXT)"""
+
+
+@pytest.mark.parametrize("text, cast_to", [
+    ("character varying(64)", "text"),
+    ("character(3)", "text"),
+    ("character varying(64)[]", "character varying[]"),
+    ("bit(4)", "bit"),
+    ("bit varying(8)", "bit varying"),
+    ("numeric(12,2)", "numeric"),
+    ("timestamp(3) without time zone", "timestamp without time zone"),
+    ("geometry(Point,4326)", "geometry(Point,4326)"),
+    ("integer", "integer"),
+])
+def test_staged_text_is_cast_without_a_modifier_that_would_cut_it_silently(text, cast_to):
+    assert _result_type(text) == cast_to
+
+
+def _changes(pipeline) -> None:
+    pipeline.source([
+        "INSERT INTO items VALUES (1001, 'tab\\there', 1.5, '2024-02-29 23:59:59.999', 'line\\nbreak \\\\ back'), "
+        "(1002, NULL, NULL, NULL, NULL)",
+        "UPDATE items SET amount = amount * 2, name = CONCAT(name, ' ✓') WHERE id <= 40",
+        "UPDATE items SET amount = amount + 1 WHERE id <= 20",
+        "DELETE FROM items WHERE id BETWEEN 41 AND 60",
+        "INSERT INTO items VALUES (45, 'again', 4.5, NULL, 'a key deleted and inserted again')",
+        "UPDATE items SET id = 3000 WHERE id = 61",
+        "DELETE FROM items WHERE id = 1002",
+    ])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("apply_copy", ["executors", "driver"])
+def test_both_copiers_replicate_inserts_updates_deletes_and_key_changes(pipeline, apply_copy):
+    pipeline.write_config(apply_copy=apply_copy)
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('item ', seq), seq / 4, "
+                            "TIMESTAMP('2024-01-01') + INTERVAL seq SECOND, REPEAT('x', seq % 7) FROM seq_1_to_100"])
+    pipeline.sync()
+    _changes(pipeline)
+
+    summary = pipeline.sync()
+
+    assert (summary["inserts"], summary["deletes"]) == (4, 22)
+    pipeline.assert_same("items")
+    staged = pipeline.dest_query("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                 "WHERE n.nspname = 'cdc' AND c.relname LIKE '\\_stage\\_%'")[0][0]
+    assert staged == (1 if apply_copy == "executors" else 0)
+
+
+@pytest.mark.integration
+def test_rows_a_crashed_run_left_in_a_staging_table_are_never_merged(pipeline):
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('item ', seq), seq, NULL, 'x' FROM seq_1_to_10"])
+    pipeline.sync()
+    pipeline.source("UPDATE items SET note = 'streamed' WHERE id = 1")
+    pipeline.sync()
+    (staging,) = pipeline.dest_query("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                     "WHERE n.nspname = 'cdc' AND c.relname LIKE '\\_stage\\_%'")[0]
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        # What a run killed between its tasks' COPY and its merge leaves: rows of the first steps.
+        conn.execute(sql.SQL("INSERT INTO {} SELECT step, part, 'c', 0, '[]', 7000 + 10 * step + part, 'stale', '1', "
+                             "NULL, 'stale' FROM generate_series(1, 5) AS step, generate_series(0, 7) AS part").format(
+            sql.Identifier("cdc", staging)))
+    pipeline.source(["UPDATE items SET note = 'later' WHERE id = 2", "DELETE FROM items WHERE id = 3"])
+
+    pipeline.sync()
+    pipeline.assert_same("items")
+
+
+@pytest.mark.integration
+def test_a_task_attempt_done_again_replaces_its_rows_instead_of_adding_them(destination_pg, spark):
+    database = "stage_attempts"
+    destination_pg.create_database(database)
+    destination_pg.execute("CREATE SCHEMA cdc", dbname=database)
+    staging = ExecutorStaging(DestinationConfig(dsn=Secret(destination_pg.dsn(database)), control_schema="cdc"),
+                              "cdc", "attempts")
+    try:
+        table = staging.table("public", "t", ["id", "name"])
+        lines = spark.range(0, 1000, numPartitions=3).select(
+            F.concat_ws("\t", F.lit("c"), F.lit("0"), F.lit("[]"), F.col("id").cast("string"), F.lit("n")))
+        step = staging.write(lines, table, ["id", "name"])
+        staging._step = step - 1  # the same step again, as Spark running its tasks a second time would write it
+        assert staging.write(lines, table, ["id", "name"]) == step
+
+        with psycopg.connect(destination_pg.dsn(database)) as conn:
+            counts = conn.execute(sql.SQL("SELECT _cdc_part, count(*), count(DISTINCT id) FROM {} GROUP BY 1 "
+                                          "ORDER BY 1").format(table)).fetchall()
+        assert [count for _, count, _ in counts] == [333, 333, 334]
+        assert all(count == distinct for _, count, distinct in counts)
+    finally:
+        staging.close()
