@@ -41,6 +41,8 @@ ERROR_STRATEGIES = ("exit", "retry", "skip")
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
 APPLY_COPIERS = ("executors", "driver")
+TLS_MODES = ("disable", "require", "verify-ca", "verify-full")
+TLS_SOURCE_TYPES = ("mariadb", "mysql", "postgres")
 TRIGGERS = ("changes", "schedule")
 DEFAULT_CHECK_INTERVAL_SECONDS = 15
 BULK_SNAPSHOT_TYPES = ("mariadb", "mysql", "postgres")
@@ -91,6 +93,8 @@ _CONNECTOR_FIELDS = (
     "batch_size",
     "apply_batch_events",
     "apply_copy",
+    "tls_mode",
+    "tls_ca_file",
     "error_strategy",
     "retry_attempts",
     "retry_backoff_seconds",
@@ -273,6 +277,11 @@ class ConnectorConfig:
     # Who COPYs a keyed table's streamed rows into the destination: "executors" (Spark's tasks, into a staging
     # table the batch's transaction merges from) or "driver" (collected to the driver and COPYed there).
     apply_copy: str = "executors"
+    # TLS to the source, for every connection of a run (Debezium's, the driver's checks, the bulk snapshot's
+    # readers): disable, require (encrypted, certificate not checked), verify-ca or verify-full (checked against
+    # tls_ca_file, and the host name too).
+    tls_mode: str = "disable"
+    tls_ca_file: str | None = None
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -460,7 +469,24 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
         check_interval_seconds=section.integer("check_interval_seconds", default=DEFAULT_CHECK_INTERVAL_SECONDS,
                                                minimum=1, maximum=3600),
         apply_copy=section.choice("apply_copy", APPLY_COPIERS, default="executors"),
+        **_source_tls(section, connector_type),
     )
+
+
+def _source_tls(section: _Section, connector_type: str) -> dict[str, Any]:
+    """`tls_mode` and `tls_ca_file`: a verifying mode needs the CA file, which must exist; the types whose
+    connections the pipeline does not set up take TLS through `debezium:` properties."""
+    mode = section.choice("tls_mode", TLS_MODES, default="disable")
+    ca_file = section.optional_string("tls_ca_file", None)
+    if mode != "disable" and connector_type not in TLS_SOURCE_TYPES:
+        raise section.error("tls_mode", f"is for {', '.join(TLS_SOURCE_TYPES)} sources; a {connector_type} "
+                                        "connector takes its TLS settings as Debezium properties (debezium:)")
+    if mode.startswith("verify") and ca_file is None:
+        raise section.error("tls_ca_file", f"is required by tls_mode {mode} (the CA certificate, PEM, that signed "
+                                           "the source's certificate)")
+    if ca_file is not None and not Path(ca_file).is_file():
+        raise section.error("tls_ca_file", f"names no readable file: {ca_file}")
+    return {"tls_mode": mode, "tls_ca_file": ca_file}
 
 
 def _snapshot_engine(section: _Section, connector_type: str) -> str:

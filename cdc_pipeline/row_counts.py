@@ -11,7 +11,7 @@ from psycopg import sql
 from cdc_pipeline.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources import mariadb
+from cdc_pipeline.sources import mariadb, postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
 from cdc_pipeline.objmap import ObjectMap, read_rules
 
@@ -76,14 +76,7 @@ def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
 
 
 def _postgres_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
-    try:
-        conn = psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
-                               password=connector.password.reveal(), dbname=connector.database, autocommit=True,
-                               connect_timeout=CONNECT_TIMEOUT_SECONDS)
-    except psycopg.Error as exc:
-        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
-                       connector=connector.name) from exc
-    with conn:
+    with postgres.connect(connector) as conn:
         rows = conn.execute("SELECT table_schema, table_name FROM information_schema.tables "
                             "WHERE table_type = 'BASE TABLE' AND NOT table_schema = ANY(%s)",
                             (list(_POSTGRES_SYSTEM_SCHEMAS),)).fetchall()

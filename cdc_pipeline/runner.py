@@ -7,8 +7,10 @@ never pass through Python one by one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
 import subprocess
 import zlib
@@ -146,6 +148,46 @@ def jdbc_target(destination: DestinationConfig) -> tuple[str, str | None, str | 
             params.get("user"), params.get("password"))
 
 
+# Debezium's names of the TLS modes (`tls_mode`) of its binlog connectors.
+_BINLOG_TLS_MODES = {
+    "mariadb": {"disable": "disable", "require": "trust", "verify-ca": "verify-ca", "verify-full": "verify-full"},
+    "mysql": {"disable": "disabled", "require": "required", "verify-ca": "verify_ca", "verify-full": "verify_identity"},
+}
+TRUSTSTORE_PASSWORD = "cdc-pipeline"  # the trust store holds public certificates only
+
+
+def _binlog_tls(connector: ConnectorConfig) -> dict[str, str]:
+    """The TLS properties of a MariaDB/MySQL connector: its mode, and for a verifying mode a trust store made of
+    `tls_ca_file` (the binlog client reads a Java key store, not PEM)."""
+    props = {"database.ssl.mode": _BINLOG_TLS_MODES[connector.type][connector.tls_mode]}
+    if connector.tls_mode.startswith("verify") and connector.tls_ca_file:
+        props["database.ssl.truststore"] = str(truststore(Path(connector.tls_ca_file)))
+        props["database.ssl.truststore.password"] = TRUSTSTORE_PASSWORD
+    return props
+
+
+def truststore(ca_file: Path) -> Path:
+    """A PKCS#12 trust store holding the PEM certificate(s) of `ca_file`, made by the JDK's keytool once per
+    content (under ~/.cache/cdc-pipeline/truststores)."""
+    content = ca_file.read_bytes()
+    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-pipeline" / "truststores"
+    store = directory / f"{hashlib.sha256(content).hexdigest()[:24]}.p12"
+    if store.exists():
+        return store
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = store.with_suffix(f".{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    keytool = Path(os.environ["JAVA_HOME"]) / "bin" / "keytool" if os.environ.get("JAVA_HOME") else Path("keytool")
+    result = subprocess.run([str(keytool), "-importcert", "-noprompt", "-alias", "source-ca", "-file", str(ca_file),
+                             "-keystore", str(partial), "-storetype", "PKCS12", "-storepass", TRUSTSTORE_PASSWORD],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RunnerError(f"cannot make a trust store of {ca_file}: {(result.stdout + result.stderr).strip()}")
+    partial.rename(store)
+    return store
+
+
 def _server_id(name: str) -> str:
     # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
     return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
@@ -217,7 +259,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
     if connector.type in ("mariadb", "mysql"):
         props["database.server.id"] = _server_id(connector.name)
         props["database.include.list"] = connector.database
-        props["database.ssl.mode"] = "disable"
+        props.update(_binlog_tls(connector))
         props["connect.timeout.ms"] = "10000"
         # The binlog client's keep-alive thread reconnects a lost binlog connection (a source restart) at its next
         # check: every 5 s instead of every minute.
@@ -233,6 +275,9 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         props["column.propagate.source.type"] = ".*"
     elif connector.type == "postgres":
         props["database.dbname"] = connector.database
+        props["database.sslmode"] = connector.tls_mode
+        if connector.tls_ca_file:
+            props["database.sslrootcert"] = connector.tls_ca_file
         props["plugin.name"] = "pgoutput"
         props["slot.name"] = connector.replication_slot
         props["publication.name"] = connector.replication_slot

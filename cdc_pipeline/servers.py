@@ -86,13 +86,14 @@ def ensure_postgres_installed() -> None:
         _ensure_postgres_os_user()
 
 
-def start_mariadb(base_dir: Path | None = None) -> MariaDbServer:
+def start_mariadb(base_dir: Path | None = None, tls: bool = False) -> MariaDbServer:
     """Start a MariaDB server in a new temporary directory (under base_dir if given) on a free port."""
     work_dir = _make_work_dir("mariadb-", base_dir)
     server = MariaDbServer(
         port=free_port(),
         datadir=work_dir / "data",
         socket=work_dir / "mariadb.sock",
+        tls=tls,
         remove_on_stop=True,
     )
     return server.start()
@@ -115,6 +116,8 @@ class MariaDbServer:
     socket: Path
     root_password: str = ""
     host: str = LOOPBACK_HOST
+    # TLS only: a self-signed certificate for the host (`ca_file`), and TCP connections without TLS refused.
+    tls: bool = False
     remove_on_stop: bool = False
     stop_at_exit: bool = True
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -124,6 +127,11 @@ class MariaDbServer:
     def work_dir(self) -> Path:
         """The directory holding datadir, the configuration file, the socket, the pid file and the log."""
         return self.datadir.parent
+
+    @property
+    def ca_file(self) -> Path:
+        """The server's self-signed certificate: the root a client verifies it with (`tls` servers)."""
+        return self.work_dir / "server.crt"
 
     @property
     def config_file(self) -> Path:
@@ -321,6 +329,12 @@ class MariaDbServer:
         }
         if _running_as_root():
             settings["user"] = "root"
+        if self.tls:
+            key = self.work_dir / "server.key"
+            if not self.ca_file.exists():
+                _run_command(_certificate_command(self.host, key, self.ca_file), cwd=self.work_dir)
+            # Connections over the socket count as secure: root's stay as they are.
+            settings.update({"ssl_cert": self.ca_file, "ssl_key": key, "require_secure_transport": "ON"})
         lines = ["[mysqld]", *(f"{name} = {value}" for name, value in settings.items())]
         self.config_file.write_text("\n".join(lines) + "\n")
 
@@ -546,6 +560,7 @@ class PostgresServer:
             (self.datadir / "pg_hba.conf").write_text(
                 "local all all trust\n"
                 f"hostssl all all {self.host}/32 trust\n"
+                f"hostssl replication all {self.host}/32 trust\n"
                 "hostnossl all all all reject\n")
         lines = ["", "# throwaway server settings written by cdc_pipeline.servers"]
         lines += [f"{name} = {value}" for name, value in settings.items()]
@@ -579,9 +594,7 @@ class PostgresServer:
 
     def _make_certificate(self) -> None:
         key = self.datadir / "server.key"
-        self._run_as_server_user([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={self.host}",
-            "-addext", f"subjectAltName=IP:{self.host}", "-keyout", str(key), "-out", str(self.ca_file)])
+        self._run_as_server_user(_certificate_command(self.host, key, self.ca_file))
         self._run_as_server_user(["chmod", "600", str(key)])
 
     def _run_as_server_user(self, command: list[str], timeout: float | None = None) -> None:
@@ -630,6 +643,12 @@ def _postgres_bin_dir() -> Path | None:
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def _certificate_command(host: str, key: Path, certificate: Path) -> list[str]:
+    """openssl making a self-signed certificate for `host` (an IP address) and its key."""
+    return ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={host}",
+            "-addext", f"subjectAltName=IP:{host},DNS:localhost", "-keyout", str(key), "-out", str(certificate)]
 
 
 def _apt_install(packages: list[str]) -> None:

@@ -282,6 +282,10 @@ def test_malformed_variable_reference_is_an_error(text: str) -> None:
         ("prot", 3306, "prot", "did you mean 'port'"),
         ("run_retries", 11, "run_retries", "between 0 and 10"),
         ("source_lost_timeout_seconds", 0, "source_lost_timeout_seconds", "> 0"),
+        ("apply_copy", "python", "apply_copy", "executors, driver"),
+        ("tls_mode", "prefer", "tls_mode", "disable, require, verify-ca, verify-full"),
+        ("tls_mode", "verify-full", "tls_ca_file", "required by tls_mode verify-full"),
+        ("tls_ca_file", "/nonexistent/ca.pem", "tls_ca_file", "names no readable file"),
     ],
 )
 def test_bad_connector_field_names_connector_and_field(
@@ -617,3 +621,35 @@ def test_the_cli_prints_no_password_of_a_destination_dsn_it_cannot_parse(tmp_pat
     assert main(["--config", str(path), "state"]) == 2
     err = capsys.readouterr().err
     assert "cannot connect to the destination PostgreSQL" in err and "s3cr" not in err, err
+
+
+@pytest.mark.parametrize("connector_type, mode, expected", [
+    ("mariadb", "disable", {"database.ssl.mode": "disable"}),
+    ("mariadb", "require", {"database.ssl.mode": "trust"}),
+    ("mysql", "require", {"database.ssl.mode": "required"}),
+    ("postgres", "verify-ca", {"database.sslmode": "verify-ca"}),
+])
+def test_the_source_tls_mode_reaches_debezium_under_its_own_names(connector_type, mode, expected, tmp_path) -> None:
+    from cdc_pipeline.runner import debezium_properties
+
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_text("not read here")
+    data = with_connector_field("type", connector_type)
+    data["connectors"]["inventory"]["tls_mode"] = mode
+    if mode.startswith("verify"):
+        data["connectors"]["inventory"]["tls_ca_file"] = str(ca_file)
+    config = parse_config(data, CONFIG_PATH)
+
+    properties = debezium_properties(config.connector("inventory"), config.destination)
+
+    assert {key: properties[key] for key in expected} == expected
+    if connector_type == "postgres":
+        assert properties["database.sslrootcert"] == str(ca_file)
+
+
+def test_tls_is_refused_for_sources_whose_connections_the_pipeline_does_not_make() -> None:
+    data = with_connector_field("type", "sqlserver")
+    data["connectors"]["inventory"]["tls_mode"] = "require"
+    error = config_error(data)
+
+    assert "'tls_mode'" in str(error) and "debezium:" in str(error)

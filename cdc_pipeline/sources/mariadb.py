@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Sequence
+from urllib.parse import quote as url_quote
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -62,17 +63,36 @@ def connect(connector: ConnectorConfig) -> Any:
     try:
         return pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), database=connector.database,
-                               connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4", autocommit=True)
+                               connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4", autocommit=True,
+                               **_tls_options(connector))
     except pymysql.MySQLError as exc:
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
                        connector=connector.name) from exc
+
+
+def _tls_options(connector: ConnectorConfig) -> dict[str, Any]:
+    """PyMySQL's TLS options for the connector's `tls_mode` (require: encrypted, the certificate unchecked; PyMySQL
+    refuses a server without TLS then)."""
+    if connector.tls_mode == "disable":
+        return {"ssl_disabled": True}  # PyMySQL would otherwise take TLS whenever the server offers it
+    if connector.tls_mode == "require":
+        return {"ssl": {"check_hostname": False}}
+    return {"ssl_ca": connector.tls_ca_file, "ssl_verify_cert": True,
+            "ssl_verify_identity": connector.tls_mode == "verify-full"}
 
 
 def jdbc_url(connector: ConnectorConfig) -> str:
     """The JDBC URL Spark's readers use: MariaDB's driver (it reads MySQL servers too) under the `jdbc:mysql:` scheme,
     so that Spark applies its MySQL dialect (backquoted column names: it double-quotes them for a URL it does not
     know, which MariaDB reads as strings)."""
-    return f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+    url = f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+    if connector.tls_mode == "disable":
+        return url
+    # MariaDB Connector/J's names: trust (encrypted, unchecked), verify-ca, verify-full; the CA as a PEM file.
+    url += "&sslMode=" + ("trust" if connector.tls_mode == "require" else connector.tls_mode)
+    if connector.tls_ca_file:
+        url += "&serverSslCert=" + url_quote(connector.tls_ca_file, safe="/")
+    return url
 
 
 @dataclass(frozen=True)

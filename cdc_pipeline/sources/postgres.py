@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+from urllib.parse import quote_plus, urlencode
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -58,16 +59,25 @@ def connect(connector: ConnectorConfig) -> Any:
         return psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), dbname=connector.database,
                                connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
-                               application_name=f"cdc-pipeline {connector.name} bulk snapshot")
+                               application_name=f"cdc-pipeline {connector.name}", **tls_parameters(connector))
     except psycopg.Error as exc:
         # psycopg's messages name the host and the server's words, never the password.
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
                        f"{str(exc).strip().splitlines()[0]}", connector=connector.name) from None
 
 
+def tls_parameters(connector: ConnectorConfig) -> dict[str, str]:
+    """The connector's `tls_mode` and `tls_ca_file` as libpq's and pgjdbc's parameters (both take the same)."""
+    parameters = {"sslmode": connector.tls_mode}
+    if connector.tls_ca_file:
+        parameters["sslrootcert"] = connector.tls_ca_file
+    return parameters
+
+
 def jdbc_url(connector: ConnectorConfig) -> str:
     """The JDBC URL Spark's readers use (its PostgreSQL dialect: double-quoted names, a cursor per read)."""
-    return f"jdbc:postgresql://{connector.hostname}:{connector.port}/{connector.database}"
+    return (f"jdbc:postgresql://{connector.hostname}:{connector.port}/{quote_plus(connector.database)}?"
+            + urlencode(tls_parameters(connector)))
 
 
 @dataclass(frozen=True)
