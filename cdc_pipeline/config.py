@@ -95,6 +95,8 @@ _CONNECTOR_FIELDS = (
     "apply_copy",
     "tls_mode",
     "tls_ca_file",
+    "source_lock_timeout_seconds",
+    "source_statement_timeout_seconds",
     "error_strategy",
     "retry_attempts",
     "retry_backoff_seconds",
@@ -282,6 +284,10 @@ class ConnectorConfig:
     # tls_ca_file, and the host name too).
     tls_mode: str = "disable"
     tls_ca_file: str | None = None
+    # The driver's queries to the source and the bulk snapshot's reads end with an error after waiting this long
+    # for a lock, or this long in all (with TCP keepalives: a dead source is noticed too).
+    source_lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+    source_statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -470,6 +476,10 @@ def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
                                                minimum=1, maximum=3600),
         apply_copy=section.choice("apply_copy", APPLY_COPIERS, default="executors"),
         **_source_tls(section, connector_type),
+        source_lock_timeout_seconds=section.positive_number("source_lock_timeout_seconds",
+                                                            default=DEFAULT_LOCK_TIMEOUT_SECONDS),
+        source_statement_timeout_seconds=section.positive_number("source_statement_timeout_seconds",
+                                                                 default=DEFAULT_STATEMENT_TIMEOUT_SECONDS),
     )
 
 

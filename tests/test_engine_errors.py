@@ -146,3 +146,19 @@ def test_a_locked_table_or_a_statement_that_does_not_end_fails_the_run_in_time_a
         conn.execute(f"DROP TRIGGER slow ON {target}")
     assert pipeline.sync()["inserts"] == 1
     pipeline.assert_same("items")
+
+
+def test_a_query_on_a_locked_source_table_ends_after_the_source_lock_timeout(pipeline, mariadb):
+    from cdc_pipeline.config import load_config
+    from cdc_pipeline.row_counts import compare_row_counts
+
+    pipeline.write_config(source_lock_timeout_seconds=1)
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])
+    config = load_config(pipeline.config_path)
+    with mariadb.connect(pipeline.source_db) as locker, locker.cursor() as cur:
+        cur.execute("LOCK TABLES items WRITE")
+        started = time.monotonic()
+        with pytest.raises(Exception, match="Lock wait timeout"):
+            compare_row_counts(config.connector(pipeline.name), config.destination)
+        waited = time.monotonic() - started
+    assert waited < 30, f"the count waited {waited:.0f} s on the lock"

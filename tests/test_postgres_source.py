@@ -138,3 +138,21 @@ def test_a_destination_column_retyped_by_its_owner_keeps_its_type(pg_pipeline):
     assert columns["code"] == "item_code", "the column keeps the type its owner chose"
     assert columns["extra"] == "text", "other columns still follow the source"
     pg_pipeline.assert_same("items")
+
+
+def test_a_query_on_a_locked_source_table_ends_after_the_source_lock_timeout(pg_pipeline):
+    import time
+
+    from cdc_pipeline.config import load_config
+    from cdc_pipeline.row_counts import compare_row_counts
+
+    pg_pipeline.write_config(source_lock_timeout_seconds=1)
+    pg_pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY)", "INSERT INTO items VALUES (1)"])
+    config = load_config(pg_pipeline.config_path)
+    with psycopg.connect(pg_pipeline.source_dsn) as locker:
+        locker.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.LockNotAvailable, match="lock timeout"):
+            compare_row_counts(config.connector(pg_pipeline.name), config.destination)
+        waited = time.monotonic() - started
+    assert waited < 30, f"the count waited {waited:.0f} s on the lock"

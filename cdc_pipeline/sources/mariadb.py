@@ -60,10 +60,15 @@ def connect(connector: ConnectorConfig) -> Any:
     """
     import pymysql
 
+    # A statement that runs longer, or a server that stops answering, fails the read (no TCP keepalive option).
+    statement_timeout = max(1, round(connector.source_statement_timeout_seconds))
+    lock_timeout = max(1, round(connector.source_lock_timeout_seconds))
     try:
         return pymysql.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), database=connector.database,
                                connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4", autocommit=True,
+                               read_timeout=statement_timeout, write_timeout=statement_timeout,
+                               init_command=f"SET SESSION lock_wait_timeout = {lock_timeout}",
                                **_tls_options(connector))
     except pymysql.MySQLError as exc:
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: {exc}",
@@ -85,7 +90,9 @@ def jdbc_url(connector: ConnectorConfig) -> str:
     """The JDBC URL Spark's readers use: MariaDB's driver (it reads MySQL servers too) under the `jdbc:mysql:` scheme,
     so that Spark applies its MySQL dialect (backquoted column names: it double-quotes them for a URL it does not
     know, which MariaDB reads as strings)."""
-    url = f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+    url = (f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+           f"&tcpKeepAlive=true&socketTimeout={int(connector.source_statement_timeout_seconds * 1000)}"
+           f"&sessionVariables=lock_wait_timeout={max(1, round(connector.source_lock_timeout_seconds))}")
     if connector.tls_mode == "disable":
         return url
     # MariaDB Connector/J's names: trust (encrypted, unchecked), verify-ca, verify-full; the CA as a PEM file.

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+from urllib.parse import quote as url_quote
 from urllib.parse import quote_plus, urlencode
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.table import SourceTable
 
@@ -59,7 +60,8 @@ def connect(connector: ConnectorConfig) -> Any:
         return psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), dbname=connector.database,
                                connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
-                               application_name=f"cdc-pipeline {connector.name}", **tls_parameters(connector))
+                               application_name=f"cdc-pipeline {connector.name}", **tls_parameters(connector),
+                               options=session_options(connector), **KEEPALIVES)
     except psycopg.Error as exc:
         # psycopg's messages name the host and the server's words, never the password.
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
@@ -74,10 +76,18 @@ def tls_parameters(connector: ConnectorConfig) -> dict[str, str]:
     return parameters
 
 
+def session_options(connector: ConnectorConfig) -> str:
+    """The source sessions' lock and statement timeouts, as the `options` parameter libpq and pgjdbc take."""
+    return (f"-c lock_timeout={int(connector.source_lock_timeout_seconds * 1000)}ms "
+            f"-c statement_timeout={int(connector.source_statement_timeout_seconds * 1000)}ms")
+
+
 def jdbc_url(connector: ConnectorConfig) -> str:
-    """The JDBC URL Spark's readers use (its PostgreSQL dialect: double-quoted names, a cursor per read)."""
+    """The JDBC URL Spark's readers use (its PostgreSQL dialect: double-quoted names, a cursor per read), with the
+    connector's TLS, its source timeouts and TCP keepalives."""
+    parameters = {**tls_parameters(connector), "options": session_options(connector), "tcpKeepAlive": "true"}
     return (f"jdbc:postgresql://{connector.hostname}:{connector.port}/{quote_plus(connector.database)}?"
-            + urlencode(tls_parameters(connector)))
+            + urlencode(parameters, quote_via=url_quote))
 
 
 @dataclass(frozen=True)
