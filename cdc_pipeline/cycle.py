@@ -31,7 +31,7 @@ from cdc_pipeline.apply import (
 )
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.events import EventRef, ParsedBatch, parse_events, redelivery_test
+from cdc_pipeline.events import EventRef, ParsedBatch, parse_events, redelivery_test, same_stream_position
 from cdc_pipeline.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
@@ -466,6 +466,12 @@ class ConnectorSession:
         return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map, self._staging)
 
 
+def _continues_statement(last: FetchedBatch, batch: FetchedBatch) -> bool:
+    """Whether `batch` starts with a record of the statement whose record ended `last` (they share one offset):
+    such batches are applied together and never split between groups or runs (`events.same_stream_position`)."""
+    return bool(batch.index) and same_stream_position(last.last_offset, batch.index[0].get("offset"))
+
+
 def _transaction_key(ref: EventRef) -> Any:
     """What tells a streamed event's source transaction apart (None for snapshot events and other sources')."""
     offset = ref.offset or {}
@@ -520,6 +526,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
     source_lost_since: float | None = None
     streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
     idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the source's position when the queue was empty
+    budget_spent = False  # max_events_per_run or max_seconds_per_run reached: the run ends at the next cut
     schema_snapshot_done = not session.awaits_schema_snapshot
     while True:
         if session.halted():
@@ -548,10 +555,15 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         with session.phase(control.PHASE_FETCHING, "fetch"):
             batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
         now = time.monotonic()
+        continues = batch is not None and bool(group) and _continues_statement(group[-1], batch)
+        if budget_spent and not continues:
+            # The run's budget was spent at the last batch. A batch fetched now is not applied (nor marked
+            # complete): the engine gives it to the next run.
+            break
         if batch is not None:
             faults.pause_point(faults.FETCHED)
             stats.first_fetch_at = stats.first_fetch_at or now
-            if group and group_events + batch.size > connector.apply_batch_events:
+            if group and group_events + batch.size > connector.apply_batch_events and not continues:
                 yield group
                 group, group_events = [], 0
             group.append(batch)
@@ -563,9 +575,10 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
             if not streamed and session.streams:
                 # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
                 streamed = runner.is_streaming()
-            if events >= connector.max_events_per_run and schema_snapshot_done and not session.in_data_snapshot():
+            if events >= connector.max_events_per_run and schema_snapshot_done and not session.in_data_snapshot() \
+                    and not budget_spent:
                 log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
-                break
+                budget_spent = True  # the run ends, once the records of the last batch's statement are all in
         elif group:
             yield group
             group, group_events = [], 0
@@ -631,8 +644,9 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
         if now - started >= connector.max_seconds_per_run and schema_snapshot_done and not session.in_data_snapshot():
             # A snapshot cannot be resumed: it is finished whatever the budget (one of the schema only is short; one
             # of Debezium's engine keeps a group in memory at a time, see apply_batches).
-            log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
-            break
+            if not budget_spent:
+                log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
+            budget_spent = True  # the run ends, once the records of the last batch's statement are all in
     if group:
         yield group
     log.info("%s: fetched %d events", connector.name, events)

@@ -269,6 +269,20 @@ def _pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | N
     return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
 
 
+def same_stream_position(first: dict[str, Any] | None, second: dict[str, Any] | None) -> bool:
+    """Whether two streamed records share one offset: the records of one statement that Debezium splits (the
+    schema changes of a multi-table `DROP TABLE a, b` or `RENAME TABLE`, PostgreSQL's TRUNCATE of several tables).
+    A run must apply such records together: once the first is applied, the others compare as applied
+    (`redelivery_test`) and the engine does not give them again. Snapshot records (which all share one) never do."""
+    if first is None or second is None:
+        return False
+    binlog = offset_order(first)
+    if binlog is not None:
+        return offset_order(second) == binlog and _binlog_base(first) == _binlog_base(second)
+    pg = _pg_stream_offset(first)
+    return pg is not None and _pg_stream_offset(second) == pg
+
+
 class SourceLogChangedError(CdcError):
     """A streamed record that cannot be placed after what was applied: the source's binlog is not the one the
     applied position belongs to."""

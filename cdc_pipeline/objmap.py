@@ -506,17 +506,29 @@ def transform_sql(transform: Transform, value: sql.Composable, pg_type: str, *, 
 
 
 _CHARACTER_TYPES = frozenset({"character varying", "character", "varchar", "char", "bpchar"})
-# A numeric type modifier (`(64)`, `(12,2)`), whose explicit cast would cut or pad a value silently.
+_BIT_TYPES = frozenset({"bit", "bit varying", "varbit"})
+# A numeric type modifier (`(64)`, `(12,2)`).
 _NUMERIC_TYPMOD = re.compile(r"\(\s*\d+\s*(?:,\s*-?\d+\s*)?\)")
 
 
 def _result_type(pg_type: str) -> str:
-    """What a text value (a transform's result, a staged value) is cast to before it is written to a column of
-    `pg_type`: the type without its numeric modifier, and text for a character type. An explicit cast to
-    varchar(n), char(n) or bit(n) cuts a value short silently; the assignment to the column then applies the
-    modifier as COPY does (a value too long fails, a numeric or time value is rounded)."""
-    base = _NUMERIC_TYPMOD.sub("", pg_type).strip()
-    return "text" if base.lower() in _CHARACTER_TYPES else base
+    """What a transform's result is cast to: the column's type, but text for a character type, so that a result
+    too long for the column fails on assignment instead of being cut short by the explicit cast."""
+    return "text" if pg_type.split("(", 1)[0].strip().lower() in _CHARACTER_TYPES else pg_type
+
+
+def staged_cast_type(pg_type: str) -> str:
+    """What a staged text value is cast to before it is written to (or compared with) a column of `pg_type`, so
+    that it ends as COPY into the column would make it: the column's type (a numeric or time value rounded as
+    COPY rounds it), but where an explicit cast would cut or pad a value silently (varchar(n), char(n), bit(n),
+    the elements of an array) the type without its modifier, whose assignment to the column then fails as COPY
+    does."""
+    if pg_type.rstrip().endswith("]"):
+        return _NUMERIC_TYPMOD.sub("", pg_type).strip()
+    base = pg_type.split("(", 1)[0].strip().lower()
+    if base in _CHARACTER_TYPES:
+        return "text"
+    return "bit varying" if base in _BIT_TYPES else pg_type
 
 
 def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform], alias: str, *,
@@ -529,7 +541,7 @@ def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transf
         if column.dest_name in transforms:
             return transform_sql(transforms[column.dest_name], staged, column.pg_type, with_parameters=False)
         if all_text:
-            return sql.SQL("CAST({} AS {})").format(staged, sql.SQL(_result_type(column.pg_type)))
+            return sql.SQL("CAST({} AS {})").format(staged, sql.SQL(staged_cast_type(column.pg_type)))
         return staged
 
     return {column.dest_name: value(column) for column in columns}

@@ -8,7 +8,7 @@ from psycopg import sql
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import DestinationConfig, Secret
-from cdc_pipeline.objmap import _result_type
+from cdc_pipeline.objmap import staged_cast_type
 from cdc_pipeline.stage_copy import ExecutorStaging
 
 ITEMS = """CREATE TABLE items (
@@ -23,15 +23,16 @@ ITEMS = """CREATE TABLE items (
     ("character varying(64)", "text"),
     ("character(3)", "text"),
     ("character varying(64)[]", "character varying[]"),
-    ("bit(4)", "bit"),
+    ("numeric(12,2)[]", "numeric[]"),
+    ("bit(4)", "bit varying"),
     ("bit varying(8)", "bit varying"),
-    ("numeric(12,2)", "numeric"),
-    ("timestamp(3) without time zone", "timestamp without time zone"),
+    ("numeric(12,2)", "numeric(12,2)"),
+    ("timestamp(3) without time zone", "timestamp(3) without time zone"),
     ("geometry(Point,4326)", "geometry(Point,4326)"),
     ("integer", "integer"),
 ])
 def test_staged_text_is_cast_without_a_modifier_that_would_cut_it_silently(text, cast_to):
-    assert _result_type(text) == cast_to
+    assert staged_cast_type(text) == cast_to
 
 
 def _changes(pipeline) -> None:
