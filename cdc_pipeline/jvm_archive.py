@@ -1,6 +1,6 @@
 """A class-data-sharing archive of the driver JVM: the classes a run loads (Spark, the JSON parser, the runner,
 Debezium's engine), parsed and verified once and mapped by every later run, so that each run's fixed start is
-shorter (see docs/benchmarks in the README: the start of a Spark session and its first jobs).
+shorter (see "Spark" in docs/operations.md: the start of a Spark session and its first jobs).
 
 The archive is built by `cdc-pipeline jvm-archive` (`make setup` runs it): a short JVM run that loads those
 classes and dumps them when it exits (`-XX:ArchiveClassesAtExit`), written under a temporary name and renamed

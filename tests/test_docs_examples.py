@@ -1,4 +1,4 @@
-"""The README's shell examples, run as a user pastes them (with the test's connector name)."""
+"""The docs' shell examples, run as a user pastes them (with the test's connector name)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 pytestmark = pytest.mark.integration
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-README = PROJECT_ROOT / "README.md"
+OPERATIONS = PROJECT_ROOT / "docs" / "operations.md"
 ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))"
 
 
-def readme_block(heading: str) -> str:
-    """The first ```sh block after a README heading."""
-    text = README.read_text()
+def docs_block(heading: str) -> str:
+    """The first ```sh block after a heading of docs/operations.md."""
+    text = OPERATIONS.read_text()
     start = text.index(heading)
     match = re.search(r"```sh\n(.*?)```", text[start:], re.S)
     assert match, f"no shell block after {heading!r}"
@@ -42,7 +42,7 @@ def test_the_backfill_example_replays_with_the_cli_and_with_dagster_one_engine_p
     # replays them again.
     pipeline.source(["INSERT INTO items VALUES (3, 'c')", "UPDATE items SET v = 'B' WHERE id = 2"])
 
-    result = run_block(readme_block("### Backfill from an offset"), pipeline, tmp_path)
+    result = run_block(docs_block("### Backfill from an offset"), pipeline, tmp_path)
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "Cannot change engine state" not in result.stderr, result.stderr[-5000:]
