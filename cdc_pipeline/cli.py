@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import psycopg
 
 from cdc_pipeline import bulk_load, control, objmap, requests, stats
-from cdc_pipeline.config import SNAPSHOT_MODES, PipelineConfig, load_config
+from cdc_pipeline.config import SNAPSHOT_MODES, THIRD_PARTY_WARNINGS_ENV, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def _cmd_sync(args: argparse.Namespace) -> int:
     os.environ.setdefault("CDC_RUNNER_LOG_LEVEL", "INFO" if args.verbose else "WARN")
+    if args.verbose:
+        os.environ.setdefault(THIRD_PARTY_WARNINGS_ENV, "1")
     bar = _ProgressBar(args.name) if sys.stderr.isatty() and not args.json else None
     try:
         if bar is not None:

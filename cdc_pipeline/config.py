@@ -41,6 +41,8 @@ ERROR_STRATEGIES = ("exit", "retry", "skip")
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
 APPLY_COPIERS = ("executors", "driver")
+# Set (to anything): the JVM's third-party warnings (ANTLR's version check) are printed; `sync -v` sets it.
+THIRD_PARTY_WARNINGS_ENV = "CDC_THIRD_PARTY_WARNINGS"
 TLS_MODES = ("disable", "require", "verify-ca", "verify-full")
 TLS_SOURCE_TYPES = ("mariadb", "mysql", "postgres")
 TRIGGERS = ("changes", "schedule")

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline import jvm_archive
-from cdc_pipeline.runner import FetchedBatch, executor_jars, runner_classpath
+from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV
+from cdc_pipeline.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, runner_classpath
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ def build_spark_session(master: str | None = None, conf: Mapping[str, str] | Non
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
     set_runner_log_level(session, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))
+    if not os.environ.get(THIRD_PARTY_WARNINGS_ENV):
+        # ANTLR's version warnings (Debezium's DDL parser against Spark's ANTLR runtime) say nothing a user can act on.
+        getattr(session._jvm, f"{JAVA_PACKAGE}.QuietStderr").install()
     return session
 
 

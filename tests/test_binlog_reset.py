@@ -28,7 +28,8 @@ def test_a_binlog_reset_under_a_connector_stops_its_run_with_what_to_do(destinat
         with pytest.raises(Exception) as failed:
             pipeline.sync()
 
+        # Debezium finds the stored position's GTIDs gone from the new binlog and refuses to start; the error says
+        # what to do. (A record that reaches the planner from another binlog stops the run too: test_events.py.)
         message = str(cli._root_cause(failed.value))
-        print("MESSAGE", message)
-        assert "binlog" in message.lower(), message
+        assert "no longer available on the server" in message and "take a new snapshot" in message, message
         assert pipeline.dest_query(f'SELECT count(*) FROM "{pipeline.source_db}".items WHERE id = 51') == [(0,)]
