@@ -44,10 +44,10 @@ $(VENV)/.jvm-archive: $(RUNNER_JAR) $(VENV)/.installed
 	@touch $@
 
 demo: setup
-	$(PY) -m cdc_pipeline.demo
+	$(PY) -m cdc_pipeline.testing.demo
 
 demo-stop:
-	@test -x $(PY) && $(PY) -m cdc_pipeline.demo stop || true
+	@test -x $(PY) && $(PY) -m cdc_pipeline.testing.demo stop || true
 
 test: setup
 	$(VENV)/bin/lint-imports --no-cache

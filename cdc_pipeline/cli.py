@@ -336,7 +336,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from cdc_pipeline.bench import main as bench_main
+    from cdc_pipeline.testing.bench import main as bench_main
 
     return bench_main(args.bench_args)
 

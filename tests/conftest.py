@@ -22,7 +22,7 @@ from psycopg import sql
 
 from cdc_pipeline import faults
 from cdc_pipeline.runner import build_runner
-from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 CAPTURE_USER = "dbz"
 CAPTURE_PASSWORD = "capture-secret-7f3a"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from psycopg import sql
 
-from cdc_pipeline.servers import PostgresServer, start_postgres
+from cdc_pipeline.testing.servers import PostgresServer, start_postgres
 
 SOURCE_SCHEMA = "public"
 

@@ -3,7 +3,7 @@ are for the command's output, never asserted)."""
 
 import pytest
 
-from cdc_pipeline import bench
+from cdc_pipeline.testing import bench
 
 pytestmark = pytest.mark.integration
 

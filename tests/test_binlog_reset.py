@@ -7,7 +7,7 @@ import pytest
 from conftest import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
 
 from cdc_pipeline import cli
-from cdc_pipeline.servers import start_mariadb
+from cdc_pipeline.testing.servers import start_mariadb
 
 pytestmark = pytest.mark.integration
 

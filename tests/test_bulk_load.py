@@ -285,7 +285,7 @@ def _wait_for(path: Path, text: str, seconds: float = 120) -> None:
 
 
 def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipeline, tmp_path: Path):
-    from cdc_pipeline.servers import free_port
+    from cdc_pipeline.testing.servers import free_port
 
     pipeline.source([KEYED, KEYLESS])
     _fill(pipeline, 3_000)

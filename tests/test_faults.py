@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_pipeline.servers import start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import start_mariadb, start_postgres
 from conftest import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Integration tests for the throwaway MariaDB and PostgreSQL servers in cdc_pipeline.servers."""
+"""Integration tests for the throwaway MariaDB and PostgreSQL servers in cdc_pipeline.testing.servers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import psycopg
 import pymysql
 import pytest
 
-from cdc_pipeline.servers import MariaDbServer, PostgresServer, free_port, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, free_port, start_mariadb, start_postgres
 
 pytestmark = pytest.mark.integration
 

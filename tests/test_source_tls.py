@@ -15,7 +15,7 @@ from pg_source_helpers import PostgresPipeline
 from cdc_pipeline import pending
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.servers import start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import start_mariadb, start_postgres
 
 pytestmark = pytest.mark.integration
 

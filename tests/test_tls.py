@@ -9,7 +9,7 @@ from conftest import new_pipeline
 
 from cdc_pipeline.config import DestinationConfig, Secret
 from cdc_pipeline.runner import jdbc_target
-from cdc_pipeline.servers import start_postgres
+from cdc_pipeline.testing.servers import start_postgres
 
 pytestmark = pytest.mark.integration
 

@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
-from cdc_pipeline.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """The demo behind `make demo`: replicate a sample MariaDB database into PostgreSQL and compare both sides.
 
-``python -m cdc_pipeline.demo`` starts a MariaDB (row binlog) and a destination PostgreSQL whose files
+``python -m cdc_pipeline.testing.demo`` starts a MariaDB (row binlog) and a destination PostgreSQL whose files
 live in ``.demo/mariadb`` and ``.demo/postgres`` under the current directory, or reuses them when
 ``.demo/state.json`` names servers that are still running. The servers outlive the command, so
-``dagster dev`` can keep replicating from them; ``python -m cdc_pipeline.demo stop`` (``make demo-stop``)
+``dagster dev`` can keep replicating from them; ``python -m cdc_pipeline.testing.demo stop`` (``make demo-stop``)
 shuts them down and leaves the files. Servers recorded but no longer running are not revived: their
 directories are wiped and fresh servers start on new ports.
 
@@ -40,7 +40,7 @@ from psycopg import sql
 
 from cdc_pipeline.cli import format_summary, run_sync
 from cdc_pipeline.config import CONFIG_PATH_ENV, redact_dsn
-from cdc_pipeline.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
+from cdc_pipeline.testing.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
 from cdc_pipeline.sources.mariadb import quote_mysql
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ class TableComparison:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo (default) or stop its servers (`stop`); returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m cdc_pipeline.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cdc_pipeline.testing.demo", description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="?", choices=("run", "stop"), default="run")
     parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics at INFO level")
     args = parser.parse_args(argv)
@@ -406,7 +406,7 @@ def write_demo_config(demo_dir: Path, mariadb: MariaDbServer, source_password: s
             }
         },
     }
-    header = "# Written by `python -m cdc_pipeline.demo`; the secrets are in .demo/env.\n"
+    header = "# Written by `python -m cdc_pipeline.testing.demo`; the secrets are in .demo/env.\n"
     config_file.write_text(header + yaml.safe_dump(config, sort_keys=False))
     DAGSTER_HOME_DIR.mkdir(exist_ok=True)
     variables = {
@@ -419,7 +419,7 @@ def write_demo_config(demo_dir: Path, mariadb: MariaDbServer, source_password: s
     descriptor = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as stream:
         os.fchmod(stream.fileno(), 0o600)
-        stream.write("# Written by `python -m cdc_pipeline.demo`; load with: set -a; . .demo/env; set +a\n")
+        stream.write("# Written by `python -m cdc_pipeline.testing.demo`; load with: set -a; . .demo/env; set +a\n")
         stream.writelines(f"export {name}={shlex.quote(value)}\n" for name, value in variables.items())
     os.environ.update(variables)
 
@@ -540,7 +540,7 @@ def print_next_steps(demo_dir: Path) -> None:
     print("\nThe servers keep running. Open the Dagster UI on the same configuration and instance with:")
     print(f"  set -a; . {env_file}; set +a; .venv/bin/dagster dev -w {WORKSPACE_FILE}")
     print("Stop the demo servers with:")
-    print("  make demo-stop   (runs: python -m cdc_pipeline.demo stop)")
+    print("  make demo-stop   (runs: python -m cdc_pipeline.testing.demo stop)")
 
 
 if __name__ == "__main__":

@@ -562,7 +562,7 @@ class PostgresServer:
                 f"hostssl all all {self.host}/32 trust\n"
                 f"hostssl replication all {self.host}/32 trust\n"
                 "hostnossl all all all reject\n")
-        lines = ["", "# throwaway server settings written by cdc_pipeline.servers"]
+        lines = ["", "# throwaway server settings written by cdc_pipeline.testing.servers"]
         lines += [f"{name} = {value}" for name, value in settings.items()]
         with open(self.datadir / "postgresql.conf", "a", encoding="utf-8") as config:
             config.write("\n".join(lines) + "\n")
