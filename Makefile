@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-RUNNER_DIR := cdc_pipeline/debezium_runner
+RUNNER_DIR := cdc_pipeline/capture/debezium_runner
 RUNNER_JAR := $(RUNNER_DIR)/target/debezium-runner.jar
 RUNNER_SOURCES := $(RUNNER_DIR)/pom.xml $(shell find $(RUNNER_DIR)/src -name '*.java')
 
@@ -40,7 +40,7 @@ runner: $(RUNNER_JAR)
 
 # The driver JVM's class archive (a shorter start for every run); a run without it only starts slower.
 $(VENV)/.jvm-archive: $(RUNNER_JAR) $(VENV)/.installed
-	$(PY) -m cdc_pipeline.cli jvm-archive || echo "warning: no JVM class archive; runs start without it"
+	$(PY) -m cdc_pipeline.ops.cli jvm-archive || echo "warning: no JVM class archive; runs start without it"
 	@touch $@
 
 demo: setup

@@ -15,7 +15,7 @@ from dagster import (
 )
 
 from assets.schedules import active_run_skip
-from cdc_pipeline import pending
+from cdc_pipeline.ops import pending
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from resources.destination import DestinationResource

@@ -13,7 +13,7 @@ from dagster import (
 )
 
 from cdc_pipeline.config import ConnectorConfig, load_config
-from cdc_pipeline.row_counts import compare_row_counts
+from cdc_pipeline.ops.row_counts import compare_row_counts
 
 
 def connector_asset_key(name: str) -> AssetKey:

@@ -8,7 +8,7 @@ from typing import Optional
 from dagster import Config, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
-from cdc_pipeline import requests
+from cdc_pipeline.ops import requests
 from cdc_pipeline.config import load_config
 from resources.destination import DestinationResource
 

@@ -12,7 +12,7 @@ from dagster import (
     sensor,
 )
 
-from cdc_pipeline import requests
+from cdc_pipeline.ops import requests
 from cdc_pipeline.config import load_config
 from resources.destination import DestinationResource
 

@@ -36,15 +36,17 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline import faults, objmap
-from cdc_pipeline.apply import captures, staging_table_sql
-from cdc_pipeline.catalog import DestinationTable, destination_table
+from cdc_pipeline import faults
+
+from cdc_pipeline.mapping import objmap
+from cdc_pipeline.sink.apply import captures, staging_table_sql
+from cdc_pipeline.sink.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
-from cdc_pipeline.dml import ColumnPlan
+from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.events import FieldSpec
-from cdc_pipeline.runner import JAVA_PACKAGE, jdbc_target
-from cdc_pipeline.schema_infer import ensure_table_matches
+from cdc_pipeline.decode.events import FieldSpec
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
+from cdc_pipeline.convert.schema_infer import ensure_table_matches
 from cdc_pipeline.sources import mariadb, module_for
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,14 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults, objmap, offsets, pending
-from cdc_pipeline.apply import (
+from cdc_pipeline import bulk_load, control, faults
+
+from cdc_pipeline.decode import offsets
+
+from cdc_pipeline.mapping import objmap
+
+from cdc_pipeline.ops import pending
+from cdc_pipeline.sink.apply import (
     LAST_SNAPSHOT_MARKER,
     BatchApplier,
     BatchPlan,
@@ -31,8 +37,8 @@ from cdc_pipeline.apply import (
 )
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.events import EventRef, ParsedBatch, parse_events, redelivery_test, same_stream_position
-from cdc_pipeline.runner import (
+from cdc_pipeline.decode.events import EventRef, ParsedBatch, parse_events, redelivery_test, same_stream_position
+from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
     FetchedBatch,
@@ -40,9 +46,9 @@ from cdc_pipeline.runner import (
     engine_failure,
     merge_batches,
 )
-from cdc_pipeline.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.spark import batch_dataframe
-from cdc_pipeline.stage_copy import ExecutorStaging
+from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
+from cdc_pipeline.capture.spark import batch_dataframe
+from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.spark import build_spark_session, default_master
+from cdc_pipeline.capture.spark import build_spark_session, default_master
 
 
 class SparkSessionResource(ConfigurableResource):

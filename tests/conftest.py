@@ -21,7 +21,7 @@ import yaml
 from psycopg import sql
 
 from cdc_pipeline import faults
-from cdc_pipeline.runner import build_runner
+from cdc_pipeline.capture.runner import build_runner
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 CAPTURE_USER = "dbz"
@@ -33,7 +33,7 @@ PAUSE_DEADLINE_SECONDS = 240
 def start_sync(name: str, *args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
     """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc_pipeline.cli", "sync", name, *args],
+        [sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, *args],
         cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
@@ -81,7 +81,7 @@ def destination_pg() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from cdc_pipeline.spark import build_spark_session
+    from cdc_pipeline.capture.spark import build_spark_session
 
     build_runner()
     return build_spark_session()
@@ -147,7 +147,7 @@ class Pipeline:
             assert dest == source, f"table {table}: destination differs from source"
 
     def sync(self) -> dict[str, Any]:
-        from cdc_pipeline.cli import run_sync
+        from cdc_pipeline.ops.cli import run_sync
 
         return run_sync(self.name)
 

@@ -69,7 +69,7 @@ class PostgresPipeline:
         self.source_server.execute(statements, dbname=self.source_db)
 
     def sync(self) -> dict[str, Any]:
-        from cdc_pipeline.cli import run_sync
+        from cdc_pipeline.ops.cli import run_sync
 
         return run_sync(self.name)
 

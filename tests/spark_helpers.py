@@ -16,9 +16,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.events import DATA_CHANGE, ParsedBatch, index_entry, parse_events  # noqa: F401 (index_entry: for tests)
-from cdc_pipeline.runner import FetchedBatch
-from cdc_pipeline.spark import build_spark_session
+from cdc_pipeline.decode.events import DATA_CHANGE, ParsedBatch, index_entry, parse_events  # noqa: F401 (index_entry: for tests)
+from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.capture.spark import build_spark_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_EVENTS = "mariadb_all_events.jsonl"

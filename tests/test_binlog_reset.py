@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
 
-from cdc_pipeline import cli
+from cdc_pipeline.ops import cli
 from cdc_pipeline.testing.servers import start_mariadb
 
 pytestmark = pytest.mark.integration

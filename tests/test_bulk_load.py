@@ -216,7 +216,7 @@ def test_keys_of_every_shape_and_an_empty_table(pipeline: Pipeline):
 
 
 def _cli(pipeline: Pipeline, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_pipeline.cli", *args], env={**os.environ, **pipeline.env},
+    return subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", *args], env={**os.environ, **pipeline.env},
                           capture_output=True, text=True, timeout=300)
 
 

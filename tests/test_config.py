@@ -558,7 +558,7 @@ def test_merge_keys_may_override_shared_defaults(tmp_path: Path) -> None:
 
 
 def test_the_root_cause_of_a_looping_exception_chain_is_found() -> None:
-    from cdc_pipeline.cli import _root_cause
+    from cdc_pipeline.ops.cli import _root_cause
     from cdc_pipeline.errors import CdcError
 
     first, second = RuntimeError("first"), RuntimeError("second")
@@ -613,7 +613,7 @@ def test_a_destination_that_cannot_be_reached_or_parsed_names_no_password(dsn: s
 
 
 def test_the_cli_prints_no_password_of_a_destination_dsn_it_cannot_parse(tmp_path: Path, monkeypatch, capsys) -> None:
-    from cdc_pipeline.cli import main
+    from cdc_pipeline.ops.cli import main
 
     path = tmp_path / "c.yaml"
     path.write_text("destination:\n  dsn: postgresql://u:s3cr%t@127.0.0.1:9/d\nconnectors:\n  inventory:\n"
@@ -630,7 +630,7 @@ def test_the_cli_prints_no_password_of_a_destination_dsn_it_cannot_parse(tmp_pat
     ("postgres", "verify-ca", {"database.sslmode": "verify-ca"}),
 ])
 def test_the_source_tls_mode_reaches_debezium_under_its_own_names(connector_type, mode, expected, tmp_path) -> None:
-    from cdc_pipeline.runner import debezium_properties
+    from cdc_pipeline.capture.runner import debezium_properties
 
     ca_file = tmp_path / "ca.pem"
     ca_file.write_text("not read here")

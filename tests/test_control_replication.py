@@ -16,8 +16,10 @@ import pytest
 from psycopg import sql
 
 from assets.connector_asset import build_connector_asset
-from cdc_pipeline import control, offsets, requests
-from cdc_pipeline.cli import _root_cause, run_sync
+from cdc_pipeline import control
+from cdc_pipeline.decode import offsets
+from cdc_pipeline.ops import requests
+from cdc_pipeline.ops.cli import _root_cause, run_sync
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import ConnectorPausedError
 
@@ -65,7 +67,7 @@ def _delete_by_hand(pipeline, table: str, row_id: int) -> None:
 
 
 def _cli(pipeline, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_pipeline.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **pipeline.env}, timeout=120)
 
 

@@ -152,7 +152,7 @@ def test_sync_job_runs_in_process_and_records_the_connector_asset(pipeline):
 
 @pytest.mark.integration
 def test_a_second_concurrent_cycle_of_the_same_connector_is_refused(pipeline):
-    from cdc_pipeline.cli import main
+    from cdc_pipeline.ops.cli import main
 
     with psycopg.connect(pipeline.dest_dsn, autocommit=True) as holder:
         control.acquire_run_lock(holder, pipeline.name)

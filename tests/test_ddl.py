@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.ddl: schema-change events from real captured fixtures to PostgreSQL DDL."""
+"""Unit tests for cdc_pipeline.convert.ddl: schema-change events from real captured fixtures to PostgreSQL DDL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from cdc_pipeline.ddl import (
+from cdc_pipeline.convert.ddl import (
     DdlRenames,
     TableDef,
     UniqueKeyChanges,

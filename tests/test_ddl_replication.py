@@ -207,7 +207,7 @@ def test_events_delivered_again_after_a_lost_offset_flush_are_skipped(pipeline):
 
 
 def test_a_type_change_postgresql_cannot_cast_fails_with_a_clear_error(pipeline):
-    from cdc_pipeline.cli import main
+    from cdc_pipeline.ops.cli import main
 
     pipeline.source(["CREATE TABLE c (id INT PRIMARY KEY, at DATETIME)", "INSERT INTO c VALUES (1, '2024-01-02 03:04:05')"])
     pipeline.sync()

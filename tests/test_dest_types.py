@@ -16,9 +16,9 @@ from psycopg import sql
 from pyspark.sql import types as T
 from spark_helpers import get_spark
 
-from cdc_pipeline.catalog import destination_table
-from cdc_pipeline.dml import apply_error, copy_line, plan_columns
-from cdc_pipeline.events import DATA_CHANGE, FieldSpec, event_ref
+from cdc_pipeline.sink.catalog import destination_table
+from cdc_pipeline.convert.dml import apply_error, copy_line, plan_columns
+from cdc_pipeline.decode.events import DATA_CHANGE, FieldSpec, event_ref
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ def test_each_category_receives_the_form_its_type_reads(dest_dsn: str) -> None:
 
 
 def test_a_pre_created_table_of_user_types_replicates_and_a_refused_value_fails_the_batch(pipeline) -> None:
-    from cdc_pipeline.cli import main
+    from cdc_pipeline.ops.cli import main
 
     with_citext = has_extension(pipeline.dest_dsn, "citext")
     pipeline.source([

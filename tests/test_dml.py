@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.dml: the function matrix, COPY text lines, and compaction per key, in local Spark."""
+"""Unit tests for cdc_pipeline.convert.dml: the function matrix, COPY text lines, and compaction per key, in local Spark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from spark_helpers import fixture_records, get_spark, parse_records
 
-from cdc_pipeline.dml import (
+from cdc_pipeline.convert.dml import (
     ColumnPlan,
     compact_by_key,
     converter_for,
@@ -20,9 +20,9 @@ from cdc_pipeline.dml import (
     zero_dates,
 )
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import FieldSpec
-from cdc_pipeline.schema_infer import SOURCE_SCALE_PARAMETER as SOURCE_SCALE
-from cdc_pipeline.schema_infer import SOURCE_TYPE_PARAMETER as SOURCE_TYPE
+from cdc_pipeline.decode.events import FieldSpec
+from cdc_pipeline.convert.schema_infer import SOURCE_SCALE_PARAMETER as SOURCE_SCALE
+from cdc_pipeline.convert.schema_infer import SOURCE_TYPE_PARAMETER as SOURCE_TYPE
 
 _STRING_MAP = T.MapType(T.StringType(), T.StringType())
 PLACEHOLDER = "__debezium_unavailable_value"

@@ -26,9 +26,9 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 from spark_helpers import get_spark, index_entry
 
-from cdc_pipeline.dml import copy_line, parse_copy_line, plan_columns
-from cdc_pipeline.events import parse_events
-from cdc_pipeline.runner import FetchedBatch
+from cdc_pipeline.convert.dml import copy_line, parse_copy_line, plan_columns
+from cdc_pipeline.decode.events import parse_events
+from cdc_pipeline.capture.runner import FetchedBatch
 
 EPOCH = datetime(1970, 1, 1)
 EPOCH_DAY = date(1970, 1, 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_pipeline.cli import build_parser
+from cdc_pipeline.ops.cli import build_parser
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]

@@ -9,8 +9,8 @@ import time
 import psycopg
 import pytest
 
-from cdc_pipeline import cli
-from cdc_pipeline.runner import engine_failure
+from cdc_pipeline.ops import cli
+from cdc_pipeline.capture.runner import engine_failure
 
 ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))"
 
@@ -150,7 +150,7 @@ def test_a_locked_table_or_a_statement_that_does_not_end_fails_the_run_in_time_a
 
 def test_a_query_on_a_locked_source_table_ends_after_the_source_lock_timeout(pipeline, mariadb):
     from cdc_pipeline.config import load_config
-    from cdc_pipeline.row_counts import compare_row_counts
+    from cdc_pipeline.ops.row_counts import compare_row_counts
 
     pipeline.write_config(source_lock_timeout_seconds=1)
     pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])

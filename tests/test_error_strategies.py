@@ -13,7 +13,7 @@ import logging
 import psycopg
 import pytest
 
-from cdc_pipeline import cli
+from cdc_pipeline.ops import cli
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.events: the runner's JSON lines of real captured MariaDB events, parsed in Spark."""
+"""Unit tests for cdc_pipeline.decode.events: the runner's JSON lines of real captured MariaDB events, parsed in Spark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_helpers import all_events_batch, fetched_batch, fixture_records, get_spark
 
-from cdc_pipeline.events import (
+from cdc_pipeline.decode.events import (
     DATA_CHANGE,
     OTHER,
     SCHEMA_CHANGE,
@@ -223,7 +223,7 @@ def _binlog(file: str, pos: int, event: int = 0, row: int = 0) -> dict:
 
 
 def test_a_record_of_a_reset_renamed_or_other_binlog_stops_the_run_instead_of_counting_as_applied():
-    from cdc_pipeline.events import SourceLogChangedError, redelivery_test
+    from cdc_pipeline.decode.events import SourceLogChangedError, redelivery_test
 
     applied = _binlog("mariadb-bin.000012", 5000, 1, 3)
     resumed = _binlog("mariadb-bin.000012", 4000, 2)

@@ -59,7 +59,7 @@ def test_a_dot_or_a_percent_in_a_table_name_replicates_and_counts(pipeline):
     assert pipeline.dest_rows(DOTTED) == pipeline.source_rows(DOTTED)
     assert sorted(pipeline.dest_rows(PERCENT)) == sorted(pipeline.source_rows(PERCENT))
     from cdc_pipeline.config import load_config
-    from cdc_pipeline.row_counts import compare_row_counts
+    from cdc_pipeline.ops.row_counts import compare_row_counts
 
     config = load_config(pipeline.config_path)
     counts = {count.source_table: count for count in compare_row_counts(config.connector(pipeline.name),
@@ -72,7 +72,7 @@ def test_statements_with_parameters_take_names_with_a_percent(destination_pg):
     import psycopg
     from psycopg import sql
 
-    from cdc_pipeline.apply import param_identifier
+    from cdc_pipeline.sink.apply import param_identifier
 
     destination_pg.create_database("percent_names")
     with psycopg.connect(destination_pg.dsn("percent_names"), autocommit=True) as conn:

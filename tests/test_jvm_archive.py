@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from cdc_pipeline import jvm_archive
+from cdc_pipeline.capture import jvm_archive
 
 
 def _jar(tmp_path: Path, name: str = "a.jar") -> Path:

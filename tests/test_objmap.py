@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.objmap: rules parsed or refused, names and types mapped in DDL changes, transforms
+"""Unit tests for cdc_pipeline.mapping.objmap: rules parsed or refused, names and types mapped in DDL changes, transforms
 rendered as SQL over a reference to the staged value."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from psycopg import sql
 
 from cdc_pipeline.config import ConnectorConfig, parse_config
-from cdc_pipeline.ddl import changes_from_schema_event, create_table_sql
+from cdc_pipeline.convert.ddl import changes_from_schema_event, create_table_sql
 from cdc_pipeline.errors import MappingRuleError
-from cdc_pipeline.objmap import ObjectMap, Rule, parse_rule, parse_transform, transform_sql
+from cdc_pipeline.mapping.objmap import ObjectMap, Rule, parse_rule, parse_transform, transform_sql
 
 
 def connector_of(connector_type: str = "mariadb", **fields: Any) -> ConnectorConfig:

@@ -15,9 +15,9 @@ import pytest
 from conftest import Pipeline, new_pipeline
 from pg_source_helpers import pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
-from cdc_pipeline.cli import main
+from cdc_pipeline.ops.cli import main
 from cdc_pipeline.config import load_config
-from cdc_pipeline.row_counts import compare_row_counts
+from cdc_pipeline.ops.row_counts import compare_row_counts
 
 pytestmark = pytest.mark.integration
 

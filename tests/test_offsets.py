@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cdc_pipeline.offsets import OffsetError, offset_key, parse_offset
+from cdc_pipeline.decode.offsets import OffsetError, offset_key, parse_offset
 
 
 def test_a_binlog_offset_as_debezium_writes_it_is_accepted():

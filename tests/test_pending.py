@@ -12,8 +12,8 @@ from dagster import RunRequest, SkipReason, build_sensor_context, instance_for_t
 from pg_source_helpers import SOURCE_SCHEMA, PostgresPipeline, pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
 from assets.definitions import build_definitions
-from cdc_pipeline import pending
-from cdc_pipeline.cli import main
+from cdc_pipeline.ops import pending
+from cdc_pipeline.ops.cli import main
 from cdc_pipeline.config import load_config
 from conftest import Pipeline
 from resources.destination import DestinationResource

@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.apply's planning: DDL steps and per-table DML segments in source order."""
+"""Unit tests for cdc_pipeline.sink.apply's planning: DDL steps and per-table DML segments in source order."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from spark_helpers import all_events_batch, fixture_records, get_spark, parse_records
 
-from cdc_pipeline.apply import BatchPlan, DdlStep, DmlStep, SnapshotStep, attach_dml_frames, plan_batch
+from cdc_pipeline.sink.apply import BatchPlan, DdlStep, DmlStep, SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig, parse_config
 
 PRODUCTS = "inventory.products"

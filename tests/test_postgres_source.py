@@ -144,7 +144,7 @@ def test_a_query_on_a_locked_source_table_ends_after_the_source_lock_timeout(pg_
     import time
 
     from cdc_pipeline.config import load_config
-    from cdc_pipeline.row_counts import compare_row_counts
+    from cdc_pipeline.ops.row_counts import compare_row_counts
 
     pg_pipeline.write_config(source_lock_timeout_seconds=1)
     pg_pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY)", "INSERT INTO items VALUES (1)"])

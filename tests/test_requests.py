@@ -20,7 +20,9 @@ from assets.control_job import control_job
 from assets.request_sensor import build_request_sensor
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
-from cdc_pipeline import control, offsets, requests
+from cdc_pipeline import control
+from cdc_pipeline.decode import offsets
+from cdc_pipeline.ops import requests
 from cdc_pipeline.config import load_config
 from resources.destination import DestinationResource
 
@@ -61,7 +63,7 @@ class Control:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         """`cdc-pipeline ARGS` in a new process."""
-        return subprocess.run([sys.executable, "-m", "cdc_pipeline.cli", "--config", str(self.path), *args],
+        return subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "--config", str(self.path), *args],
                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "DAGSTER_HOME": str(self.path.parent)})
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from spark_helpers import fixture_records, parse_records
 
-from cdc_pipeline.apply import (
+from cdc_pipeline.sink.apply import (
     SNAPSHOT_END,
     SNAPSHOT_RESTART,
     SNAPSHOT_TABLE,

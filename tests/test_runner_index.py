@@ -10,7 +10,7 @@ from spark_helpers import index_entry
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
-from cdc_pipeline.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.schema_infer: destination tables from the value schemas of change events."""
+"""Unit tests for cdc_pipeline.convert.schema_infer: destination tables from the value schemas of change events."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from cdc_pipeline.config import ConnectorConfig, Secret
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import FieldSpec
-from cdc_pipeline.schema_infer import (
+from cdc_pipeline.decode.events import FieldSpec
+from cdc_pipeline.convert.schema_infer import (
     KEY_POSITION_PARAMETER,
     column_def_from_field,
     key_fields_of,
@@ -125,7 +125,7 @@ def test_unknown_source_type_falls_back_to_the_connect_type():
 
 
 def test_unknown_connect_type_becomes_text_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.schema_infer"):
+    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.convert.schema_infer"):
         assert pg_type_from_connect(plain("map")) == "text"
 
     assert "Unknown Connect type map" in caplog.text

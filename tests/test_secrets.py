@@ -48,7 +48,7 @@ def test_a_destination_role_with_only_the_listed_rights_replicates_and_stores_no
     """Snapshot, stream, a dead letter and the control commands as a role holding only the README's rights; then
     no table of the destination database holds a password (offsets, schema history, state, stats, dead letters,
     the replicated rows)."""
-    from cdc_pipeline import cli
+    from cdc_pipeline.ops import cli
 
     destination = pipeline.destination
     destination.execute([f"DROP ROLE IF EXISTS {WRITER}",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pg_source_helpers import SOURCE_SCHEMA, pg_pipeline, source_pg  # noqa: F401 (fixtures)
 
-from cdc_pipeline.events import same_stream_position
+from cdc_pipeline.decode.events import same_stream_position
 
 pytestmark = pytest.mark.integration
 

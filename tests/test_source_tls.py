@@ -12,7 +12,7 @@ import pytest
 from conftest import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
 from pg_source_helpers import PostgresPipeline
 
-from cdc_pipeline import pending
+from cdc_pipeline.ops import pending
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.testing.servers import start_mariadb, start_postgres

@@ -8,7 +8,7 @@ import pytest
 from conftest import new_pipeline
 
 from cdc_pipeline.config import DestinationConfig, Secret
-from cdc_pipeline.runner import jdbc_target
+from cdc_pipeline.capture.runner import jdbc_target
 from cdc_pipeline.testing.servers import start_postgres
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.typemap: source types to PostgreSQL types, defaults and letter casing."""
+"""Unit tests for cdc_pipeline.convert.typemap: source types to PostgreSQL types, defaults and letter casing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cdc_pipeline.errors import ConfigError, ConversionError
-from cdc_pipeline.typemap import (
+from cdc_pipeline.convert.typemap import (
     canonical_pg_type,
     column_def_from_source,
     dest_identifier,
@@ -125,7 +125,7 @@ def test_json_is_jsonb_for_mysql_and_text_for_mariadb() -> None:
 
 
 def test_unknown_type_becomes_text_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.typemap"):
+    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.convert.typemap"):
         assert mariadb_type("VECTOR", length=3) == "text"
     assert "VECTOR" in caplog.text
 
@@ -288,7 +288,7 @@ def test_defaults_become_postgres_literals(type_name: str, fields: dict[str, Any
 def test_defaults_postgres_cannot_express_are_dropped_with_a_warning(
     type_name: str, expression: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.typemap"):
+    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.convert.typemap"):
         assert mariadb_column(type_name, length=20, defaultValueExpression=expression).default_sql is None
     assert "no default set" in caplog.text
 

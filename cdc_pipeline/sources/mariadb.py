@@ -244,7 +244,7 @@ def select_text(column: SourceColumn, pg_type: str) -> str:
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     """The COPY text of a value `select_text` rendered, for a destination column of type `pg_type` (`\\N` for
     NULL): Spark's part of the conversion, the same rules as the stream's (dml.py) for what Debezium sends."""
-    from cdc_pipeline.dml import copy_escape, ewkb_hex
+    from cdc_pipeline.convert.dml import copy_escape, ewkb_hex
 
     kind = column.data_type
     if kind == "set" and pg_type.endswith("[]"):

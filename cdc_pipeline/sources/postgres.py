@@ -227,7 +227,7 @@ def select_text(column: SourceColumn, pg_type: str) -> str:
 
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     """The COPY text of a value `select_text` rendered (`\\N` for NULL)."""
-    from cdc_pipeline.dml import copy_escape
+    from cdc_pipeline.convert.dml import copy_escape
 
     return F.coalesce(copy_escape(value), F.lit(NULL_TEXT))
 
@@ -266,8 +266,8 @@ def field_specs(cur: Any, schema: str, table: str) -> list[Any]:
     """The table's columns as the value schema of its first change event would describe them (source type, length
     and scale, the primary key's positions): the stream's own rule then creates or alters the destination table
     (`schema_infer.ensure_table_matches`) for a load that runs before any change event arrives."""
-    from cdc_pipeline.events import FieldSpec
-    from cdc_pipeline.schema_infer import (
+    from cdc_pipeline.decode.events import FieldSpec
+    from cdc_pipeline.convert.schema_infer import (
         KEY_POSITION_PARAMETER,
         SOURCE_LENGTH_PARAMETER,
         SOURCE_SCALE_PARAMETER,

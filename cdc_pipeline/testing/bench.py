@@ -306,7 +306,7 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
            "BENCH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(work / f"dagster_{name}")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.cli", "sync", name, "--json"], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, "--json"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks = _PeakMemory(process.pid)
     peaks.start()
@@ -402,7 +402,7 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
 
 
 def run_backlog(changes: int) -> dict[str, Any]:
-    from cdc_pipeline.runner import build_runner
+    from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
@@ -444,7 +444,7 @@ def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
 
 
 def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb") -> dict[str, Any]:
-    from cdc_pipeline.runner import build_runner
+    from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
@@ -480,7 +480,7 @@ def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer,
     a loop standing in for the daemon (each `interval` it checks and starts a fresh `cdc-pipeline sync` process
     when there is work), and the latency of every change from its source commit to its arrival in the
     destination."""
-    from cdc_pipeline import pending
+    from cdc_pipeline.ops import pending
     from cdc_pipeline.config import load_config
 
     database, name = "bench_idle", "idle"
@@ -499,7 +499,7 @@ def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer,
     os.environ.update(env)
 
     def start_run() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "cdc_pipeline.cli", "sync", name], env={**os.environ, **env},
+        return subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name], env={**os.environ, **env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     if start_run().wait():
@@ -569,7 +569,7 @@ def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer,
 
 
 def run_idle(checks: int, seconds: float, rate: float, interval: int) -> dict[str, Any]:
-    from cdc_pipeline.runner import build_runner
+    from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
@@ -585,8 +585,8 @@ def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str,
     generated code on first use (its compiler threads take a core for seconds), and whichever measurement came
     first would pay for it and the others not.
     """
-    from cdc_pipeline.runner import build_runner
-    from cdc_pipeline.spark import build_spark_session
+    from cdc_pipeline.capture.runner import build_runner
+    from cdc_pipeline.capture.spark import build_spark_session
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:

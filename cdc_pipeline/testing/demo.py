@@ -38,7 +38,7 @@ import psycopg
 import yaml
 from psycopg import sql
 
-from cdc_pipeline.cli import format_summary, run_sync
+from cdc_pipeline.ops.cli import format_summary, run_sync
 from cdc_pipeline.config import CONFIG_PATH_ENV, redact_dsn
 from cdc_pipeline.testing.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
 from cdc_pipeline.sources.mariadb import quote_mysql

@@ -17,12 +17,14 @@ import psycopg
 from psycopg import sql
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import control, objmap
-from cdc_pipeline.apply import BatchApplier, SnapshotStep, attach_dml_frames, plan_batch
+from cdc_pipeline import control
+
+from cdc_pipeline.mapping import objmap
+from cdc_pipeline.sink.apply import BatchApplier, SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.events import DATA_CHANGE, index_entry, parse_events
-from cdc_pipeline.runner import FetchedBatch
+from cdc_pipeline.decode.events import DATA_CHANGE, index_entry, parse_events
+from cdc_pipeline.capture.runner import FetchedBatch
 
 log = logging.getLogger(__name__)
 

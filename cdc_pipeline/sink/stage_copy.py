@@ -25,7 +25,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame
 
 from cdc_pipeline.config import DestinationConfig
-from cdc_pipeline.runner import JAVA_PACKAGE, jdbc_target
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from cdc_pipeline import bulk_load, control, objmap, offsets
-from cdc_pipeline.apply import captures
+from cdc_pipeline import bulk_load, control
+
+from cdc_pipeline.decode import offsets
+
+from cdc_pipeline.mapping import objmap
+from cdc_pipeline.sink.apply import captures
 from cdc_pipeline.config import SNAPSHOT_MODES, ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from cdc_pipeline.catalog import DestinationTable, destination_table
+from cdc_pipeline.sink.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.ddl import TableDef, alter_table_sql, create_table_sql
+from cdc_pipeline.convert.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import FieldSpec
-from cdc_pipeline.typemap import (
+from cdc_pipeline.decode.events import FieldSpec
+from cdc_pipeline.convert.typemap import (
     POSTGRES_TYPE_ALIASES,
     POSTGRES_TYPE_MAP,
     ColumnDef,
@@ -33,7 +33,7 @@ from cdc_pipeline.typemap import (
 )
 
 if TYPE_CHECKING:
-    from cdc_pipeline.objmap import ObjectMap
+    from cdc_pipeline.mapping.objmap import ObjectMap
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,11 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import bulk_load, control, objmap, requests, stats
+from cdc_pipeline import bulk_load, control
+
+from cdc_pipeline.mapping import objmap
+
+from cdc_pipeline.ops import requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, THIRD_PARTY_WARNINGS_ENV, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
@@ -46,7 +50,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
-    from cdc_pipeline.spark import build_spark_session
+    from cdc_pipeline.capture.spark import build_spark_session
 
     config = load_config()
     connector = config.connector(name)
@@ -320,7 +324,7 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
-    from cdc_pipeline import pending
+    from cdc_pipeline.ops import pending
 
     config = load_config()
     names = [args.name] if args.name else list(config.connectors)
@@ -429,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_jvm_archive(args: argparse.Namespace) -> int:
-    from cdc_pipeline import jvm_archive
+    from cdc_pipeline.capture import jvm_archive
 
     path, seconds = jvm_archive.build()
     print(f"JVM class archive {path} built in {seconds:.0f} s ({path.stat().st_size / 2**20:.0f} MB); runs map it "
@@ -455,7 +459,7 @@ def _add_dead_letter_commands(commands: Any) -> None:
 
 
 def _cmd_dead_letters(args: argparse.Namespace) -> int:
-    from cdc_pipeline import dead_letters
+    from cdc_pipeline.ops import dead_letters
 
     config = load_config()
     connector = config.connector(args.name)
@@ -480,7 +484,7 @@ def _cmd_dead_letters(args: argparse.Namespace) -> int:
             done = dead_letters.discard(conn, connector.name, schema, args.ids)
             print(f"connector {connector.name}: discarded {', '.join(map(str, done))}")
             return 0
-        from cdc_pipeline.spark import build_spark_session
+        from cdc_pipeline.capture.spark import build_spark_session
 
         outcomes = dead_letters.retry(conn, build_spark_session(), connector, schema, args.ids or None)
         print(f"connector {connector.name}: " + (f"applied dead letters {', '.join(str(i) for i, _ in outcomes)}"

@@ -371,7 +371,7 @@ class DebeziumRunner:
         except TypeError as exc:
             raise RunnerError(
                 "the Debezium runner classes are not on the Spark driver classpath; the Spark session must be "
-                "built by cdc_pipeline.spark.build_spark_session before anything else starts a JVM",
+                "built by cdc_pipeline.capture.spark.build_spark_session before anything else starts a JVM",
                 connector=connector,
             ) from exc
         for key, value in properties.items():

@@ -71,14 +71,14 @@ def java_options(classpath: list[Path]) -> str:
 
 def build(timeout_seconds: float = 600) -> tuple[Path, float]:
     """Builds the archive for the current classpath in a child process; returns its path and the seconds taken."""
-    from cdc_pipeline.runner import runner_classpath
+    from cdc_pipeline.capture.runner import runner_classpath
 
     archive = archive_path(runner_classpath())
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "cdc_pipeline.jvm_archive", str(partial)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "cdc_pipeline.capture.jvm_archive", str(partial)], capture_output=True,
                               text=True, timeout=timeout_seconds)
         if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
             raise RuntimeError(f"building the JVM class archive failed (exit {done.returncode}): "
@@ -106,7 +106,7 @@ def _load_classes(partial: str) -> None:
     classes; the JVM writes the archive when it exits."""
     from pyspark.sql import functions as F
 
-    from cdc_pipeline.spark import build_spark_session
+    from cdc_pipeline.capture.spark import build_spark_session
 
     os.environ[ARCHIVE_ENV] = "off"
     spark = build_spark_session(conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}"},

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline.apply import captures
+from cdc_pipeline.sink.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import mariadb, postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
-from cdc_pipeline.objmap import ObjectMap, read_rules
+from cdc_pipeline.mapping.objmap import ObjectMap, read_rules
 
 CONNECT_TIMEOUT_SECONDS = 10
 _POSTGRES_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")

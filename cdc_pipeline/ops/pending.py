@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline import bulk_load, control
-from cdc_pipeline.apply import captures
+from cdc_pipeline.sink.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.sources import mariadb, postgres
 

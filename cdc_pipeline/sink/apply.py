@@ -22,10 +22,14 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline import control, faults, objmap, stage_copy
-from cdc_pipeline.catalog import destination_table
+from cdc_pipeline import control, faults
+
+from cdc_pipeline.mapping import objmap
+
+from cdc_pipeline.sink import stage_copy
+from cdc_pipeline.sink.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.ddl import (
+from cdc_pipeline.convert.ddl import (
     DdlChange,
     alter_table_sql,
     changes_from_schema_event,
@@ -33,7 +37,7 @@ from cdc_pipeline.ddl import (
     drop_table_sql,
     rename_table_sql,
 )
-from cdc_pipeline.dml import (
+from cdc_pipeline.convert.dml import (
     ColumnPlan,
     apply_error,
     compact_by_key,
@@ -46,7 +50,7 @@ from cdc_pipeline.dml import (
     zero_dates,
 )
 from cdc_pipeline.errors import CdcError, ConversionError
-from cdc_pipeline.events import (
+from cdc_pipeline.decode.events import (
     DATA_CHANGE,
     SCHEMA_CHANGE,
     TRUNCATE,
@@ -57,10 +61,10 @@ from cdc_pipeline.events import (
     index_entry_of,
     redelivery_test,
 )
-from cdc_pipeline.schema_infer import ensure_table_matches
+from cdc_pipeline.convert.schema_infer import ensure_table_matches
 from cdc_pipeline.sources import before_snapshot
-from cdc_pipeline.spark import collect_lines
-from cdc_pipeline.stage_copy import ExecutorStaging
+from cdc_pipeline.capture.spark import collect_lines
+from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ from psycopg.rows import dict_row
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline.catalog import destination_table
+from cdc_pipeline.sink.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.ddl import DdlChange, TableDef, parse_table_id, rename_table_sql, retype_column_sql
-from cdc_pipeline.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
+from cdc_pipeline.convert.ddl import DdlChange, TableDef, parse_table_id, rename_table_sql, retype_column_sql
+from cdc_pipeline.convert.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
 from cdc_pipeline.errors import ConversionError, MappingRuleError
-from cdc_pipeline.events import EventRef
-from cdc_pipeline.transform_guard import TransformRejected, check_expression, check_type_name
-from cdc_pipeline.typemap import ColumnDef, canonical_pg_type, default_table_name, dest_identifier
+from cdc_pipeline.decode.events import EventRef
+from cdc_pipeline.mapping.transform_guard import TransformRejected, check_expression, check_type_name
+from cdc_pipeline.convert.typemap import ColumnDef, canonical_pg_type, default_table_name, dest_identifier
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 from psycopg import sql
 
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.typemap import (
+from cdc_pipeline.convert.typemap import (
     INTEGER_PG_TYPES,
     ColumnDef,
     canonical_pg_type,

@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_pipeline import jvm_archive
+from cdc_pipeline.capture import jvm_archive
 from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV
-from cdc_pipeline.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, runner_classpath
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, runner_classpath
 
 log = logging.getLogger(__name__)
 

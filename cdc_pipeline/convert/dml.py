@@ -18,11 +18,11 @@ import psycopg
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_pipeline.catalog import ColumnType
+from cdc_pipeline.sink.catalog import ColumnType
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.events import EventRef, FieldSpec
-from cdc_pipeline.schema_infer import SOURCE_SCALE_PARAMETER, SOURCE_TYPE_PARAMETER
+from cdc_pipeline.decode.events import EventRef, FieldSpec
+from cdc_pipeline.convert.schema_infer import SOURCE_SCALE_PARAMETER, SOURCE_TYPE_PARAMETER
 
 log = logging.getLogger(__name__)
 

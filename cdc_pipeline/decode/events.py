@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.runner import FetchedBatch
+from cdc_pipeline.capture.runner import FetchedBatch
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Mapping: the object-mapping rules (names, types, transforms) and the guard on transforms."""

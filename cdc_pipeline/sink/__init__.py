@@ -1,0 +1,1 @@
+"""Sink: the batch plan and its transaction in the destination, the catalog, the executors' staging."""
