@@ -757,36 +757,34 @@ class BatchApplier:
                     ) -> Column:
         """The line Spark's tasks stage per net change (`stage_copy.LINE_HEADER`, then every column's value; a
         delete's line has its key's values only). Built once per table version, as `_merge_line` is."""
-        cache_key = ("stage", repr(columns), tuple(column.source_name for column in key_columns), placeholder)
-        line = self._merge_lines.get(cache_key)
-        if line is None:
-            line = F.concat_ws(
-                "\t", F.col("op"), zero_dates("after", columns).cast("string"),
-                copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))),
-                F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns}))
-                .otherwise(copy_line("after", columns, placeholder)))
-            if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
-                self._merge_lines.pop(next(iter(self._merge_lines)))
-            self._merge_lines[cache_key] = line
-        return line
+        return self._cached_line("stage", columns, key_columns, placeholder, lambda: F.concat_ws(
+            "\t", F.col("op"), zero_dates("after", columns).cast("string"),
+            copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))),
+            F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns}))
+            .otherwise(copy_line("after", columns, placeholder))))
 
     def _merge_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None) -> Column:
         """The line `_merge_keyed` collects per change: a header "op zero_dates unchanged" (the unchanged columns
         as a JSON array, which holds no tab), a tab, and the COPY text of the upsert or of the deleted key.
 
-        One Spark job serves upserts and deletes. The expression depends only on the columns, so it is built once
-        per table version and reused by every later batch (building it costs many calls into the JVM).
+        One Spark job serves upserts and deletes.
         """
-        cache_key = (repr(columns), tuple(column.source_name for column in key_columns), placeholder)
+        return self._cached_line("collect", columns, key_columns, placeholder, lambda: F.concat(
+            F.concat_ws(" ", F.col("op"), zero_dates("after", columns).cast("string"),
+                        F.to_json(unchanged_columns("after", columns, placeholder))),
+            F.lit("\t"),
+            F.when(F.col("op") == "d", copy_line("before", key_columns))
+            .otherwise(copy_line("after", columns, placeholder)),
+        ))
+
+    def _cached_line(self, kind: str, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
+                     placeholder: str | None, build: Callable[[], Column]) -> Column:
+        """A line expression, built once per kind and table version and reused by every later batch: it depends only
+        on the columns, and building it costs many calls into the JVM. The oldest is dropped past the cache's size."""
+        cache_key = (kind, repr(columns), tuple(column.source_name for column in key_columns), placeholder)
         line = self._merge_lines.get(cache_key)
         if line is None:
-            line = F.concat(
-                F.concat_ws(" ", F.col("op"), zero_dates("after", columns).cast("string"),
-                            F.to_json(unchanged_columns("after", columns, placeholder))),
-                F.lit("\t"),
-                F.when(F.col("op") == "d", copy_line("before", key_columns))
-                .otherwise(copy_line("after", columns, placeholder)),
-            )
+            line = build()
             if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
                 self._merge_lines.pop(next(iter(self._merge_lines)))
             self._merge_lines[cache_key] = line

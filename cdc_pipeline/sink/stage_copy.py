@@ -45,6 +45,7 @@ class ExecutorStaging:
         self._ready: set[str] = set()  # created and emptied in this session
         self._written: set[str] = set()  # written since they were last emptied
         self._step = 0
+        self._jdbc_target = jdbc_target(destination)  # the tasks' JDBC URL, user and password
 
     def table(self, schema: str, table: str, columns: list[str]) -> sql.Identifier:
         """The staging table for `columns` of `schema.table`, created (and emptied) on its first use this session.
@@ -76,7 +77,7 @@ class ExecutorStaging:
         conn = self._connection()
         self._written.add(staging.as_string(conn))
         jvm: Any = lines.sparkSession._jvm
-        url, user, password = jdbc_target(self.destination)
+        url, user, password = self._jdbc_target
         delete = sql.SQL("DELETE FROM {} WHERE {} = ? AND {} = ?").format(
             staging, sql.Identifier(STEP), sql.Identifier(PARTITION))
         copy = sql.SQL("COPY {} ({}) FROM STDIN").format(staging, sql.SQL(", ").join(

@@ -1,6 +1,7 @@
 package io.cdcpipeline.runner;
 
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -14,8 +15,6 @@ import java.util.Iterator;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.postgresql.PGConnection;
-import org.postgresql.copy.CopyIn;
 
 /**
  * Writes one chunk of a bulk snapshot per Spark partition into the destination PostgreSQL with COPY, in the
@@ -34,7 +33,6 @@ import org.postgresql.copy.CopyIn;
  */
 public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
     private static final long serialVersionUID = 1L;
-    private static final int FLUSH_BYTES = 1 << 18;
     static final String PAUSE_STAGE = "bulk_copy";
 
     private final String url;
@@ -114,42 +112,29 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
     }
 
     private CopyResult copy(Connection connection, Iterator<InternalRow> rows) throws Exception {
-        CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
-        CopyFeeder copier = new CopyFeeder(copy, "cdc-chunk-copy");
-        copier.start();
-        String position = null;
-        long zeroDates = 0;
-        boolean first = true;
-        ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
-        try {
-            while (rows.hasNext()) {
-                InternalRow row = rows.next();
-                if (first) {
-                    position = row.isNullAt(1) ? null : row.getUTF8String(1).toString();
-                }
+        ChunkRows text = new ChunkRows();
+        long copied = CopyFeeder.copyRows(connection, copySql, "cdc-chunk-copy", rows, text);
+        return new CopyResult(copied, text.zeroDates, text.position);
+    }
+
+    /** A chunk's rows as COPY text; the first row carries the chunk's source position, and only it if no data. */
+    private static final class ChunkRows implements CopyFeeder.RowText {
+        String position;
+        long zeroDates;
+        private boolean first = true;
+
+        @Override
+        public void write(InternalRow row, ByteArrayOutputStream out) throws IOException {
+            if (first) {
+                position = row.isNullAt(1) ? null : row.getUTF8String(1).toString();
                 first = false;
-                if (row.isNullAt(0)) {
-                    continue;  // the row that carries the position
-                }
-                zeroDates += row.getInt(2);
-                row.getUTF8String(0).writeTo(buffer);
-                buffer.write('\n');
-                if (buffer.size() >= FLUSH_BYTES) {
-                    copier.put(buffer.toByteArray());
-                    buffer.reset();
-                }
             }
-            if (buffer.size() > 0) {
-                copier.put(buffer.toByteArray());
+            if (row.isNullAt(0)) {
+                return;  // the row that carries the position
             }
-            copier.finish();
-            return new CopyResult(copy.endCopy(), zeroDates, position);
-        }
-        finally {
-            copier.interrupt();
-            if (copy.isActive()) {
-                copy.cancelCopy();
-            }
+            zeroDates += row.getInt(2);
+            row.getUTF8String(0).writeTo(out);
+            out.write('\n');
         }
     }
 

@@ -1,10 +1,16 @@
 package io.cdcpipeline.runner;
 
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.Iterator;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.TimeUnit;
 
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.postgresql.PGConnection;
 import org.postgresql.copy.CopyIn;
 
 /**
@@ -13,11 +19,49 @@ import org.postgresql.copy.CopyIn;
  */
 final class CopyFeeder extends Thread {
     private static final int BUFFERS_IN_FLIGHT = 4;
+    private static final int FLUSH_BYTES = 1 << 18;
     private static final byte[] END = new byte[0];
 
     private final CopyIn copy;
     private final BlockingQueue<byte[]> buffers = new ArrayBlockingQueue<>(BUFFERS_IN_FLIGHT);
     private volatile Throwable failure;
+
+    /** Writes one row's COPY text line into the buffer, or nothing for a row that carries no data. */
+    interface RowText {
+        void write(InternalRow row, ByteArrayOutputStream out) throws IOException;
+    }
+
+    /**
+     * Runs `copySql` (a COPY ... FROM STDIN) on the connection with the text `text` writes for each row, fed by a
+     * feeder thread in buffers of about 256 KB; returns the rows COPY took. A failure cancels the COPY.
+     */
+    static long copyRows(Connection connection, String copySql, String threadName, Iterator<InternalRow> rows,
+                         RowText text) throws Exception {
+        CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
+        CopyFeeder feeder = new CopyFeeder(copy, threadName);
+        feeder.start();
+        ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
+        try {
+            while (rows.hasNext()) {
+                text.write(rows.next(), buffer);
+                if (buffer.size() >= FLUSH_BYTES) {
+                    feeder.put(buffer.toByteArray());
+                    buffer.reset();
+                }
+            }
+            if (buffer.size() > 0) {
+                feeder.put(buffer.toByteArray());
+            }
+            feeder.finish();
+            return copy.endCopy();
+        }
+        finally {
+            feeder.interrupt();
+            if (copy.isActive()) {
+                copy.cancelCopy();
+            }
+        }
+    }
 
     CopyFeeder(CopyIn copy, String name) {
         super(name);

@@ -1,6 +1,5 @@
 package io.cdcpipeline.runner;
 
-import java.io.ByteArrayOutputStream;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -11,8 +10,6 @@ import java.util.Iterator;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.postgresql.PGConnection;
-import org.postgresql.copy.CopyIn;
 
 /**
  * Writes the converted rows of one streamed step into a staging table of the destination with COPY, one Spark
@@ -26,7 +23,6 @@ import org.postgresql.copy.CopyIn;
  */
 public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
     private static final long serialVersionUID = 1L;
-    private static final int FLUSH_BYTES = 1 << 18;
     private static final String LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))";
 
     private final String url;
@@ -72,42 +68,18 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
                     delete.setInt(2, partition);
                     delete.executeUpdate();
                 }
-                copy(connection, rows, (step + "\t" + partition + "\t").getBytes(StandardCharsets.UTF_8));
+                byte[] prefix = (step + "\t" + partition + "\t").getBytes(StandardCharsets.UTF_8);
+                CopyFeeder.copyRows(connection, copySql, "cdc-stage-copy", rows, (row, out) -> {
+                    out.write(prefix);
+                    row.getUTF8String(0).writeTo(out);
+                    out.write('\n');
+                });
                 connection.commit();
             }
             catch (Exception e) {
                 connection.rollback();
                 throw new SQLException("staging step " + step + " (partition " + partition + ") into " + staging
                                        + ": " + e.getMessage(), e);
-            }
-        }
-    }
-
-    private void copy(Connection connection, Iterator<InternalRow> rows, byte[] prefix) throws Exception {
-        CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
-        CopyFeeder feeder = new CopyFeeder(copy, "cdc-stage-copy");
-        feeder.start();
-        ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
-        try {
-            while (rows.hasNext()) {
-                buffer.write(prefix);
-                rows.next().getUTF8String(0).writeTo(buffer);
-                buffer.write('\n');
-                if (buffer.size() >= FLUSH_BYTES) {
-                    feeder.put(buffer.toByteArray());
-                    buffer.reset();
-                }
-            }
-            if (buffer.size() > 0) {
-                feeder.put(buffer.toByteArray());
-            }
-            feeder.finish();
-            copy.endCopy();
-        }
-        finally {
-            feeder.interrupt();
-            if (copy.isActive()) {
-                copy.cancelCopy();
             }
         }
     }
