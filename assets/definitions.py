@@ -19,12 +19,12 @@ from resources.spark_session import SparkSessionResource
 
 def build_definitions(config: PipelineConfig) -> Definitions:
     config_path = str(config.path)
-    spark = SparkSessionResource()
+    spark = SparkSessionResource(config_path=config_path)
     jobs, schedules, sensors, assets, checks = [], [], [], [], []
     for connector in config.connectors.values():
         job = build_sync_job(connector, config_path, spark)
         jobs.append(job)
-        schedules.append(build_sync_schedule(connector, job))
+        schedules.append(build_sync_schedule(connector, job, config_path))
         sensors.append(build_change_sensor(connector, job))
         asset, check = build_connector_asset(connector, config_path)
         assets.append(asset)

@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 from dagster import (
+    DagsterInvalidDefinitionError,
     DagsterRunStatus,
     DefaultScheduleStatus,
     JobDefinition,
@@ -19,7 +20,7 @@ from dagster import (
 
 from cdc_pipeline import control
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.errors import CdcError
+from cdc_pipeline.errors import CdcError, ConfigError
 from resources.destination import DestinationResource
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,24 @@ def active_run_skip(context: Any, job: JobDefinition) -> SkipReason | None:
     return None
 
 
-def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition) -> ScheduleDefinition:
-    """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once, none while paused."""
+def build_sync_schedule(connector: ConnectorConfig, job: JobDefinition, config_path: str) -> ScheduleDefinition:
+    """The `sync_<name>_schedule`: a fetch cycle on the connector's cron, never two at once, none while paused.
 
-    @schedule(name=f"{job.name}_schedule", cron_schedule=connector.schedule, job=job,
-              default_status=DefaultScheduleStatus.RUNNING if connector.trigger == "schedule"
-              else DefaultScheduleStatus.STOPPED,
-              description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in progress "
-                          "or the connector is paused.")
+    Dagster checks the cron (a standard 5-field expression or an @ macro); a cron it refuses is a ConfigError naming
+    the file, the connector and the field, whichever trigger the connector uses."""
+    try:
+        define = schedule(name=f"{job.name}_schedule", cron_schedule=connector.schedule, job=job,
+                          default_status=DefaultScheduleStatus.RUNNING if connector.trigger == "schedule"
+                          else DefaultScheduleStatus.STOPPED,
+                          description=f"Runs {job.name} on '{connector.schedule}', skipping while a run of it is in "
+                                      "progress or the connector is paused.")
+        return define(_sync_schedule_function(connector, job))
+    except DagsterInvalidDefinitionError as exc:
+        raise ConfigError(f"{config_path}: field 'schedule' {connector.schedule!r} is refused by Dagster: {exc}",
+                          connector=connector.name) from None
+
+
+def _sync_schedule_function(connector: ConnectorConfig, job: JobDefinition) -> Any:
     def sync_schedule(context: ScheduleEvaluationContext, destination: DestinationResource):
         busy = active_run_skip(context, job)
         if busy is not None:

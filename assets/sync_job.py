@@ -114,7 +114,7 @@ def build_sync_job(connector: ConnectorConfig, config_path: Optional[str] = None
                    spark: Optional[SparkSessionResource] = None) -> JobDefinition:
     """The `sync_<name>` job of one connector: one run is one fetch cycle, in one process; run config
     `resources: {replay: {config: {start_offset: ...}}}` replays from an offset."""
-    spark = spark or SparkSessionResource()
+    spark = spark or SparkSessionResource(config_path=config_path)
     replay = ReplayResource.configure_at_launch()
     return sync_cycle.to_job(
         name=f"sync_{connector.name}",

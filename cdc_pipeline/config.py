@@ -1,10 +1,12 @@
-"""The connectors configuration: one YAML file naming the destination PostgreSQL and every source connector.
+"""The connectors configuration: one YAML file naming the destination PostgreSQL, the Spark cluster and every
+source connector.
 
 The file path comes from the ``CDC_PIPELINE_CONFIG`` environment variable (default
 ``dagster_home/connectors.yaml`` relative to the current directory). String values may reference the
 environment as ``${VAR}`` or ``${VAR:-default}`` (``$${`` writes a literal ``${``). ``load_config`` reads
-and validates the file in one go and raises a single ``ConfigError`` naming the connector and field of
-the first problem; passwords and the destination DSN are held as ``Secret`` so they never reach a log.
+and validates the file in one go (pydantic, one dataclass per section) and raises a single ``ConfigError``
+naming the connector and field of the first problem; passwords and the destination DSN are held as ``Secret``
+so they never reach a log.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import yaml
+from pydantic import ConfigDict, PlainValidator, TypeAdapter, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from cdc_pipeline.errors import ConfigError
 
@@ -52,6 +58,9 @@ DEFAULT_SNAPSHOT_CHUNK_ROWS = 50_000
 MIN_SNAPSHOT_CHUNK_ROWS = 100
 LETTER_CASINGS = ("lowercase", "asis")
 
+SPARK_MASTER_ENV = "CDC_SPARK_MASTER"
+DEFAULT_SPARK_MASTER = "local[*]"
+
 DEFAULT_CONTROL_SCHEMA = "cdc"
 DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_BATCH_SIZE = 2048
@@ -75,46 +84,11 @@ CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 REDACTED = "***"
 
-_TOP_LEVEL_FIELDS = ("destination", "connectors")
-_DESTINATION_FIELDS = (
-    "dsn", "control_schema", "lock_timeout_seconds", "statement_timeout_seconds", "operator_role",
-)
 # No run waits forever on the destination: a lock it cannot get, or a statement that does not end, fails the run.
 DEFAULT_LOCK_TIMEOUT_SECONDS = 60.0
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 1800.0
 # TCP keepalives on every destination connection: a dead peer is noticed in about a minute.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
-_REQUIRED_CONNECTOR_FIELDS = ("type", "hostname", "user", "password", "database")
-_CONNECTOR_FIELDS = (
-    *_REQUIRED_CONNECTOR_FIELDS,
-    "port",
-    "tables",
-    "snapshot_mode",
-    "snapshot_engine",
-    "snapshot_chunk_rows",
-    "batch_size",
-    "apply_batch_events",
-    "apply_copy",
-    "tls_mode",
-    "tls_ca_file",
-    "source_lock_timeout_seconds",
-    "source_statement_timeout_seconds",
-    "error_strategy",
-    "retry_attempts",
-    "retry_backoff_seconds",
-    "run_retries",
-    "schedule",
-    "trigger",
-    "check_interval_seconds",
-    "max_events_per_run",
-    "max_seconds_per_run",
-    "idle_timeout_seconds",
-    "source_lost_timeout_seconds",
-    "letter_casing",
-    "destination_schema",
-    "debezium",
-)
-
 _VARIABLE_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _VARIABLE_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 _SECRET_PROPERTY = re.compile(r"password|secret|credential", re.IGNORECASE)
@@ -196,16 +170,156 @@ def scrub(message: str, dsn: str) -> str:
     return message
 
 
-@dataclass(frozen=True)
+def _invalid(detail: str, *, child: str | int | None = None, connector: str | None = None,
+             about_field: bool = True) -> PydanticCustomError:
+    """A validation error whose message is `detail`. It is about the field at the error's place, or that field's
+    `child` (a list index or a property name), or, with `about_field` False, about the connector as a whole."""
+    return PydanticCustomError("cdc_config", "{detail}", {"detail": detail, "child": child, "connector": connector,
+                                                          "about_field": about_field})
+
+
+# Set while a file is read: its strings' ${VAR} references are expanded. Values given in code (a test's
+# ConnectorConfig, dataclasses.replace) are taken as they are, so validating a value twice never expands it twice.
+_READING_FILE: ContextVar[bool] = ContextVar("cdc_config_reading_file", default=False)
+
+
+def _expanded(text: str) -> str:
+    return _expand_variables(text, _invalid) if _READING_FILE.get() else text
+
+
+def _string(value: Any, *, secret: bool = False, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        shown = type(value).__name__ if secret else _show(value)
+        raise _invalid(f"must be a string, got {shown} (quote the value in YAML)")
+    value = _expanded(value)
+    if not value and not allow_empty:
+        raise _invalid("must not be empty")
+    return value
+
+
+def _secret(value: Any) -> Secret:
+    return value if isinstance(value, Secret) else Secret(_string(value, secret=True, allow_empty=True))
+
+
+def _destination_dsn(value: Any) -> Secret:
+    return value if isinstance(value, Secret) else Secret(_string(value, secret=True))
+
+
+def _choice(value: Any, *, choices: tuple[str, ...]) -> str:
+    value = _string(value)
+    if value not in choices:
+        raise _invalid(f"must be one of: {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _identifier(value: Any) -> str:
+    value = _string(value)
+    if len(value) > POSTGRES_IDENTIFIER_MAX_LENGTH:
+        raise _invalid(f"must be at most {POSTGRES_IDENTIFIER_MAX_LENGTH} characters (a PostgreSQL identifier), "
+                       f"got {value!r}")
+    return value
+
+
+def _integer(value: Any, *, minimum: int, maximum: int | None = None) -> int:
+    number = _as_integer(_expanded(value) if isinstance(value, str) else value)
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        expected = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise _invalid(f"must be an integer {expected}, got {_show(value)}")
+    return number
+
+
+def _positive_number(value: Any) -> float:
+    number = _as_number(_expanded(value) if isinstance(value, str) else value)
+    if number is None or number <= 0:
+        raise _invalid(f"must be a number > 0, got {_show(value)}")
+    return number
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _invalid(f"must be a list of names, got {_show(value)}")
+    names = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise _invalid(f"must be a non-empty string, got {_show(item)}", child=index)
+        try:
+            names.append(_string(item).strip())
+        except PydanticCustomError as exc:
+            raise _invalid(exc.context["detail"], child=index) from None
+    return tuple(names)
+
+
+def _properties(value: Any, *, prefix: str = "") -> Mapping[str, str]:
+    """A mapping of property names to strings (numbers and booleans written as Java reads them), read-only."""
+    if not isinstance(value, Mapping):
+        raise _invalid(f"must be a mapping of property names to values, got {_show(value)}")
+    properties = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise _invalid("must have a non-empty string as property name", child=str(name))
+        if not name.startswith(prefix):
+            raise _invalid(f"is not a {prefix.rstrip('.')} property (its name must start with '{prefix}')", child=name)
+        if isinstance(item, bool):
+            properties[name] = "true" if item else "false"
+        elif isinstance(item, (int, float)):
+            properties[name] = str(item)
+        elif isinstance(item, str):
+            try:
+                properties[name] = _expanded(item)
+            except PydanticCustomError as exc:
+                raise _invalid(exc.context["detail"], child=name) from None
+        else:
+            shown = type(item).__name__ if _SECRET_PROPERTY.search(name) else _show(item)
+            raise _invalid(f"must be a string, number or boolean, got {shown}", child=name)
+    return MappingProxyType(properties)
+
+
+Text = Annotated[str, PlainValidator(_string)]
+OptionalText = Optional[Text]
+Identifier = Annotated[str, PlainValidator(_identifier)]
+OptionalIdentifier = Optional[Identifier]
+PositiveNumber = Annotated[float, PlainValidator(_positive_number)]
+Names = Annotated[tuple[str, ...], PlainValidator(_names)]
+Properties = Annotated[Mapping[str, str], PlainValidator(_properties)]
+
+
+def _between(minimum: int, maximum: int | None = None) -> Any:
+    """An integer field within bounds (a string of digits, or a ${VAR} holding one, is read as one)."""
+    return Annotated[int, PlainValidator(partial(_integer, minimum=minimum, maximum=maximum))]
+
+
+def _one_of(choices: tuple[str, ...]) -> Any:
+    return Annotated[str, PlainValidator(partial(_choice, choices=choices))]
+
+
+ConnectorType = _one_of(CONNECTOR_TYPES)
+SnapshotMode = _one_of(SNAPSHOT_MODES)
+SnapshotEngine = _one_of(SNAPSHOT_ENGINES)
+ApplyCopier = _one_of(APPLY_COPIERS)
+TlsMode = _one_of(TLS_MODES)
+ErrorStrategy = _one_of(ERROR_STRATEGIES)
+Trigger = _one_of(TRIGGERS)
+LetterCasing = _one_of(LETTER_CASINGS)
+Port = _between(1, 65535)
+
+
+# The file's sections: pydantic dataclasses, so that each class is at once the section's schema (field, type,
+# bounds, default) and the frozen value the engine reads. A problem is reported as one ConfigError naming the
+# file, the connector and the field (`_config_error`).
+_SECTION = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+@dataclass(frozen=True, config=_SECTION)
 class DestinationConfig:
     """The destination PostgreSQL: where replicated tables land and where the control schema lives."""
 
-    dsn: Secret
-    control_schema: str
-    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
-    statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    dsn: Annotated[Secret, PlainValidator(_destination_dsn)]
+    control_schema: Identifier = DEFAULT_CONTROL_SCHEMA
+    # No run waits forever on the destination: a lock it cannot get, or a statement that does not end, fails it.
+    lock_timeout_seconds: PositiveNumber = DEFAULT_LOCK_TIMEOUT_SECONDS
+    statement_timeout_seconds: PositiveNumber = DEFAULT_STATEMENT_TIMEOUT_SECONDS
     # A role that may submit requests and manage mapping rules, and read the state, and nothing else.
-    operator_role: str | None = None
+    operator_role: OptionalIdentifier = None
 
     @property
     def session_options(self) -> str:
@@ -234,62 +348,104 @@ class DestinationConfig:
 
     def redacted(self) -> dict[str, Any]:
         """Return the fields as plain data with the DSN's password hidden."""
-        return {"dsn": redact_dsn(self.dsn.reveal()), "control_schema": self.control_schema,
-                "lock_timeout_seconds": self.lock_timeout_seconds,
-                "statement_timeout_seconds": self.statement_timeout_seconds, "operator_role": self.operator_role}
+        plain = {config_field.name: getattr(self, config_field.name) for config_field in dataclasses.fields(self)}
+        return {**plain, "dsn": redact_dsn(self.dsn.reveal())}
 
 
-@dataclass(frozen=True, repr=False)
+def default_spark_master() -> str:
+    """The Spark master when the file's `spark.master` names none: `CDC_SPARK_MASTER`, else local[*]."""
+    return os.environ.get(SPARK_MASTER_ENV) or DEFAULT_SPARK_MASTER
+
+
+@dataclass(frozen=True, config=_SECTION)
+class SparkConfig:
+    """The Spark cluster every run of the file uses, from the CLI and from Dagster alike: its master and extra
+    Spark configuration (`spark.*` properties; the pipeline adds its jars to `spark.jars` and
+    `spark.driver.extraClassPath`, and its JVM options to `spark.driver.extraJavaOptions`)."""
+
+    master: Text = dataclasses.field(default_factory=default_spark_master)
+    conf: Annotated[Mapping[str, str], PlainValidator(partial(_properties, prefix="spark."))] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def redacted(self) -> dict[str, Any]:
+        return {"master": self.master, "conf": {key: REDACTED if _SECRET_PROPERTY.search(key) else value
+                                                for key, value in self.conf.items()}}
+
+
+@dataclass(frozen=True, repr=False, config=_SECTION)
 class ConnectorConfig:
     """One source database replicated by Debezium into the destination, with its run limits and schedule.
 
     ``destination_schema`` is None when the default applies (the source database name, or for postgres
-    sources the source schema). ``debezium`` holds extra raw Debezium properties as strings.
+    sources the source schema). ``debezium`` holds extra raw Debezium properties as strings. The fields left
+    None by the file take defaults that depend on other fields (the port and the snapshot engine on the type,
+    the run retries on the error strategy).
     """
 
     name: str
-    type: str
-    hostname: str
-    port: int
-    user: str
-    password: Secret
-    database: str
-    tables: tuple[str, ...]
-    snapshot_mode: str
-    batch_size: int
-    apply_batch_events: int
-    error_strategy: str
-    schedule: str
-    max_events_per_run: int
-    max_seconds_per_run: float
-    idle_timeout_seconds: float
-    letter_casing: str
-    destination_schema: str | None
-    debezium: Mapping[str, str] = field(hash=False)
-    retry_attempts: int = 3  # error_strategy retry: applications of a failing batch before the run fails
-    retry_backoff_seconds: float = 1.0  # ... waiting this long before the first retry, doubling up to a minute
-    # Times Dagster launches a failed sync run again (the run tag dagster/max_retries).
-    run_retries: int = 0
-    # A run whose streaming connection to the source is lost and not regained for this long fails.
-    source_lost_timeout_seconds: float = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
-    snapshot_engine: str = "debezium"
-    snapshot_chunk_rows: int = DEFAULT_SNAPSHOT_CHUNK_ROWS  # rows per chunk of a bulk snapshot (spark engine)
-    # What launches runs in Dagster: "changes" (a sensor that checks the source without a JVM, every
-    # check_interval_seconds) or "schedule" (the cron `schedule`).
-    trigger: str = "changes"
-    check_interval_seconds: int = DEFAULT_CHECK_INTERVAL_SECONDS
+    type: ConnectorType
+    hostname: Text
+    user: Text
+    password: Annotated[Secret, PlainValidator(_secret)]
+    database: Text
+    port: Optional[Port] = None
+    tables: Names = ()
+    snapshot_mode: SnapshotMode = "initial"
+    # How the rows that exist when the connector starts are copied: `spark` (parallel chunked reads and COPY) where
+    # the type allows, else `debezium`.
+    snapshot_engine: Optional[SnapshotEngine] = None
+    snapshot_chunk_rows: _between(MIN_SNAPSHOT_CHUNK_ROWS) = DEFAULT_SNAPSHOT_CHUNK_ROWS
+    batch_size: _between(1, MAX_BATCH_SIZE) = DEFAULT_BATCH_SIZE
+    apply_batch_events: _between(1, MAX_APPLY_BATCH_EVENTS) = DEFAULT_APPLY_BATCH_EVENTS
     # Who COPYs a keyed table's streamed rows into the destination: "executors" (Spark's tasks, into a staging
     # table the batch's transaction merges from) or "driver" (collected to the driver and COPYed there).
-    apply_copy: str = "executors"
+    apply_copy: ApplyCopier = "executors"
     # TLS to the source, for every connection of a run (Debezium's, the driver's checks, the bulk snapshot's
     # readers): disable, require (encrypted, certificate not checked), verify-ca or verify-full (checked against
     # tls_ca_file, and the host name too).
-    tls_mode: str = "disable"
-    tls_ca_file: str | None = None
+    tls_mode: TlsMode = "disable"
+    tls_ca_file: OptionalText = None
     # The driver's queries to the source and the bulk snapshot's reads end with an error after waiting this long
     # for a lock, or this long in all (with TCP keepalives: a dead source is noticed too).
-    source_lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
-    source_statement_timeout_seconds: float = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    source_lock_timeout_seconds: PositiveNumber = DEFAULT_LOCK_TIMEOUT_SECONDS
+    source_statement_timeout_seconds: PositiveNumber = DEFAULT_STATEMENT_TIMEOUT_SECONDS
+    error_strategy: ErrorStrategy = "exit"
+    retry_attempts: _between(1, MAX_RETRY_ATTEMPTS) = DEFAULT_RETRY_ATTEMPTS  # applications of a failing batch
+    retry_backoff_seconds: PositiveNumber = DEFAULT_RETRY_BACKOFF_SECONDS  # before the first retry, then doubling
+    # Times Dagster launches a failed sync run again (the run tag dagster/max_retries).
+    run_retries: Optional[_between(0, MAX_RUN_RETRIES)] = None
+    # The cron of the `schedule` trigger; Dagster checks it where the schedule is defined (assets/schedules.py).
+    schedule: Text = DEFAULT_SCHEDULE
+    # What launches runs in Dagster: "changes" (a sensor that checks the source without a JVM, every
+    # check_interval_seconds) or "schedule" (the cron `schedule`).
+    trigger: Trigger = "changes"
+    check_interval_seconds: _between(1, 3600) = DEFAULT_CHECK_INTERVAL_SECONDS
+    max_events_per_run: _between(1) = DEFAULT_MAX_EVENTS_PER_RUN
+    max_seconds_per_run: PositiveNumber = DEFAULT_MAX_SECONDS_PER_RUN
+    idle_timeout_seconds: PositiveNumber = DEFAULT_IDLE_TIMEOUT_SECONDS
+    # A run whose streaming connection to the source is lost and not regained for this long fails.
+    source_lost_timeout_seconds: PositiveNumber = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
+    letter_casing: LetterCasing = "lowercase"
+    destination_schema: OptionalIdentifier = None
+    debezium: Properties = dataclasses.field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def __post_init__(self) -> None:
+        defaults = {"port": DEFAULT_PORTS[self.type], "run_retries": DEFAULT_RUN_RETRIES.get(self.error_strategy, 0),
+                    "snapshot_engine": "spark" if self.type in BULK_SNAPSHOT_TYPES else "debezium"}
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        if self.snapshot_engine == "spark" and self.type not in BULK_SNAPSHOT_TYPES:
+            raise _invalid(f"'spark' reads {', '.join(BULK_SNAPSHOT_TYPES)} sources; a {self.type} connector takes "
+                           "Debezium's snapshot (debezium)", child="snapshot_engine")
+        if self.tls_mode != "disable" and self.type not in TLS_SOURCE_TYPES:
+            raise _invalid(f"is for {', '.join(TLS_SOURCE_TYPES)} sources; a {self.type} connector takes its TLS "
+                           "settings as Debezium properties (debezium:)", child="tls_mode")
+        if self.tls_mode.startswith("verify") and self.tls_ca_file is None:
+            raise _invalid(f"is required by tls_mode {self.tls_mode} (the CA certificate, PEM, that signed the "
+                           "source's certificate)", child="tls_ca_file")
+        if self.tls_ca_file is not None and not Path(self.tls_ca_file).is_file():
+            raise _invalid(f"names no readable file: {self.tls_ca_file}", child="tls_ca_file")
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -332,13 +488,54 @@ class ConnectorConfig:
         return f"ConnectorConfig({fields_text})"
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
-    """The whole configuration file: the destination and the connectors by name, in file order."""
+@dataclass(frozen=True, config=_SECTION)
+class _ConfigFile:
+    """The file's top level, as validated."""
 
     destination: DestinationConfig
-    connectors: Mapping[str, ConnectorConfig] = field(hash=False)
+    connectors: dict[str, ConnectorConfig]
+    spark: SparkConfig = dataclasses.field(default_factory=SparkConfig)
+
+    @field_validator("destination", "spark", mode="before")
+    @classmethod
+    def _section(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _invalid(f"must be a mapping, got {_show(value)}")
+        return _present(value)
+
+    @field_validator("connectors", mode="before")
+    @classmethod
+    def _connectors(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _invalid(f"must be a mapping, got {_show(value)}")
+        if not value:
+            raise _invalid("must define at least one connector")
+        connectors = {}
+        for name, fields in value.items():
+            if not isinstance(name, str) or not CONNECTOR_NAME_PATTERN.fullmatch(name):
+                raise _invalid(f"invalid connector name {name!r}: it must start with a lowercase letter and hold only "
+                               "lowercase letters, digits and underscores, at most 63 characters (it becomes the "
+                               "Dagster job name 'sync_<name>' and a control-table key)",
+                               connector=str(name), about_field=False)
+            if fields is not None and not isinstance(fields, Mapping):
+                raise _invalid(f"a connector must be a mapping of fields, got {_show(fields)}", connector=name,
+                               about_field=False)
+            fields = _present(fields or {})
+            if "name" in fields:
+                raise _invalid(_unknown_field("name", _field_names(ConnectorConfig), "a connector"), connector=name,
+                               about_field=False)
+            connectors[name] = {**fields, "name": name}
+        return connectors
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """The whole configuration file: the destination, the connectors by name in file order, and the Spark cluster."""
+
+    destination: DestinationConfig
+    connectors: Mapping[str, ConnectorConfig] = dataclasses.field(hash=False)
     path: Path
+    spark: SparkConfig = dataclasses.field(default_factory=SparkConfig)
 
     def connector(self, name: str) -> ConnectorConfig:
         """Return the named connector; raise ConfigError listing the configured names if there is none."""
@@ -355,6 +552,7 @@ class PipelineConfig:
         return {
             "path": str(self.path),
             "destination": self.destination.redacted(),
+            "spark": self.spark.redacted(),
             "connectors": {name: connector.redacted() for name, connector in self.connectors.items()},
         }
 
@@ -391,6 +589,9 @@ def load_config(path: str | Path | None = None) -> PipelineConfig:
     return config
 
 
+_FILE = TypeAdapter(_ConfigFile)
+
+
 def parse_config(data: Any, path: Path) -> PipelineConfig:
     """Validate parsed YAML data, expand ${VAR} references and build the PipelineConfig.
 
@@ -404,253 +605,83 @@ def parse_config(data: Any, path: Path) -> PipelineConfig:
         raise ConfigError(
             f"{path}: the top level must be a mapping with 'destination' and 'connectors', got {_show(data)}"
         )
-    top = _Section(data, path=path)
-    top.reject_unknown_fields(_TOP_LEVEL_FIELDS, "the top level")
-    top.require(_TOP_LEVEL_FIELDS)
-    destination = _parse_destination(_Section(top.mapping("destination"), path, prefix="destination."))
-    connectors_data = top.mapping("connectors")
-    if not connectors_data:
-        raise top.error("connectors", "must define at least one connector")
-    connectors: dict[str, ConnectorConfig] = {}
-    for name, connector_data in connectors_data.items():
-        _check_connector_name(name, path)
-        if connector_data is None:
-            connector_data = {}
-        if not isinstance(connector_data, Mapping):
-            raise ConfigError(
-                f"{path}: a connector must be a mapping of fields, got {_show(connector_data)}", connector=name
-            )
-        connectors[name] = _parse_connector(name, _Section(connector_data, path, connector=name))
-    return PipelineConfig(destination=destination, connectors=MappingProxyType(connectors), path=path)
+    reading = _READING_FILE.set(True)
+    try:
+        valid = _FILE.validate_python(_present(data))
+    except ValidationError as exc:
+        raise _config_error(exc, path) from None
+    finally:
+        _READING_FILE.reset(reading)
+    return PipelineConfig(destination=valid.destination, connectors=MappingProxyType(valid.connectors), path=path,
+                          spark=valid.spark)
 
 
-def _parse_destination(section: _Section) -> DestinationConfig:
-    section.reject_unknown_fields(_DESTINATION_FIELDS, "'destination'")
-    section.require(("dsn",))
-    return DestinationConfig(
-        dsn=Secret(section.string("dsn", secret=True)),
-        control_schema=section.identifier("control_schema", default=DEFAULT_CONTROL_SCHEMA),
-        lock_timeout_seconds=section.positive_number("lock_timeout_seconds", default=DEFAULT_LOCK_TIMEOUT_SECONDS),
-        statement_timeout_seconds=section.positive_number("statement_timeout_seconds",
-                                                          default=DEFAULT_STATEMENT_TIMEOUT_SECONDS),
-        operator_role=section.identifier("operator_role", default=None),
-    )
+def _present(fields: Mapping[Any, Any]) -> dict[Any, Any]:
+    """The fields given a value: a field written with nothing after it takes its default, as if left out."""
+    return {key: value for key, value in fields.items() if value is not None}
 
 
-def _parse_connector(name: str, section: _Section) -> ConnectorConfig:
-    section.reject_unknown_fields(_CONNECTOR_FIELDS, "a connector")
-    section.require(_REQUIRED_CONNECTOR_FIELDS)
-    connector_type = section.choice("type", CONNECTOR_TYPES)
-    error_strategy = section.choice("error_strategy", ERROR_STRATEGIES, default="exit")
-    return ConnectorConfig(
-        name=name,
-        type=connector_type,
-        hostname=section.string("hostname"),
-        port=section.integer("port", default=DEFAULT_PORTS[connector_type], minimum=1, maximum=65535),
-        user=section.string("user"),
-        password=Secret(section.string("password", secret=True, allow_empty=True)),
-        database=section.string("database"),
-        tables=section.string_list("tables"),
-        snapshot_mode=section.choice("snapshot_mode", SNAPSHOT_MODES, default="initial"),
-        batch_size=section.integer("batch_size", default=DEFAULT_BATCH_SIZE, minimum=1, maximum=MAX_BATCH_SIZE),
-        apply_batch_events=section.integer("apply_batch_events", default=DEFAULT_APPLY_BATCH_EVENTS, minimum=1,
-                                           maximum=MAX_APPLY_BATCH_EVENTS),
-        error_strategy=error_strategy,
-        schedule=section.cron("schedule", default=DEFAULT_SCHEDULE),
-        max_events_per_run=section.integer("max_events_per_run", default=DEFAULT_MAX_EVENTS_PER_RUN, minimum=1),
-        max_seconds_per_run=section.positive_number("max_seconds_per_run", default=DEFAULT_MAX_SECONDS_PER_RUN),
-        idle_timeout_seconds=section.positive_number("idle_timeout_seconds", default=DEFAULT_IDLE_TIMEOUT_SECONDS),
-        letter_casing=section.choice("letter_casing", LETTER_CASINGS, default="lowercase"),
-        destination_schema=section.identifier("destination_schema", default=None),
-        debezium=MappingProxyType(section.string_mapping("debezium")),
-        retry_attempts=section.integer("retry_attempts", default=DEFAULT_RETRY_ATTEMPTS, minimum=1,
-                                       maximum=MAX_RETRY_ATTEMPTS),
-        retry_backoff_seconds=section.positive_number("retry_backoff_seconds", default=DEFAULT_RETRY_BACKOFF_SECONDS),
-        run_retries=section.integer("run_retries", default=DEFAULT_RUN_RETRIES.get(error_strategy, 0), minimum=0,
-                                    maximum=MAX_RUN_RETRIES),
-        source_lost_timeout_seconds=section.positive_number("source_lost_timeout_seconds",
-                                                            default=DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS),
-        snapshot_engine=_snapshot_engine(section, connector_type),
-        snapshot_chunk_rows=section.integer("snapshot_chunk_rows", default=DEFAULT_SNAPSHOT_CHUNK_ROWS,
-                                            minimum=MIN_SNAPSHOT_CHUNK_ROWS),
-        trigger=section.choice("trigger", TRIGGERS, default="changes"),
-        check_interval_seconds=section.integer("check_interval_seconds", default=DEFAULT_CHECK_INTERVAL_SECONDS,
-                                               minimum=1, maximum=3600),
-        apply_copy=section.choice("apply_copy", APPLY_COPIERS, default="executors"),
-        **_source_tls(section, connector_type),
-        source_lock_timeout_seconds=section.positive_number("source_lock_timeout_seconds",
-                                                            default=DEFAULT_LOCK_TIMEOUT_SECONDS),
-        source_statement_timeout_seconds=section.positive_number("source_statement_timeout_seconds",
-                                                                 default=DEFAULT_STATEMENT_TIMEOUT_SECONDS),
-    )
+def _field_names(section: type) -> tuple[str, ...]:
+    return tuple(config_field.name for config_field in dataclasses.fields(section) if config_field.name != "name")
 
 
-def _source_tls(section: _Section, connector_type: str) -> dict[str, Any]:
-    """`tls_mode` and `tls_ca_file`: a verifying mode needs the CA file, which must exist; the types whose
-    connections the pipeline does not set up take TLS through `debezium:` properties."""
-    mode = section.choice("tls_mode", TLS_MODES, default="disable")
-    ca_file = section.optional_string("tls_ca_file", None)
-    if mode != "disable" and connector_type not in TLS_SOURCE_TYPES:
-        raise section.error("tls_mode", f"is for {', '.join(TLS_SOURCE_TYPES)} sources; a {connector_type} "
-                                        "connector takes its TLS settings as Debezium properties (debezium:)")
-    if mode.startswith("verify") and ca_file is None:
-        raise section.error("tls_ca_file", f"is required by tls_mode {mode} (the CA certificate, PEM, that signed "
-                                           "the source's certificate)")
-    if ca_file is not None and not Path(ca_file).is_file():
-        raise section.error("tls_ca_file", f"names no readable file: {ca_file}")
-    return {"tls_mode": mode, "tls_ca_file": ca_file}
+# Each place in the file, by the first part of an error's location, and how an unknown field's message names it.
+_SECTIONS: Mapping[str, tuple[type, str]] = MappingProxyType({
+    "destination": (DestinationConfig, "'destination'"), "spark": (SparkConfig, "'spark'"),
+    "connectors": (ConnectorConfig, "a connector"),
+})
 
 
-def _snapshot_engine(section: _Section, connector_type: str) -> str:
-    """`spark` by default where the bulk engine reads the source type, else `debezium`; `spark` elsewhere is an
-    error naming the types it reads."""
-    default = "spark" if connector_type in BULK_SNAPSHOT_TYPES else "debezium"
-    engine = section.choice("snapshot_engine", SNAPSHOT_ENGINES, default=default)
-    if engine == "spark" and connector_type not in BULK_SNAPSHOT_TYPES:
-        raise section.error("snapshot_engine", f"'spark' reads {', '.join(BULK_SNAPSHOT_TYPES)} sources; a "
-                                               f"{connector_type} connector takes Debezium's snapshot (debezium)")
-    return engine
+def _config_error(exc: ValidationError, path: Path) -> ConfigError:
+    """The first problem of a failed validation as one ConfigError naming the file, connector and field: unknown
+    fields first, then missing ones (all of one section together), then the rest in the file's order."""
+    errors = exc.errors(include_url=False)
+    rank = {"unexpected_keyword_argument": 0, "extra_forbidden": 0, "missing": 1, "missing_argument": 1}
+    first = min(errors, key=lambda error: rank.get(error["type"], 2))
+    location = list(first["loc"])
+    context = first.get("ctx") or {}
+    connector = context.get("connector")
+    if location[:1] == ["connectors"] and len(location) >= 2:
+        connector = str(location[1])
+        del location[:2]
+    if not context.get("about_field", True):
+        return ConfigError(f"{path}: {context['detail']}", connector=connector)
+    section, owner = _SECTIONS.get(str(first["loc"][0]), (_ConfigFile, "the top level")) \
+        if len(first["loc"]) > 1 else (_ConfigFile, "the top level")
+    prefix = f"{location[0]}." if section in (DestinationConfig, SparkConfig) else ""
+    if section in (DestinationConfig, SparkConfig):
+        location = location[1:]
+    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        message = _unknown_field(f"{prefix}{_field_path(location)}", _field_names(section), owner)
+        return ConfigError(f"{path}: {message}", connector=connector)
+    if first["type"] in ("missing", "missing_argument"):
+        missing = [_field_path(error["loc"][-1:]) for error in errors
+                   if error["type"] == first["type"] and error["loc"][:-1] == first["loc"][:-1]]
+        if len(missing) > 1:
+            names = ", ".join(f"'{prefix}{name}'" for name in missing)
+            return ConfigError(f"{path}: fields {names} are required", connector=connector)
+        detail = "is required"
+    elif first["type"] == "cdc_config":
+        detail = context["detail"]
+        if context.get("child") is not None:
+            location.append(context["child"])
+    else:
+        detail = f"is invalid: {first['msg']}"
+    return ConfigError(f"{path}: field '{prefix}{_field_path(location)}' {detail}", connector=connector)
 
 
-def _check_connector_name(name: Any, path: Path) -> None:
-    if not isinstance(name, str) or not CONNECTOR_NAME_PATTERN.fullmatch(name):
-        raise ConfigError(
-            f"{path}: invalid connector name {name!r}: it must start with a lowercase letter and hold only "
-            "lowercase letters, digits and underscores, at most 63 characters (it becomes the Dagster job "
-            "name 'sync_<name>' and a control-table key)",
-            connector=str(name),
-        )
+def _field_path(location: Any) -> str:
+    """A field's place as the file writes it: `tables[1]`, `debezium.snapshot.mode`."""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
-@dataclass(frozen=True)
-class _Section:
-    """One mapping of the file, read field by field; every error names the connector and the field."""
-
-    data: Mapping[Any, Any]
-    path: Path
-    prefix: str = ""
-    connector: str | None = None
-
-    def error(self, key: Any, detail: str) -> ConfigError:
-        return ConfigError(f"{self.path}: field '{self.prefix}{key}' {detail}", connector=self.connector)
-
-    def reject_unknown_fields(self, known: tuple[str, ...], owner: str) -> None:
-        for key in self.data:
-            if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(
-                    f"{self.path}: unknown field '{self.prefix}{key}'{hint}; {owner} accepts: {', '.join(known)}",
-                    connector=self.connector,
-                )
-
-    def require(self, keys: tuple[str, ...]) -> None:
-        missing = [key for key in keys if self.data.get(key) is None]
-        if len(missing) == 1:
-            raise self.error(missing[0], "is required")
-        if missing:
-            names = ", ".join(f"'{self.prefix}{key}'" for key in missing)
-            raise ConfigError(f"{self.path}: fields {names} are required", connector=self.connector)
-
-    def mapping(self, key: str) -> Mapping[Any, Any]:
-        value = self.data.get(key)
-        if not isinstance(value, Mapping):
-            raise self.error(key, f"must be a mapping, got {_show(value)}")
-        return value
-
-    def expand(self, key: str, text: str) -> str:
-        return _expand_variables(text, lambda detail: self.error(key, detail))
-
-    def string(self, key: str, *, secret: bool = False, allow_empty: bool = False) -> str:
-        value = self.data.get(key)
-        if not isinstance(value, str):
-            shown = type(value).__name__ if secret else _show(value)
-            raise self.error(key, f"must be a string, got {shown} (quote the value in YAML)")
-        value = self.expand(key, value)
-        if not value and not allow_empty:
-            raise self.error(key, "must not be empty")
-        return value
-
-    def optional_string(self, key: str, default: str | None) -> str | None:
-        return default if self.data.get(key) is None else self.string(key)
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.optional_string(key, default)
-        if value not in choices:
-            raise self.error(key, f"must be one of: {', '.join(choices)}; got {value!r}")
-        return value
-
-    def identifier(self, key: str, default: str | None) -> str | None:
-        value = self.optional_string(key, default)
-        if value is not None and len(value) > POSTGRES_IDENTIFIER_MAX_LENGTH:
-            limit = POSTGRES_IDENTIFIER_MAX_LENGTH
-            raise self.error(key, f"must be at most {limit} characters (a PostgreSQL identifier), got {value!r}")
-        return value
-
-    def cron(self, key: str, default: str) -> str:
-        value = self.optional_string(key, default)
-        if not _is_valid_cron(value):
-            raise self.error(key, f"must be a valid 5-field cron expression such as '*/5 * * * *', got {value!r}")
-        return value
-
-    def integer(self, key: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            value = self.expand(key, value)
-        number = _as_integer(value)
-        if number is None or number < minimum or (maximum is not None and number > maximum):
-            expected = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-            raise self.error(key, f"must be an integer {expected}, got {_show(value)}")
-        return number
-
-    def positive_number(self, key: str, *, default: float) -> float:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            value = self.expand(key, value)
-        number = _as_number(value)
-        if number is None or number <= 0:
-            raise self.error(key, f"must be a number > 0, got {_show(value)}")
-        return number
-
-    def string_list(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key)
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            raise self.error(key, f"must be a list of names, got {_show(value)}")
-        items = []
-        for index, item in enumerate(value):
-            item_key = f"{key}[{index}]"
-            if not isinstance(item, str) or not item.strip():
-                raise self.error(item_key, f"must be a non-empty string, got {_show(item)}")
-            items.append(self.expand(item_key, item).strip())
-        return tuple(items)
-
-    def string_mapping(self, key: str) -> dict[str, str]:
-        value = self.data.get(key)
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.error(key, f"must be a mapping of property names to values, got {_show(value)}")
-        properties = {}
-        for name, item in value.items():
-            item_key = f"{key}.{name}"
-            if not isinstance(name, str) or not name:
-                raise self.error(item_key, "must have a non-empty string as property name")
-            if isinstance(item, bool):
-                properties[name] = "true" if item else "false"
-            elif isinstance(item, (int, float)):
-                properties[name] = str(item)
-            elif isinstance(item, str):
-                properties[name] = self.expand(item_key, item)
-            else:
-                shown = type(item).__name__ if _SECRET_PROPERTY.search(name) else _show(item)
-                raise self.error(item_key, f"must be a string, number or boolean, got {shown}")
-        return properties
+def _unknown_field(name: str, known: tuple[str, ...], owner: str) -> str:
+    close = difflib.get_close_matches(name.rpartition(".")[2], known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown field '{name}'{hint}; {owner} accepts: {', '.join(known)}"
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -673,7 +704,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _expand_variables(text: str, error: Callable[[str], ConfigError]) -> str:
+def _expand_variables(text: str, error: Callable[[str], Exception]) -> str:
     """Replace ${VAR} and ${VAR:-default} with environment values; the default also applies to an empty VAR."""
 
     def substitute(match: re.Match[str]) -> str:
@@ -695,48 +726,6 @@ def _expand_variables(text: str, error: Callable[[str], ConfigError]) -> str:
         return value
 
     return _VARIABLE_REFERENCE.sub(substitute, text)
-
-
-_CRON_FIELDS = (
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day of month", 1, 31, {}),
-    ("month", 1, 12, {m: i + 1 for i, m in enumerate(
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}),
-    ("day of week", 0, 7, {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}),
-)
-_CRON_MACROS = {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
-
-
-def _is_valid_cron(expression: str) -> bool:
-    """A standard 5-field cron expression (the form Dagster schedules accept), or one of its @ macros."""
-    text = expression.strip().lower()
-    if text in _CRON_MACROS:
-        return True
-    fields = text.split()
-    if len(fields) != 5:
-        return False
-    return all(_is_valid_cron_field(field, low, high, names) for field, (_, low, high, names) in zip(fields, _CRON_FIELDS))
-
-
-def _is_valid_cron_field(field: str, low: int, high: int, names: dict[str, int]) -> bool:
-    def value(token: str) -> int | None:
-        if token in names:
-            return names[token]
-        return int(token) if token.isdigit() else None
-
-    for part in field.split(","):
-        base, _, step = part.partition("/")
-        if step and (not step.isdigit() or int(step) == 0):
-            return False
-        if base == "*":
-            continue
-        start_text, dash, end_text = base.partition("-")
-        start = value(start_text)
-        end = value(end_text) if dash else start
-        if start is None or end is None or not (low <= start <= end <= high):
-            return False
-    return True
 
 
 def _as_integer(value: Any) -> int | None:

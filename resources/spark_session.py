@@ -1,24 +1,27 @@
 """The Spark session resource."""
 
 
+from typing import Optional
+
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from cdc_pipeline.capture.spark import build_spark_session, default_master
+from cdc_pipeline.capture.spark import build_spark_session
+from cdc_pipeline.config import load_config
 
 
 class SparkSessionResource(ConfigurableResource):
-    """The Spark session of a run, with the Debezium runner on the driver classpath (local[*] unless configured).
+    """The Spark session of a run: the cluster of the connectors file's `spark:` section (master and conf, the same
+    the CLI's runs use), with the Debezium runner on the driver classpath.
 
-    The session lives as long as the process: Spark's driver classpath is fixed when its JVM starts, and runs
-    in one process (tests, the CLI) reuse it.
+    Only the file's path is resource config: the Spark settings are read from the file when the session starts, so
+    credentials in them (`spark.authenticate.secret: ${VAR}`) stay out of Dagster, as the DSN and passwords do, and
+    a runner or class archive built after the definitions loaded is used. The session lives as long as the process:
+    Spark's driver classpath is fixed when its JVM starts, and runs in one process (tests, the CLI) reuse it.
     """
 
-    master: str = Field(default_factory=default_master,
-                        description="Any Spark master URL: local[*], spark://host:7077, yarn, ... (default: "
-                                    "$CDC_SPARK_MASTER, else local[*]).")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
+    config_path: Optional[str] = Field(default=None, description="Connectors file; default $CDC_PIPELINE_CONFIG.")
 
     def get_session(self) -> SparkSession:
-        return build_spark_session(self.master, self.conf)
+        return build_spark_session(load_config(self.config_path).spark)

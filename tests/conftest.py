@@ -165,7 +165,8 @@ class Pipeline:
         """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
         return start_sync(self.name, *args, env=self.env, **popen)
 
-    def write_config(self, destination: dict[str, Any] | None = None, **overrides: Any) -> None:
+    def write_config(self, destination: dict[str, Any] | None = None, spark: dict[str, Any] | None = None,
+                     **overrides: Any) -> None:
         connector = {
             "type": "mariadb",
             "hostname": "127.0.0.1",
@@ -179,6 +180,8 @@ class Pipeline:
         }
         document = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc", **(destination or {})},
                     "connectors": {self.name: connector}}
+        if spark is not None:
+            document["spark"] = spark
         self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 

@@ -290,8 +290,10 @@ def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipelin
     pipeline.source([KEYED, KEYLESS])
     _fill(pipeline, 3_000)
     _keyless_rows(pipeline, 700)
-    pipeline.write_config(snapshot_chunk_rows=500)
     port = free_port()
+    # The connectors file names the cluster: the CLI's run (as Dagster's) starts its session there.
+    pipeline.write_config(snapshot_chunk_rows=500, spark={"master": f"spark://127.0.0.1:{port}",
+                                                          "conf": {"spark.executor.memory": "1g"}})
     master_log, worker_log, work = tmp_path / "master.log", tmp_path / "worker.log", tmp_path / "work"
     master = _spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                           "--webui-port", str(free_port()), log=master_log)
@@ -302,8 +304,7 @@ def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipelin
                               "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
                               "--work-dir", str(work), log=worker_log)
         _wait_for(master_log, "Registering worker")
-        run = start_sync(pipeline.name, "--json", env={**pipeline.env, "SPARK_LOCAL_IP": "127.0.0.1",
-                                                       "CDC_SPARK_MASTER": f"spark://127.0.0.1:{port}"})
+        run = start_sync(pipeline.name, "--json", env={**pipeline.env, "SPARK_LOCAL_IP": "127.0.0.1"})
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-4000:]
         assert json.loads(out.strip().splitlines()[-1])["snapshot_rows"] == 3_700
@@ -317,6 +318,7 @@ def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipelin
     # The chunks were read and written by executors of the worker, not in the driver.
     executor_logs = list(work.glob("app-*/*/stderr"))
     assert executor_logs and any("Running task" in log.read_text() for log in executor_logs)
+    assert "-Xmx1024M" in worker_log.read_text()  # the file's spark.executor.memory reached the executors
 
 
 def test_the_debezium_engine_finishes_a_snapshot_larger_than_the_run_budget(pipeline: Pipeline):

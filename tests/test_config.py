@@ -268,9 +268,6 @@ def test_malformed_variable_reference_is_an_error(text: str) -> None:
         ("retry_attempts", 0, "retry_attempts", "between 1 and 20"),
         ("retry_attempts", 21, "retry_attempts", "between 1 and 20"),
         ("retry_backoff_seconds", 0, "retry_backoff_seconds", "> 0"),
-        ("schedule", "every minute", "schedule", "cron"),
-        ("schedule", "0 0 * * * *", "schedule", "cron"),
-        ("schedule", "61 * * * *", "schedule", "cron"),
         ("max_events_per_run", 0, "max_events_per_run", ">= 1"),
         ("max_seconds_per_run", 0, "max_seconds_per_run", "> 0"),
         ("max_seconds_per_run", "soon", "max_seconds_per_run", "> 0"),
@@ -653,3 +650,78 @@ def test_tls_is_refused_for_sources_whose_connections_the_pipeline_does_not_make
     error = config_error(data)
 
     assert "'tls_mode'" in str(error) and "debezium:" in str(error)
+
+
+def test_the_spark_section_names_the_cluster_of_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_SECRET", "spark-secret-31")
+    data = valid_data()
+    data["spark"] = {"master": "spark://10.0.0.5:7077",
+                     "conf": {"spark.executor.memory": "4g", "spark.executor.cores": 2,
+                              "spark.authenticate": True, "spark.authenticate.secret": "${SPARK_SECRET}"}}
+
+    spark = parse_config(data, CONFIG_PATH).spark
+
+    assert spark.master == "spark://10.0.0.5:7077"
+    assert dict(spark.conf) == {"spark.executor.memory": "4g", "spark.executor.cores": "2",
+                                "spark.authenticate": "true", "spark.authenticate.secret": "spark-secret-31"}
+    assert "spark-secret-31" not in repr(parse_config(data, CONFIG_PATH).redacted())
+
+
+def test_without_a_spark_section_runs_use_the_environment_master_else_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CDC_SPARK_MASTER", raising=False)
+    assert parse_config(valid_data(), CONFIG_PATH).spark.master == "local[*]"
+
+    monkeypatch.setenv("CDC_SPARK_MASTER", "spark://127.0.0.1:7077")
+    assert parse_config(valid_data(), CONFIG_PATH).spark.master == "spark://127.0.0.1:7077"
+    assert dict(parse_config(valid_data(), CONFIG_PATH).spark.conf) == {}
+
+
+@pytest.mark.parametrize(
+    ("spark", "expected"),
+    [
+        ({"mastr": "local[2]"}, "unknown field 'spark.mastr' (did you mean 'master'?); 'spark' accepts: master, conf"),
+        ({"master": ""}, "field 'spark.master' must not be empty"),
+        ({"master": 7077}, "field 'spark.master' must be a string"),
+        ({"conf": ["spark.executor.memory=4g"]}, "field 'spark.conf' must be a mapping"),
+        ({"conf": {"executor.memory": "4g"}}, "field 'spark.conf.executor.memory' is not a spark property"),
+        ({"conf": {"spark.executor.memory": ["4g"]}}, "field 'spark.conf.spark.executor.memory' must be a string, "
+                                                      "number or boolean"),
+        ("local", "field 'spark' must be a mapping"),
+    ],
+)
+def test_a_bad_spark_section_names_the_field(spark: Any, expected: str) -> None:
+    data = valid_data()
+    data["spark"] = spark
+
+    error = config_error(data)
+
+    assert expected in str(error), str(error)
+    assert error.connector is None
+
+
+def test_values_given_in_code_are_not_expanded_again() -> None:
+    connector = parse_config(with_connector_field("hostname", "db-$${literal}"), CONFIG_PATH).connector("inventory")
+    assert connector.hostname == "db-${literal}"
+
+    import dataclasses
+
+    assert dataclasses.replace(connector, snapshot_mode="always").hostname == "db-${literal}"
+
+
+def test_dependent_defaults_follow_the_fields_they_depend_on() -> None:
+    postgres = with_connector_field("type", "postgres")
+    postgres["connectors"]["inventory"]["error_strategy"] = "retry"
+    connector = parse_config(postgres, CONFIG_PATH).connector("inventory")
+
+    assert (connector.port, connector.snapshot_engine, connector.run_retries) == (5432, "spark", 2)
+    sqlserver = parse_config(with_connector_field("type", "sqlserver"), CONFIG_PATH).connector("inventory")
+    assert (sqlserver.port, sqlserver.snapshot_engine, sqlserver.run_retries) == (1433, "debezium", 0)
+
+
+def test_a_field_written_with_nothing_after_it_takes_its_default() -> None:
+    data = with_connector_field("batch_size", None)
+    data["destination"]["control_schema"] = None
+
+    config = parse_config(data, CONFIG_PATH)
+
+    assert config.connector("inventory").batch_size == 2048 and config.destination.control_schema == "cdc"

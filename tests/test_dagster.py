@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from dagster import (
 from assets.definitions import build_definitions
 from cdc_pipeline import control
 from cdc_pipeline.config import load_config, parse_config
+from cdc_pipeline.errors import ConfigError
 from resources.destination import DestinationResource
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -65,17 +67,40 @@ def test_definitions_have_a_job_a_change_sensor_and_a_schedule_per_connector(tmp
     assert job.tags["cdc/connector"] == "inventory"
 
 
+@pytest.mark.parametrize("cron", ["every minute", "0 0 * * * *", "61 * * * *", "0 0 31 2 *"])
+def test_a_schedule_dagster_refuses_names_the_file_connector_and_field(tmp_path, cron):
+    data = copy.deepcopy(TWO_CONNECTORS)
+    data["connectors"]["billing"]["schedule"] = cron  # its trigger is `changes`: a wrong cron is still an error
+
+    with pytest.raises(ConfigError) as caught:
+        build_definitions(parse_config(data, tmp_path / "c.yaml"))
+
+    assert caught.value.connector == "billing"
+    assert str(tmp_path / "c.yaml") in str(caught.value) and f"field 'schedule' '{cron}'" in str(caught.value)
+
+
+def test_a_cron_macro_is_a_schedule(tmp_path):
+    data = copy.deepcopy(TWO_CONNECTORS)
+    data["connectors"]["billing"]["schedule"] = "@daily"
+
+    assert build_definitions(parse_config(data, tmp_path / "c.yaml")).resolve_schedule_def(
+        "sync_billing_schedule").cron_schedule == "@daily"
+
+
 def test_secrets_stay_out_of_run_config_and_definitions(tmp_path, monkeypatch):
     path = tmp_path / "c.yaml"
     path.write_text("destination:\n  dsn: ${DSN}\nconnectors:\n  inventory:\n    type: mariadb\n    hostname: h\n"
-                    "    user: u\n    password: ${PW}\n    database: inventory\n")
+                    "    user: u\n    password: ${PW}\n    database: inventory\n"
+                    "spark:\n  conf:\n    spark.authenticate.secret: ${SPARK_SECRET}\n")
     monkeypatch.setenv("PW", "sup3r-secret-pw")
     monkeypatch.setenv("DSN", "postgresql://u:dest-secret@127.0.0.1/d")
+    monkeypatch.setenv("SPARK_SECRET", "spark-secret-77")
     defs = build_definitions(load_config(path))
     job = defs.resolve_job_def("sync_inventory")
 
     resource_config = repr(job.resource_defs["debezium_runner"]) + repr(job.resource_defs)
     assert "sup3r-secret-pw" not in resource_config and "dest-secret" not in resource_config
+    assert "spark-secret-77" not in resource_config
 
 
 def test_dagster_loads_the_workspace(tmp_path):

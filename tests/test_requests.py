@@ -217,7 +217,7 @@ def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
 def test_schedule_skips_while_the_connector_is_paused(ctl):
     resources = {"destination": DestinationResource(config_path=str(ctl.path))}
     connector = ctl.config.connector(ctl.name)
-    schedule = build_sync_schedule(connector, build_sync_job(connector, str(ctl.path)))
+    schedule = build_sync_schedule(connector, build_sync_job(connector, str(ctl.path)), str(ctl.path))
     with instance_for_test() as instance:
         def evaluate():
             with build_schedule_context(instance=instance, resources=resources) as context:

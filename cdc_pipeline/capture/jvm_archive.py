@@ -109,8 +109,8 @@ def _load_classes(partial: str) -> None:
     from cdc_pipeline.capture.spark import build_spark_session
 
     os.environ[ARCHIVE_ENV] = "off"
-    spark = build_spark_session(conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}"},
-                                app_name="cdc-pipeline-jvm-archive")
+    spark = build_spark_session(conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}",
+                                      "spark.app.name": "cdc-pipeline-jvm-archive"})
     lines = spark.createDataFrame([('{"seq":1,"value":{"op":"c","after":{"id":"1"}}}',)], ["line"])
     parsed = lines.select(F.from_json("line", "seq long, value struct<op string, after map<string,string>>").alias("e"))
     parsed.groupBy(F.col("e.value.op")).agg(F.count("*"), F.concat_ws("\n", F.collect_list("e.value.after.id"))) \

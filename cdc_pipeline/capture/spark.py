@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.capture import jvm_archive
-from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV
+from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV, SparkConfig
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, runner_classpath
 
 log = logging.getLogger(__name__)
@@ -28,41 +28,52 @@ DEFAULT_CONF = {
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-MASTER_ENV = "CDC_SPARK_MASTER"
-DEFAULT_MASTER = "local[*]"
+DRIVER_CLASSPATH = "spark.driver.extraClassPath"
+JARS = "spark.jars"
+APP_NAME = "cdc-pipeline"
 
 
-def default_master() -> str:
-    """The Spark master runs use unless told otherwise: `CDC_SPARK_MASTER`, else local[*]."""
-    return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+def spark_settings(spark: SparkConfig | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole Spark configuration of a run: the pipeline's defaults, the connectors file's `spark:` section (its
+    master and conf), `conf`, and what the pipeline adds to them: the runner's jars on the driver classpath (set when
+    the driver JVM starts), the jars executors need (`spark.jars`: the runner's COPY writers and the two JDBC
+    drivers, so any master works) and the class archive's JVM options (a shorter start).
 
-
-def build_spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
-                        app_name: str = "cdc-pipeline") -> SparkSession:
-    """Returns the Spark session for the pipeline, starting it with the runner's jars on the driver classpath.
-
-    Works with any master; only the driver runs Debezium; executors get the runner jar (its bulk snapshot writer)
-    and the two JDBC drivers (`spark.jars`). When a session
-    already runs in this process it is reused: the driver classpath can only be set when the JVM starts.
-    """
-    master = master or default_master()
+    The CLI and Dagster's Spark resource both start their session from it. Raises RunnerError when the runner is
+    not built."""
+    spark = spark or SparkConfig()
     jars = runner_classpath()
-    classpath = os.pathsep.join(str(jar) for jar in jars)
-    if master.startswith("local"):
+    settings = {**DEFAULT_CONF, "spark.master": spark.master, "spark.app.name": APP_NAME, **spark.conf, **(conf or {})}
+    additions = {
+        DRIVER_CLASSPATH: (os.pathsep.join(str(jar) for jar in jars), os.pathsep),
+        JARS: (",".join(str(jar) for jar in executor_jars()), ","),
+        # The driver JVM maps the class archive built by `cdc-pipeline jvm-archive`, if there is one.
+        DRIVER_JAVA_OPTIONS: (jvm_archive.java_options(jars), " "),
+    }
+    for key, (value, separator) in additions.items():
+        if value:
+            settings[key] = separator.join(part for part in (settings.get(key), value) if part)
+    return settings
+
+
+def build_spark_session(spark: SparkConfig | None = None, *, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """Returns the Spark session for the pipeline (`spark_settings`), starting it if this process runs none.
+
+    Works with any master; only the driver runs Debezium. When a session already runs in this process it is
+    reused: the driver classpath can only be set when the JVM starts.
+    """
+    settings = spark_settings(spark, conf)
+    if settings["spark.master"].startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {**DEFAULT_CONF, **(conf or {})}
-    archive_options = jvm_archive.java_options(jars)
-    if archive_options:
-        # The driver JVM maps the class archive (built by `cdc-pipeline jvm-archive`): a shorter start.
-        settings[DRIVER_JAVA_OPTIONS] = f"{settings.get(DRIVER_JAVA_OPTIONS, '')} {archive_options}".strip()
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    builder = builder.config("spark.driver.extraClassPath", classpath)
-    # The bulk snapshot's tasks read the source and write the destination through JDBC, on whatever executors
-    # the master gives: Spark ships these jars to them.
-    builder = builder.config("spark.jars", ",".join(str(jar) for jar in executor_jars()))
-    session = builder.getOrCreate()
+    return prepare_session(builder.getOrCreate())
+
+
+def prepare_session(session: SparkSession) -> SparkSession:
+    """Sets the log levels of Spark and of the runner, and keeps third-party warnings quiet unless asked for; done
+    again on a session already prepared, it changes nothing."""
     session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
     set_runner_log_level(session, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))
     if not os.environ.get(THIRD_PARTY_WARNINGS_ENV):

@@ -54,7 +54,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
 
     config = load_config()
     connector = config.connector(name)
-    return run_cycle(connector, config.destination, build_spark_session(), start_offset=start_offset)
+    return run_cycle(connector, config.destination, build_spark_session(config.spark), start_offset=start_offset)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -486,7 +486,7 @@ def _cmd_dead_letters(args: argparse.Namespace) -> int:
             return 0
         from cdc_pipeline.capture.spark import build_spark_session
 
-        outcomes = dead_letters.retry(conn, build_spark_session(), connector, schema, args.ids or None)
+        outcomes = dead_letters.retry(conn, build_spark_session(config.spark), connector, schema, args.ids or None)
         print(f"connector {connector.name}: " + (f"applied dead letters {', '.join(str(i) for i, _ in outcomes)}"
                                                  if outcomes else "no pending dead letters"))
         return 0

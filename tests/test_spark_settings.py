@@ -1,0 +1,41 @@
+"""The Spark settings a run starts its session with: the connectors file's cluster plus what the pipeline adds."""
+
+from __future__ import annotations
+
+import os
+from types import MappingProxyType
+
+import pytest
+
+from cdc_pipeline.capture.runner import executor_jars, runner_classpath
+from cdc_pipeline.capture.spark import DEFAULT_CONF, spark_settings
+from cdc_pipeline.config import SparkConfig
+
+
+def test_the_file_s_master_and_conf_win_over_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    spark = SparkConfig(master="spark://10.0.0.5:7077",
+                        conf=MappingProxyType({"spark.driver.memory": "6g", "spark.executor.memory": "4g"}))
+
+    settings = spark_settings(spark)
+
+    assert settings["spark.master"] == "spark://10.0.0.5:7077"
+    assert settings["spark.driver.memory"] == "6g" and settings["spark.executor.memory"] == "4g"
+    assert settings["spark.sql.session.timeZone"] == DEFAULT_CONF["spark.sql.session.timeZone"]
+    assert settings["spark.driver.extraClassPath"] == os.pathsep.join(map(str, runner_classpath()))
+    assert settings["spark.jars"] == ",".join(map(str, executor_jars()))
+    assert "spark.driver.extraJavaOptions" not in settings
+
+
+def test_the_pipeline_adds_its_jars_and_options_to_the_file_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    spark = SparkConfig(master="local[2]", conf=MappingProxyType({
+        "spark.jars": "/opt/udfs.jar", "spark.driver.extraClassPath": "/opt/agent.jar",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC"}))
+
+    settings = spark_settings(spark, {"spark.app.name": "a-test"})
+
+    assert settings["spark.jars"] == ",".join(["/opt/udfs.jar", *map(str, executor_jars())])
+    assert settings["spark.driver.extraClassPath"] == os.pathsep.join(["/opt/agent.jar", *map(str, runner_classpath())])
+    assert settings["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
+    assert settings["spark.app.name"] == "a-test"
