@@ -188,7 +188,7 @@ _UNINDEXED_SOURCE_FIELDS = frozenset({"version", "connector", "name", "ts_us", "
 
 def index_entry(line: str) -> dict[str, Any]:
     """The index entry of one of the runner's JSON lines, computed from the line: what the runner's
-    `EventSerializer.indexEntry` makes (`tests/test_runner_index.py` compares the two). Used to replay a dead
+    `EventSerializer.indexEntry` makes (`tests/integration/test_runner_index.py` compares the two). Used to replay a dead
     letter, whose line is all that is kept of it."""
     event = json.loads(line)
     entry: dict[str, Any] = {"seq": event["seq"]}

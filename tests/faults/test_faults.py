@@ -1,0 +1,140 @@
+"""Faults in the middle of a run: the destination PostgreSQL or the source MariaDB restarts while batches commit.
+Nothing is lost or applied twice, and the runs that follow finish the job exactly (every count once)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdc_pipeline.testing.servers import start_mariadb, start_postgres
+from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
+
+pytestmark = pytest.mark.integration
+
+READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3))"
+AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), amount INT)"  # no key, duplicate rows
+STATS = ("events", "inserts", "updates", "deletes", "redelivered")
+
+
+@pytest.fixture
+def own_destination(mariadb, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A pipeline whose destination PostgreSQL is its own, so the test may restart it."""
+    server = start_postgres()
+    suffix = uuid.uuid4().hex[:8]
+    pipe = Pipeline(mariadb, server, name=f"c_{suffix}", source_db=f"src_{suffix}", dest_db=f"dst_{suffix}",
+                    config_path=tmp_path / "connectors.yaml")
+    mariadb.execute(f"CREATE DATABASE `{pipe.source_db}`")
+    server.create_database(pipe.dest_db)
+    pipe.write_config()
+    pipe.env = {"CDC_PIPELINE_CONFIG": str(pipe.config_path), "TEST_SOURCE_PASSWORD": CAPTURE_PASSWORD,
+                "TEST_DEST_DSN": pipe.dest_dsn, "DAGSTER_HOME": str(tmp_path / "dagster_home")}
+    (tmp_path / "dagster_home").mkdir()
+    (tmp_path / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    for key, value in pipe.env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield pipe
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_source(destination_pg, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """A pipeline whose source MariaDB is its own, so the test may restart it."""
+    server = start_mariadb()
+    try:
+        server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+        yield new_pipeline(server, destination_pg, tmp_path, monkeypatch)
+    finally:
+        server.stop()
+
+
+def _wait_for_a_commit(pipeline, run, baseline: dict[str, int]) -> None:
+    deadline = time.monotonic() + 240
+    while pipeline.stats(STATS)["events"] == baseline["events"]:
+        assert run.poll() is None, f"the run ended before the restart: {run.communicate()}"
+        assert time.monotonic() < deadline, "no batch was applied within 240 s"
+        time.sleep(0.05)
+
+
+SOURCE_STREAM = [
+    "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_8000",
+    "UPDATE readings SET value = -value WHERE id % 4 = 0",
+    "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_2000",
+]
+AFTER_RESTART = [  # the source restart test writes these after the restart, into the next binlog file
+    "DELETE FROM readings WHERE id % 9 = 0",
+    "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 300",
+    "DELETE FROM audit_log WHERE amount = 1 LIMIT 200",
+]
+
+
+def _assert_source_changes_counted_once(pipeline, baseline: dict[str, int]) -> None:
+    pipeline.catch_up("readings", "audit_log")
+    stats = pipeline.stats(STATS)
+    assert (stats["inserts"] - baseline["inserts"], stats["updates"], stats["deletes"]) == (
+        10000, 2000 + 300, 888 + 200), "every change is counted once"
+    state = pipeline.dest_query("SELECT state, last_error FROM cdc.connector_state WHERE connector = %s",
+                                (pipeline.name,))
+    assert state == [("syncing", None)]
+
+
+def test_destination_restarted_mid_run(own_destination):
+    pipeline = own_destination
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = pipeline.stats(STATS)
+    pipeline.source(SOURCE_STREAM + AFTER_RESTART)
+    pipeline.write_config(batch_size=500, apply_batch_events=2000)
+
+    run = pipeline.sync_cli()
+    _wait_for_a_commit(pipeline, run, baseline)
+    pipeline.destination.restart()
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 1, "the run fails when its destination goes away"
+    assert f"sync of connector '{pipeline.name}' failed" in stderr
+
+    _assert_source_changes_counted_once(pipeline, baseline)
+
+
+def _run_streaming(pipeline, **config) -> tuple[dict[str, int], subprocess.Popen]:
+    """Creates the tables and syncs them; then writes SOURCE_STREAM and starts a run of it that has committed a
+    batch. Returns the stats before the stream and the run."""
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = pipeline.stats(STATS)
+    pipeline.source(SOURCE_STREAM)
+    pipeline.write_config(batch_size=500, apply_batch_events=2000, idle_timeout_seconds=20, **config)
+    run = pipeline.sync_cli()
+    _wait_for_a_commit(pipeline, run, baseline)
+    return baseline, run
+
+
+def test_source_restarted_mid_run(own_source):
+    pipeline = own_source
+    baseline, run = _run_streaming(pipeline)
+    pipeline.mariadb.restart()
+    pipeline.source(AFTER_RESTART)
+    stdout, stderr = run.communicate(timeout=300)
+
+    assert run.returncode == 0, stderr
+    assert "13388 events" in stdout, "Debezium reconnected and the run went on with the changes made after the restart"
+    _assert_source_changes_counted_once(pipeline, baseline)
+
+
+def test_source_down_longer_than_the_run_waits(own_source):
+    pipeline = own_source
+    baseline, run = _run_streaming(pipeline, source_lost_timeout_seconds=8)
+    outcome: list[str] = []
+    pipeline.mariadb.restart(while_down=lambda: outcome.extend(run.communicate(timeout=300)))
+    pipeline.source(AFTER_RESTART)
+
+    assert run.returncode == 1, "the run fails while the source is down"
+    assert "did not reconnect within 8 s (source_lost_timeout_seconds)" in outcome[1]
+    error = pipeline.dest_query("SELECT last_error FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))
+    assert "did not reconnect" in error[0][0]
+    _assert_source_changes_counted_once(pipeline, baseline)

@@ -1,0 +1,103 @@
+"""A run killed with SIGKILL at each stage of a fetch cycle (a pause point holds it there until the kill): the next
+runs leave the destination equal to the source, a keyless table's duplicates included, and count every event once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cdc_pipeline import faults
+from tests.helpers.runs import kill_at
+
+pytestmark = pytest.mark.integration
+
+READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3))"
+AUDIT_LOG = "CREATE TABLE audit_log (actor VARCHAR(20), amount INT)"  # no key, duplicate rows
+STATS = ("events", "snapshot_rows", "inserts", "updates", "deletes", "redelivered")
+STREAM = [
+    "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_3000",
+    "UPDATE readings SET value = -value WHERE id % 4 = 0",
+    "DELETE FROM readings WHERE id % 9 = 0",
+    # 30 distinct rows, each about 33 times: an update or delete must touch one copy only.
+    "INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_1000",
+    "UPDATE audit_log SET amount = 10 WHERE amount = 0 LIMIT 150",
+    "DELETE FROM audit_log WHERE amount = 1 LIMIT 100",
+]
+
+
+def _kill_at(pipeline, pause_at: str, tmp_path: Path) -> dict[str, int]:
+    """Kills a run of the connector at `pause_at`; returns the stats the kill left."""
+    kill_at(pipeline.name, pause_at, tmp_path / "paused", env=pipeline.env)
+    return pipeline.stats(STATS)
+
+
+def _assert_exact(pipeline, stats: dict[str, int], expected: dict[str, int]) -> None:
+    pipeline.assert_same("readings")
+    assert Counter(pipeline.dest_rows("audit_log")) == Counter(pipeline.source_rows("audit_log")), \
+        "the keyless table holds the source's rows, each as many times"
+    assert {key: stats[key] for key in expected} == expected, "every event is counted once"
+    state = pipeline.dest_query("SELECT state, phase, last_error FROM cdc.connector_state WHERE connector = %s",
+                                (pipeline.name,))
+    assert state == [("syncing", None, None)], "the last cycle succeeded and none runs"
+
+
+# `@2`: the kill comes after the cycle's first transaction committed (and its group was marked complete), so part
+# of the stream was applied before it; `group_committed@2`: the second group is committed, not yet marked complete.
+@pytest.mark.parametrize("pause_at", [f"{faults.FETCHED}@4", f"{faults.CONVERTED}@2", f"{faults.IN_TRANSACTION}@2",
+                                      f"{faults.GROUP_COMMITTED}@2", faults.COMMITTED])
+def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = pipeline.stats(STATS)
+    inserts, updates, deletes, log_inserts, log_updates, log_deletes = pipeline.source_changes(STREAM)
+    stream_events = inserts + updates + deletes + log_inserts + log_updates + log_deletes
+    # Debezium batches of 300 events at most, applied in transactions of 900 at most.
+    pipeline.write_config(batch_size=300, apply_batch_events=900)
+
+    killed = _kill_at(pipeline, pause_at, tmp_path)
+
+    applied = killed["events"] - baseline["events"]
+    if pause_at.startswith(faults.COMMITTED):
+        assert applied == stream_events, "every batch was committed and marked complete before the kill"
+    elif pause_at.startswith((faults.CONVERTED, faults.IN_TRANSACTION, faults.GROUP_COMMITTED)):
+        assert 0 < applied < stream_events, "the first transaction was committed, the one the kill hit was not"
+    else:
+        assert applied < stream_events
+    pipeline.write_config()
+    pipeline.sync()
+
+    stats = pipeline.stats(STATS)
+    redelivered = stats["redelivered"] - baseline["redelivered"]
+    if pause_at.startswith(faults.GROUP_COMMITTED):
+        # The group committed but not marked complete comes again, and only it: the first group was let go.
+        assert 0 < redelivered <= 900 and redelivered < applied, "the group in flight, and no more, came again"
+    else:
+        assert redelivered == 0, "every committed group was marked complete: none came again"
+    _assert_exact(pipeline, stats, {
+        "events": baseline["events"] + stream_events, "inserts": inserts + log_inserts,
+        "updates": updates + log_updates, "deletes": deletes + log_deletes})
+
+
+def test_debezium_snapshot_killed_after_its_last_commit_streams_on(pipeline, tmp_path):
+    """Debezium's snapshot lets each group go once it is committed (it may outlast any run budget): a run killed
+    after its last commit leaves the snapshot's end as the engine's offset, and the next run streams from there."""
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.source_changes(STREAM[:1] + STREAM[3:4])
+    rows = len(pipeline.source_rows("readings")) + len(pipeline.source_rows("audit_log"))
+    engine = {"snapshot_engine": "debezium"}
+    pipeline.write_config(batch_size=300, apply_batch_events=900, **engine)
+    killed = _kill_at(pipeline, faults.COMMITTED, tmp_path)
+    assert killed["snapshot_rows"] == rows, "the whole snapshot was committed"
+    offsets = pipeline.dest_query("SELECT offset_value FROM cdc.debezium_offsets WHERE connector = %s",
+                                  (pipeline.name,))
+    assert len(offsets) == 1 and '"snapshot"' not in offsets[0][0], "the offset is past the snapshot"
+
+    pipeline.source_changes(["DELETE FROM readings WHERE id <= 10", "DELETE FROM audit_log WHERE amount = 2 LIMIT 5"])
+    pipeline.write_config(**engine)
+    pipeline.sync()
+
+    stats = pipeline.stats(STATS)
+    _assert_exact(pipeline, stats, {"snapshot_rows": rows, "redelivered": 0, "deletes": 15})

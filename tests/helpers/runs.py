@@ -1,0 +1,61 @@
+"""Runs of `cdc-pipeline sync` in their own process group, killed with SIGKILL when a test says, and the
+connector's counts the tests read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline import faults
+from tests.helpers import PROJECT_ROOT
+
+PAUSE_DEADLINE_SECONDS = 240
+
+
+def start_sync(name: str, *args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, *args],
+        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def kill_when(name: str, ready: Callable[[], bool], what: str, env: dict[str, str] | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until `ready()` holds, then kills its process group with SIGKILL."""
+    run = start_sync(name, env=env)
+    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
+    try:
+        while not ready():
+            assert run.poll() is None, f"the run ended before {what}: {run.communicate()}"
+            assert time.monotonic() < deadline, f"the run did not reach {what} within {PAUSE_DEADLINE_SECONDS} s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+
+
+def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until it pauses at `pause_at` (see cdc_pipeline/faults.py), then kills its
+    process group with SIGKILL."""
+    kill_when(name, marker.exists, f"pausing at {pause_at}",
+              env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)})
+    assert marker.read_text() == pause_at.partition("@")[0]
+
+
+def connector_stats(dest_dsn: str, connector: str, columns: Sequence[str]) -> dict[str, int]:
+    """These counts of the connector's row of cdc.stats (zeros before the first run made it)."""
+    with psycopg.connect(dest_dsn) as conn:
+        if not conn.execute("SELECT to_regclass('cdc.stats') IS NOT NULL").fetchone()[0]:
+            return dict.fromkeys(columns, 0)
+        query = sql.SQL("SELECT {} FROM cdc.stats WHERE connector = %s").format(
+            sql.SQL(", ").join(map(sql.Identifier, columns)))
+        row = conn.execute(query, (connector,)).fetchone()
+    return dict(zip(columns, map(int, row))) if row else dict.fromkeys(columns, 0)

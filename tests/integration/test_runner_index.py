@@ -1,0 +1,47 @@
+"""The runner's index entries (made in Java next to each JSON line) agree with the lines they index."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from tests.helpers.spark import index_entry
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import load_config
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE
+
+pytestmark = pytest.mark.integration
+
+
+def test_index_entries_describe_their_lines(pipeline, spark):
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), d DECIMAL(30,10))",
+                     "INSERT INTO t VALUES (1, 'a', 1.5), (2, 'b', NULL)"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO t VALUES (3, 'c', 123456789012345678.0123456789)",
+                     "UPDATE t SET v = 'z' WHERE id = 1", "DELETE FROM t WHERE id = 2",
+                     "ALTER TABLE t ADD COLUMN w INT", "TRUNCATE TABLE t"])
+    config = load_config()
+    with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
+        batches = [batch for group in cycle.fetch_batches(session) for batch in group]
+        entries = [entry for batch in batches for entry in batch.index]
+        lines = [str(line) for batch in batches for line in batch.java_batch.lines()]
+        data_lines = [str(line) for batch in batches for line in batch.data_lines()]
+        by_seq = [str(batch.line(entry["seq"])) for batch in batches for entry in batch.index]
+    assert entries == [index_entry(line) for line in lines]
+    assert by_seq == lines
+    # The lines Spark parses: a data change's seq, schema id, op and row images, as in its whole line.
+    whole = [line for line, entry in zip(lines, entries) if entry["kind"] == DATA_CHANGE]
+    assert [json.loads(line) for line in data_lines] == [
+        {"seq": event["seq"], "schema": event["schema"],
+         "value": {key: event["value"][key] for key in ("op", "before", "after")}}
+        for event in map(json.loads, whole)]
+    assert len(whole) == 3 and all(len(data) < len(line) / 2 for data, line in zip(data_lines, whole))
+    kinds = Counter((entry["kind"], entry.get("op"), entry.get("table")) for entry in entries)
+    table = f"{pipeline.source_db}.t"
+    assert kinds[(DATA_CHANGE, "c", table)] == 1 and kinds[(DATA_CHANGE, "u", table)] == 1
+    assert kinds[(DATA_CHANGE, "d", table)] == 1 and kinds[(TRUNCATE, "t", table)] == 1
+    alter = [entry for entry in entries if entry["kind"] == SCHEMA_CHANGE and "ALTER" in entry["change"]["ddl"]]
+    assert len(alter) == 1 and alter[0]["change"]["tableChanges"][0]["type"] == "ALTER"
+    assert all(entry["offset"]["file"].startswith("mariadb-bin") for entry in entries)

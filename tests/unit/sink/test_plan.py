@@ -1,0 +1,161 @@
+"""Unit tests for cdc_pipeline.sink.apply's planning: DDL steps and per-table DML segments in source order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import reduce
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from tests.helpers.spark import all_events_batch, fixture_records, get_spark, parse_records
+
+from cdc_pipeline.sink.apply import BatchPlan, DdlStep, DmlStep, SnapshotStep, attach_dml_frames, plan_batch
+from cdc_pipeline.config import ConnectorConfig, parse_config
+
+PRODUCTS = "inventory.products"
+CUSTOMERS = "inventory.customers"
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return get_spark()
+
+
+@pytest.fixture(scope="module")
+def connector() -> ConnectorConfig:
+    config = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"mdb": {"type": "mariadb", "hostname": "localhost", "user": "cdc", "password": "secret",
+                               "database": "inventory"}},
+    }, Path("x.yaml"))
+    return config.connector("mdb")
+
+
+@pytest.fixture(scope="module")
+def plan(spark: SparkSession, connector: ConnectorConfig) -> BatchPlan:
+    return plan_batch(all_events_batch(), connector)
+
+
+def step_summary(step: DdlStep | DmlStep | SnapshotStep) -> tuple:
+    if isinstance(step, DdlStep):
+        return ("ddl", step.ref.seq, tuple((change.kind, change.source_table) for change in step.changes))
+    if isinstance(step, SnapshotStep):
+        return ("snapshot", step.kind, step.source_table, step.ref.seq)
+    return ("dml", step.source_table, step.first_seq, step.last_seq, dict(step.ops))
+
+
+def table_steps(plan: BatchPlan, table: str) -> list[tuple]:
+    """The steps touching one table, in plan order, as (kind, first seq, last seq)."""
+    steps = []
+    for step in plan.steps:
+        if isinstance(step, DmlStep) and step.source_table == table:
+            steps.append(("dml", step.first_seq, step.last_seq))
+        elif isinstance(step, DdlStep) and any(change.source_table == table for change in step.changes):
+            steps.append(("ddl", step.ref.seq, step.ref.seq))
+    return steps
+
+
+def test_each_tables_steps_are_in_source_order_and_split_at_its_ddl(plan: BatchPlan) -> None:
+    assert table_steps(plan, PRODUCTS) == [("ddl", 6, 6), ("dml", 7, 12), ("ddl", 23, 23), ("dml", 24, 24)]
+    assert table_steps(plan, CUSTOMERS) == [
+        ("ddl", 14, 14), ("dml", 15, 16), ("ddl", 17, 17), ("dml", 18, 18), ("ddl", 19, 19), ("dml", 20, 20),
+        ("ddl", 21, 21), ("dml", 22, 22), ("ddl", 25, 25),
+    ]
+
+
+def test_ddl_steps_keep_source_order_and_segments_precede_later_ddl_of_their_table(plan: BatchPlan) -> None:
+    ddl_seqs = [step.ref.seq for step in plan.steps if isinstance(step, DdlStep)]
+    assert ddl_seqs == sorted(ddl_seqs)
+    for index, step in enumerate(plan.steps):
+        if isinstance(step, DmlStep):
+            earlier_ddl = [other.ref.seq for other in plan.steps[:index] if isinstance(other, DdlStep)
+                           and any(change.source_table == step.source_table for change in other.changes)]
+            assert all(seq < step.first_seq for seq in earlier_ddl), step_summary(step)
+
+
+def test_segments_hold_one_value_schema_and_their_ops(plan: BatchPlan) -> None:
+    refs = {ref.seq: ref for ref in plan.parsed.refs}
+    segments = [step for step in plan.steps if isinstance(step, DmlStep)]
+    for segment in segments:
+        assert refs[segment.first_seq].schema_id == refs[segment.last_seq].schema_id == segment.schema_id
+        assert segment.last_ref is refs[segment.last_seq]
+    products = [segment for segment in segments if segment.source_table == PRODUCTS]
+    assert [dict(segment.ops) for segment in products] == [{"r": 3, "c": 1, "u": 1, "d": 1}, {"u": 1}]
+    assert products[0].schema_id != products[1].schema_id
+
+
+def test_counts_count_every_event_once(plan: BatchPlan) -> None:
+    records = fixture_records()
+    ops = Counter((record.get("value") or {}).get("payload", {}).get("op") for record in records)
+    counts = plan.counts
+    assert counts.events == len(records) == 25
+    assert (counts.snapshot_rows, counts.inserts, counts.updates, counts.deletes) == (
+        ops["r"], ops["c"], ops["u"], ops["d"]) == (3, 5, 3, 1)
+    assert counts.ddls == 7
+    assert counts.other_events == 6
+    assert sum((counts.ddls, counts.snapshot_rows, counts.inserts, counts.updates, counts.deletes,
+                counts.other_events)) == counts.events
+    assert plan.last_ref is not None and plan.last_ref.seq == 25
+
+
+def test_snapshot_drops_and_database_statements_make_no_ddl_step(plan: BatchPlan) -> None:
+    ddl_steps = [step for step in plan.steps if isinstance(step, DdlStep)]
+    assert [step.ref.seq for step in ddl_steps] == [6, 14, 17, 19, 21, 23, 25]
+    texts = [step.ref.schema_change["ddl"] for step in ddl_steps]
+    assert not any(text.startswith(("DROP TABLE IF EXISTS", "DROP DATABASE", "CREATE DATABASE", "SET", "USE"))
+                   for text in texts)
+    assert [change.kind for step in ddl_steps for change in step.changes] == [
+        "create", "create", "alter", "alter", "alter", "alter", "drop"]
+
+
+def test_attached_frames_hold_exactly_each_segments_events(plan: BatchPlan) -> None:
+    attach_dml_frames(plan)
+    segments = [step for step in plan.steps if isinstance(step, DmlStep)]
+    tagged: list[DataFrame] = [segment.frame.select(F.lit(index).alias("segment"), "seq")
+                               for index, segment in enumerate(segments)]
+    rows = reduce(DataFrame.unionByName, tagged).collect()
+    seqs_by_segment: dict[int, list[int]] = {}
+    for row in rows:
+        seqs_by_segment.setdefault(row.segment, []).append(row.seq)
+    refs = {ref.seq: ref for ref in plan.parsed.refs}
+    for index, segment in enumerate(segments):
+        expected = [seq for seq in range(segment.first_seq, segment.last_seq + 1)
+                    if refs[seq].source_table == segment.source_table]
+        assert sorted(seqs_by_segment[index]) == expected
+        assert segment.fields == plan.parsed.fields(segment.schema_id)
+    assert [field.name for field in segments[-1].fields][-1] == "note"
+
+
+def test_interleaved_tables_split_only_at_their_own_ddl(spark: SparkSession, connector: ConnectorConfig) -> None:
+    records = fixture_records()
+    create_products, create_customers, alter_customers = records[5], records[13], records[16]
+    products_rows, customers_before, customers_after = records[6:9], records[14], records[17]
+    parsed = parse_records([
+        create_products, create_customers,
+        products_rows[0], customers_before, products_rows[1], alter_customers, products_rows[2], customers_after,
+    ])
+    try:
+        steps = [step_summary(step) for step in plan_batch(parsed, connector).steps]
+    finally:
+        parsed.release()
+    assert ("dml", PRODUCTS, 3, 7, {"r": 3}) in steps
+    customers = [step for step in steps if step[1] == CUSTOMERS or step[0] == "ddl"]
+    assert customers == [
+        ("ddl", 1, (("create", PRODUCTS),)),
+        ("ddl", 2, (("create", CUSTOMERS),)),
+        ("dml", CUSTOMERS, 4, 4, {"c": 1}),
+        ("ddl", 6, (("alter", CUSTOMERS),)),
+        ("dml", CUSTOMERS, 8, 8, {"c": 1}),
+    ]
+
+
+def test_a_new_value_schema_starts_a_new_segment(spark: SparkSession, connector: ConnectorConfig) -> None:
+    records = fixture_records()
+    parsed = parse_records([records[14], records[15], records[17]])
+    try:
+        steps = [step_summary(step) for step in plan_batch(parsed, connector).steps]
+    finally:
+        parsed.release()
+    assert steps == [("dml", CUSTOMERS, 1, 2, {"c": 2}), ("dml", CUSTOMERS, 3, 3, {"c": 1})]
