@@ -40,7 +40,7 @@ from cdc_pipeline import faults
 
 from cdc_pipeline.mapping import objmap
 from cdc_pipeline.sink.apply import captures, staging_table_sql
-from cdc_pipeline.sink.catalog import DestinationTable, destination_table
+from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError

@@ -597,3 +597,9 @@ def record_dead_letter_applied(cur: psycopg.Cursor, schema: str, connector: str,
         sql.SQL(", ").join(sql.SQL("{0} = {0} + {1}").format(sql.Identifier(name), sql.Placeholder(name))
                            for name in moved)),
         {"connector": connector, **moved})
+
+
+def record_source_checked(conn: psycopg.Connection, schema: str, connector: str, position: dict[str, Any]) -> None:
+    """Records that the connector has applied every change of its source before `position`."""
+    conn.execute(sql.SQL("UPDATE {} SET source_checked = %s WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (json.dumps(position), connector))

@@ -20,13 +20,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults
-
+from cdc_pipeline import bulk_load, control, faults, sources
 from cdc_pipeline.decode import offsets
-
 from cdc_pipeline.mapping import objmap
-
-from cdc_pipeline.ops import pending
 from cdc_pipeline.sink.apply import (
     LAST_SNAPSHOT_MARKER,
     BatchApplier,
@@ -438,7 +434,7 @@ class ConnectorSession:
     def record_source_checked(self, position: dict[str, Any]) -> None:
         """Every change of the source before `position` is applied (the batches fetched are; the caller knows)."""
         if self.conn is not None:
-            pending.record_source_checked(self.conn, self.control_schema, self.connector.name, position)
+            control.record_source_checked(self.conn, self.control_schema, self.connector.name, position)
 
     def record_streaming(self) -> None:
         """The engine streams from the source's log: the connector's stage is change data capture."""
@@ -619,7 +615,7 @@ def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
                 # Quiet for half the idle timeout: where the source is now. If nothing comes for the rest of it,
                 # every change before it is applied (what the change sensor reads the source's log from). Read
                 # only once the stream is quiet, not each time the queue drains while it flows.
-                idle_mark = (pending.source_position(connector), now)
+                idle_mark = (sources.source_position(connector), now)
             if quiet_for >= connector.idle_timeout_seconds and schema_snapshot_done \
                     and not session.bulk_load_pending:
                 # (A load still to run first waits for the engine's start, whatever the idle timeout.)

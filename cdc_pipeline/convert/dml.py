@@ -18,7 +18,7 @@ import psycopg
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_pipeline.sink.catalog import ColumnType
+from cdc_pipeline.catalog import ColumnType
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import EventRef, FieldSpec

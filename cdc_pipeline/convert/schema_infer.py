@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from cdc_pipeline.sink.catalog import DestinationTable, destination_table
+from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_pipeline.sink.catalog import destination_table
+from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import DdlChange, TableDef, parse_table_id, rename_table_sql, retype_column_sql
 from cdc_pipeline.convert.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from cdc_pipeline import bulk_load, control
 from cdc_pipeline.sink.apply import captures
@@ -67,25 +66,6 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
     return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
 
 
-def record_source_checked(conn: psycopg.Connection, schema: str, connector: str, position: dict[str, Any]) -> None:
-    """Records that the connector has applied every change of its source before `position`."""
-    conn.execute(sql.SQL("UPDATE {} SET source_checked = %s WHERE connector = %s").format(
-        sql.Identifier(schema, "connector_state")), (json.dumps(position), connector))
-
-
-def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
-    """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
-    (the check then finds no recorded position and launches a run)."""
-    if connector.type not in ("mariadb", "mysql"):
-        return None
-    try:
-        with mariadb.connect(connector) as source, source.cursor() as cur:
-            return mariadb.binlog_position(cur)
-    except Exception as exc:  # noqa: BLE001 - a position not recorded only costs a run
-        log.warning("%s: cannot read the source's binlog position: %s", connector.name, exc)
-        return None
-
-
 def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, checked: Any) -> Pending:
     if not checked:
         return Pending(True, "no source position is recorded as applied yet (the last run did not end idle)")
@@ -98,7 +78,7 @@ def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, c
     if found:
         return Pending(True, found)
     if reached != start:
-        record_source_checked(conn, schema, connector.name, reached)
+        control.record_source_checked(conn, schema, connector.name, reached)
     return Pending(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}")
 
 

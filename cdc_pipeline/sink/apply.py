@@ -27,7 +27,7 @@ from cdc_pipeline import control, faults
 from cdc_pipeline.mapping import objmap
 
 from cdc_pipeline.sink import stage_copy
-from cdc_pipeline.sink.catalog import destination_table
+from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import (
     DdlChange,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 from typing import Any
 
+from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources import mariadb, postgres
+
+log = logging.getLogger(__name__)
 
 _MODULES: dict[str, ModuleType] = {"mariadb": mariadb, "mysql": mariadb, "postgres": postgres}
 
@@ -20,3 +24,16 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
     position of MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""
     module = postgres if "snapshot" in position else mariadb
     return module.before_snapshot(offset, position)
+
+
+def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
+    """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
+    (the check then finds no recorded position and launches a run)."""
+    if connector.type not in ("mariadb", "mysql"):
+        return None
+    try:
+        with mariadb.connect(connector) as source, source.cursor() as cur:
+            return mariadb.binlog_position(cur)
+    except Exception as exc:  # noqa: BLE001 - a position not recorded only costs a run
+        log.warning("%s: cannot read the source's binlog position: %s", connector.name, exc)
+        return None

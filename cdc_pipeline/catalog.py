@@ -1,4 +1,5 @@
-"""Reading the destination catalog: a table's columns, their types, keys, defaults and constraints."""
+"""The destination catalog as every stage reads it: a table's columns, their types, keys, defaults and constraints
+(the converter compares definitions with it, the mapping renames against it, the applier plans by it)."""
 
 from __future__ import annotations
 
