@@ -53,14 +53,17 @@ def convert_ddl(context: OpExecutionContext, debezium_runner: DebeziumRunnerReso
         return cycle.convert_ddl(session, parsed)
 
 
-@op(description="Chooses the Spark conversion of every column of every DML segment (lazily).")
+@op(description="Gives each DML segment its rows (a Spark frame, lazily) and its columns from the batch's value "
+                "schema. Each column's conversion is chosen when the segment applies, inside its batch's transaction, "
+                "against the destination table as the batch's schema changes left it.")
 def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans):
     with debezium_runner.step() as session:
         return cycle.convert_dml(session, plans)
 
 
-@op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position; "
-                "drives the lazy steps before it, one group of batches at a time.")
+@op(description="Applies each batch to the destination PostgreSQL in one transaction, with its applied position: "
+                "its DDL, then per DML segment the column conversions and mapping rules (Spark), the compaction per "
+                "key and the COPY and merge; drives the lazy steps before it, one group of batches at a time.")
 def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans) -> list:
     with debezium_runner.step() as session:
         applied = cycle.apply_batches(session, plans)
