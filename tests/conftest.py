@@ -18,31 +18,22 @@ from tests.helpers.postgres_source import PostgresPipeline, new_pg_pipeline
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[MariaDbServer]:
-    server = start_mariadb()
-    try:
+    with start_mariadb() as server:
         server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def destination_pg() -> Iterator[PostgresServer]:
-    server = start_postgres()
-    try:
+    with start_postgres() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def source_pg() -> Iterator[PostgresServer]:
     """A logical-decoding PostgreSQL source, one per test module that uses it."""
-    server = start_postgres(logical=True)
-    try:
+    with start_postgres(logical=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

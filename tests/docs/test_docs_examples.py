@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.helpers import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

@@ -11,13 +11,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from pyspark.sql import functions as F
-from tests.helpers.spark import fetched_batch, fixture_records, get_spark
 
 from cdc_pipeline import control
 from cdc_pipeline.sink.apply import BatchApplier, attach_dml_frames, plan_batch
 from cdc_pipeline.config import parse_config
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import DATA_CHANGE, ParsedBatch, fail_on_malformed, parse_events
+from tests.helpers.spark import fetched_batch, fixture_records, get_spark
 
 BROKEN_SEQ = 10  # the insert of products row 4, which no later event touches
 BROKEN_PREFIX = f'{{"seq":{BROKEN_SEQ},'

@@ -4,10 +4,10 @@ connector has already applied, and must never be counted as re-delivered and ski
 from __future__ import annotations
 
 import pytest
-from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
 
 from cdc_pipeline.ops import cli
 from cdc_pipeline.testing.servers import start_mariadb
+from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -23,34 +22,16 @@ STATS = ("events", "inserts", "updates", "deletes", "redelivered")
 @pytest.fixture
 def own_destination(mariadb, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
     """A pipeline whose destination PostgreSQL is its own, so the test may restart it."""
-    server = start_postgres()
-    suffix = uuid.uuid4().hex[:8]
-    pipe = Pipeline(mariadb, server, name=f"c_{suffix}", source_db=f"src_{suffix}", dest_db=f"dst_{suffix}",
-                    config_path=tmp_path / "connectors.yaml")
-    mariadb.execute(f"CREATE DATABASE `{pipe.source_db}`")
-    server.create_database(pipe.dest_db)
-    pipe.write_config()
-    pipe.env = {"CDC_PIPELINE_CONFIG": str(pipe.config_path), "TEST_SOURCE_PASSWORD": CAPTURE_PASSWORD,
-                "TEST_DEST_DSN": pipe.dest_dsn, "DAGSTER_HOME": str(tmp_path / "dagster_home")}
-    (tmp_path / "dagster_home").mkdir()
-    (tmp_path / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    for key, value in pipe.env.items():
-        monkeypatch.setenv(key, value)
-    try:
-        yield pipe
-    finally:
-        server.stop()
+    with start_postgres() as server:
+        yield new_pipeline(mariadb, server, tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def own_source(destination_pg, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
     """A pipeline whose source MariaDB is its own, so the test may restart it."""
-    server = start_mariadb()
-    try:
+    with start_mariadb() as server:
         server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
         yield new_pipeline(server, destination_pg, tmp_path, monkeypatch)
-    finally:
-        server.stop()
 
 
 def _wait_for_a_commit(pipeline, run, baseline: dict[str, int]) -> None:

@@ -1,27 +1,15 @@
 """Runs killed with SIGKILL in the middle of a large stream and of an initial snapshot: the next runs finish the
-job exactly (table contents, duplicates of keyless tables included, and every count); and the planner's snapshot
-bookkeeping on captured Debezium events.
+job exactly (table contents, duplicates of keyless tables included, and every count). The planner's snapshot
+bookkeeping these rely on is tested on captured events in tests/unit/sink/test_plan.py.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from tests.helpers.spark import fixture_records, parse_records
 
-from cdc_pipeline.sink.apply import (
-    SNAPSHOT_END,
-    SNAPSHOT_RESTART,
-    SNAPSHOT_TABLE,
-    DdlStep,
-    DmlStep,
-    SnapshotStep,
-    plan_batch,
-)
-from cdc_pipeline.config import ConnectorConfig, parse_config
 from tests.helpers.runs import kill_when
 
 READINGS = "CREATE TABLE readings (id INT PRIMARY KEY, sensor VARCHAR(20), value DECIMAL(12,3), at DATETIME(3))"
@@ -128,67 +116,3 @@ def test_run_killed_mid_snapshot_is_taken_again_exactly(pipeline):
         "AND source_table <> '' ORDER BY 1", (pipeline.name,))
     assert progress == [(f"{pipeline.source_db}.{table}", rows, True) for table, rows in rows_after_kill.items()]
     _assert_ended_cleanly(pipeline)
-
-
-# The planner's snapshot steps, on the captured snapshot and stream of `mariadb_all_events.jsonl`.
-
-@pytest.fixture(scope="module")
-def connector() -> ConnectorConfig:
-    config = parse_config({
-        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
-        "connectors": {"mdb": {"type": "mariadb", "hostname": "localhost", "user": "cdc", "password": "secret",
-                               "database": "inventory"}},
-    }, Path("x.yaml"))
-    return config.connector("mdb")
-
-
-def _snapshot_marker(record: dict) -> str:
-    return str((((record.get("value") or {}).get("payload") or {}).get("source") or {}).get("snapshot")).lower()
-
-
-def test_a_snapshot_from_the_engine_start_supersedes_the_earlier_one_and_replaces_each_tables_rows(connector):
-    records = fixture_records()
-    parsed = parse_records(records, first_seq=1)
-    try:
-        plan = plan_batch(parsed, connector)
-    finally:
-        parsed.release()
-    steps = plan.steps
-    assert isinstance(steps[0], SnapshotStep) and steps[0].kind == SNAPSHOT_RESTART
-    products = next(step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE
-                    and step.source_table == "inventory.products")
-    index = steps.index(products)
-    create = next(i for i, step in enumerate(steps) if isinstance(step, DdlStep)
-                  and any(change.source_table == "inventory.products" for change in step.changes))
-    reads = next(i for i, step in enumerate(steps) if isinstance(step, DmlStep) and step.ops["r"])
-    assert create < index < reads, "the table's rows are replaced after its CREATE and before its snapshot rows"
-    snapshot = [record for record in records if _snapshot_marker(record) not in ("none", "false")]
-    reads_of_products = [record for record in snapshot if record["value"]["payload"].get("op") == "r"]
-    tables = [step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE]
-    assert sum(step.counts.events for step in tables) == len(snapshot), "every snapshot event is tracked once"
-    assert products.counts.snapshot_rows == len(reads_of_products)
-    end = [i for i, step in enumerate(steps) if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_END]
-    last_seq = 1 + next(i for i, record in enumerate(records) if _snapshot_marker(record) == "last")
-    assert len(end) == 1 and steps[end[0]].ref.seq == last_seq
-
-
-def test_a_later_batch_of_a_snapshot_does_not_start_it_again(connector):
-    records = fixture_records()
-    first_read = next(i for i, record in enumerate(records) if _snapshot_marker(record) == "first")
-    parsed = parse_records(records[first_read:], first_seq=first_read + 1)
-    try:
-        kinds = [step.kind for step in plan_batch(parsed, connector).steps if isinstance(step, SnapshotStep)]
-    finally:
-        parsed.release()
-    assert kinds == [SNAPSHOT_TABLE, SNAPSHOT_END]
-
-
-def test_a_stream_from_the_engine_start_has_no_snapshot_steps(connector):
-    records = fixture_records()
-    streaming = [record for record in records if _snapshot_marker(record) == "false"]
-    parsed = parse_records(streaming, first_seq=1)
-    try:
-        steps = plan_batch(parsed, connector).steps
-    finally:
-        parsed.release()
-    assert steps and not any(isinstance(step, SnapshotStep) for step in steps)

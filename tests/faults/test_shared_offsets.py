@@ -5,9 +5,9 @@ the others compare as applied (`events.redelivery_test`), so a run ending betwee
 from __future__ import annotations
 
 import pytest
-from tests.helpers.postgres_source import SOURCE_SCHEMA
 
 from cdc_pipeline.decode.events import same_stream_position
+from tests.helpers.postgres_source import SOURCE_SCHEMA
 
 pytestmark = pytest.mark.integration
 

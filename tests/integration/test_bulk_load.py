@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from tests.helpers.mariadb_source import Pipeline
 from tests.helpers.runs import kill_at, start_sync
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from tests.helpers.postgres_source import SOURCE_SCHEMA, PostgresPipeline
 
+from tests.helpers.postgres_source import SOURCE_SCHEMA, PostgresPipeline
 from tests.helpers.runs import kill_at, start_sync
+
 
 pytestmark = pytest.mark.integration
 

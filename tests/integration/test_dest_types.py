@@ -14,11 +14,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from pyspark.sql import types as T
-from tests.helpers.spark import get_spark
 
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.convert.dml import apply_error, copy_line, plan_columns
 from cdc_pipeline.decode.events import DATA_CHANGE, FieldSpec, event_ref
+from tests.helpers.spark import get_spark
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from pyspark.sql import SparkSession
-from tests.helpers.spark import get_spark, index_entry
 
 from cdc_pipeline.convert.dml import copy_line, parse_copy_line, plan_columns
 from cdc_pipeline.decode.events import parse_events
 from cdc_pipeline.capture.runner import FetchedBatch
+from tests.helpers.spark import get_spark, index_entry
 
 EPOCH = datetime(1970, 1, 1)
 EPOCH_DAY = date(1970, 1, 1)

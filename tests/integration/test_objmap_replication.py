@@ -12,12 +12,12 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import psycopg
 import pytest
-from tests.helpers.mariadb_source import Pipeline, new_pipeline
 
 
 from cdc_pipeline.ops.cli import main
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops.row_counts import compare_row_counts
+from tests.helpers.mariadb_source import Pipeline, new_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -9,14 +9,14 @@ import time
 
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context, instance_for_test
-from tests.helpers.postgres_source import SOURCE_SCHEMA, PostgresPipeline
 
 from assets.definitions import build_definitions
 from cdc_pipeline.ops import pending
 from cdc_pipeline.ops.cli import main
 from cdc_pipeline.config import load_config
-from tests.helpers.mariadb_source import Pipeline
 from resources.destination import DestinationResource
+from tests.helpers.postgres_source import SOURCE_SCHEMA, PostgresPipeline
+from tests.helpers.mariadb_source import Pipeline
 
 pytestmark = pytest.mark.integration
 

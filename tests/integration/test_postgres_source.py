@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from tests.helpers.postgres_source import SOURCE_SCHEMA
 
 pytestmark = pytest.mark.integration
 

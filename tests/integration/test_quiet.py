@@ -4,6 +4,7 @@ Debezium's DDL parser against Spark's ANTLR runtime); `sync -v` shows them."""
 from __future__ import annotations
 
 import pytest
+
 from tests.helpers.runs import start_sync
 
 pytestmark = pytest.mark.integration

@@ -6,11 +6,11 @@ import json
 from collections import Counter
 
 import pytest
-from tests.helpers.spark import index_entry
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE
+from tests.helpers.spark import index_entry
 
 pytestmark = pytest.mark.integration
 

@@ -9,6 +9,7 @@ import pytest
 
 from tests.helpers.mariadb_source import CAPTURE_PASSWORD
 
+
 pytestmark = pytest.mark.integration
 
 DEST_PASSWORD = "dest-pw-4e1b9c"

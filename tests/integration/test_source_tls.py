@@ -9,34 +9,28 @@ import uuid
 
 import pymysql
 import pytest
-from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
-from tests.helpers.postgres_source import PostgresPipeline
 
 from cdc_pipeline.ops import pending
 from cdc_pipeline.config import load_config
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.testing.servers import start_mariadb, start_postgres
+from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, new_pipeline
+from tests.helpers.postgres_source import PostgresPipeline
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def tls_mariadb():
-    server = start_mariadb(tls=True)
-    try:
+    with start_mariadb(tls=True) as server:
         server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def tls_source_pg():
-    server = start_postgres(logical=True, tls=True)
-    try:
+    with start_postgres(logical=True, tls=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_mariadb_source_that_requires_tls_is_replicated_with_its_certificate_verified(

@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from tests.helpers.mariadb_source import new_pipeline
 
 from cdc_pipeline.config import DestinationConfig, Secret
 from cdc_pipeline.capture.runner import jdbc_target
 from cdc_pipeline.testing.servers import start_postgres
+from tests.helpers.mariadb_source import new_pipeline
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def tls_destination():
-    server = start_postgres(tls=True)
-    try:
+    with start_postgres(tls=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_destination_that_requires_tls_is_replicated_into_with_its_certificate_verified(

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import psycopg
 import pytest
 from psycopg import sql
+
 from tests.helpers.value_compare import assert_rows_equal
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,10 @@ from typing import Any, Callable
 
 import psycopg
 import pytest
-from tests.helpers.postgres_source import SOURCE_SCHEMA
 from psycopg import sql
 from psycopg.types.string import TextLoader
+
+from tests.helpers.postgres_source import SOURCE_SCHEMA
 from tests.helpers.value_compare import assert_rows_equal
 
 pytestmark = pytest.mark.integration

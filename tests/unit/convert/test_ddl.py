@@ -26,7 +26,6 @@ from cdc_pipeline.errors import ConversionError
 from tests.helpers import FIXTURES
 
 
-
 def payload_of(fixture_name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / fixture_name).read_text())["value"]["payload"]
 

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from tests.helpers.spark import fixture_records, get_spark, parse_records
 
 from cdc_pipeline.convert.dml import (
     ColumnPlan,
@@ -23,6 +22,7 @@ from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.convert.schema_infer import SOURCE_SCALE_PARAMETER as SOURCE_SCALE
 from cdc_pipeline.convert.schema_infer import SOURCE_TYPE_PARAMETER as SOURCE_TYPE
+from tests.helpers.spark import fixture_records, get_spark, parse_records
 
 _STRING_MAP = T.MapType(T.StringType(), T.StringType())
 PLACEHOLDER = "__debezium_unavailable_value"

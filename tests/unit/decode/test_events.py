@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 from pyspark.sql import SparkSession
-from tests.helpers.spark import all_events_batch, fetched_batch, fixture_records, get_spark
 
 from cdc_pipeline.decode.events import (
     DATA_CHANGE,
@@ -18,6 +17,7 @@ from cdc_pipeline.decode.events import (
     redelivery_test,
     row_image_fields,
 )
+from tests.helpers.spark import all_events_batch, fetched_batch, fixture_records, get_spark
 
 PRODUCTS_SEQS = [7, 8, 9, 10, 11, 12, 24]
 CUSTOMERS_SEQS = [15, 16, 18, 20, 22]

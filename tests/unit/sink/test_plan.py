@@ -9,10 +9,20 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from tests.helpers.spark import all_events_batch, fixture_records, get_spark, parse_records
 
-from cdc_pipeline.sink.apply import BatchPlan, DdlStep, DmlStep, SnapshotStep, attach_dml_frames, plan_batch
+from cdc_pipeline.sink.apply import (
+    SNAPSHOT_END,
+    SNAPSHOT_RESTART,
+    SNAPSHOT_TABLE,
+    BatchPlan,
+    DdlStep,
+    DmlStep,
+    SnapshotStep,
+    attach_dml_frames,
+    plan_batch,
+)
 from cdc_pipeline.config import ConnectorConfig, parse_config
+from tests.helpers.spark import all_events_batch, fixture_records, get_spark, parse_records
 
 PRODUCTS = "inventory.products"
 CUSTOMERS = "inventory.customers"
@@ -159,3 +169,57 @@ def test_a_new_value_schema_starts_a_new_segment(spark: SparkSession, connector:
     finally:
         parsed.release()
     assert steps == [("dml", CUSTOMERS, 1, 2, {"c": 2}), ("dml", CUSTOMERS, 3, 3, {"c": 1})]
+
+
+# The planner's snapshot steps, on the captured snapshot and stream of `mariadb_all_events.jsonl`.
+
+def _snapshot_marker(record: dict) -> str:
+    return str((((record.get("value") or {}).get("payload") or {}).get("source") or {}).get("snapshot")).lower()
+
+
+def test_a_snapshot_from_the_engine_start_supersedes_the_earlier_one_and_replaces_each_tables_rows(connector):
+    records = fixture_records()
+    parsed = parse_records(records, first_seq=1)
+    try:
+        plan = plan_batch(parsed, connector)
+    finally:
+        parsed.release()
+    steps = plan.steps
+    assert isinstance(steps[0], SnapshotStep) and steps[0].kind == SNAPSHOT_RESTART
+    products = next(step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE
+                    and step.source_table == "inventory.products")
+    index = steps.index(products)
+    create = next(i for i, step in enumerate(steps) if isinstance(step, DdlStep)
+                  and any(change.source_table == "inventory.products" for change in step.changes))
+    reads = next(i for i, step in enumerate(steps) if isinstance(step, DmlStep) and step.ops["r"])
+    assert create < index < reads, "the table's rows are replaced after its CREATE and before its snapshot rows"
+    snapshot = [record for record in records if _snapshot_marker(record) not in ("none", "false")]
+    reads_of_products = [record for record in snapshot if record["value"]["payload"].get("op") == "r"]
+    tables = [step for step in steps if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_TABLE]
+    assert sum(step.counts.events for step in tables) == len(snapshot), "every snapshot event is tracked once"
+    assert products.counts.snapshot_rows == len(reads_of_products)
+    end = [i for i, step in enumerate(steps) if isinstance(step, SnapshotStep) and step.kind == SNAPSHOT_END]
+    last_seq = 1 + next(i for i, record in enumerate(records) if _snapshot_marker(record) == "last")
+    assert len(end) == 1 and steps[end[0]].ref.seq == last_seq
+
+
+def test_a_later_batch_of_a_snapshot_does_not_start_it_again(connector):
+    records = fixture_records()
+    first_read = next(i for i, record in enumerate(records) if _snapshot_marker(record) == "first")
+    parsed = parse_records(records[first_read:], first_seq=first_read + 1)
+    try:
+        kinds = [step.kind for step in plan_batch(parsed, connector).steps if isinstance(step, SnapshotStep)]
+    finally:
+        parsed.release()
+    assert kinds == [SNAPSHOT_TABLE, SNAPSHOT_END]
+
+
+def test_a_stream_from_the_engine_start_has_no_snapshot_steps(connector):
+    records = fixture_records()
+    streaming = [record for record in records if _snapshot_marker(record) == "false"]
+    parsed = parse_records(streaming, first_seq=1)
+    try:
+        steps = plan_batch(parsed, connector).steps
+    finally:
+        parsed.release()
+    assert steps and not any(isinstance(step, SnapshotStep) for step in steps)
