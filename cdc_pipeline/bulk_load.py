@@ -46,7 +46,7 @@ from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
-from cdc_pipeline.convert.schema_infer import ensure_table_matches
+from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
 from cdc_pipeline.sources import mariadb, module_for
 
 log = logging.getLogger(__name__)
@@ -252,11 +252,13 @@ class BulkLoader:
             for table in listed:
                 database, _, name = table.name.partition(".")
                 dest_schema, dest_name = self.object_map.table_name(table.name)
-                if hasattr(self.source, "field_specs"):
+                if not self.source.DDL_EVENTS:
                     # A source without DDL events: its catalog makes the destination table match, as the value
                     # schema of the table's first change would.
+                    specs = field_specs_of(self.source.list_columns(cur, database, name),
+                                           self.source.chunk_key(cur, database, name))
                     ensure_table_matches(
-                        dest, self.connector, dest_schema, dest_name, self.source.field_specs(cur, database, name),
+                        dest, self.connector, dest_schema, dest_name, specs,
                         source_table=table.name, object_map=self.object_map,
                         on_change=lambda wanted: objmap.record_columns(dest, self.schema, self.connector.name,
                                                                        wanted))

@@ -7,13 +7,10 @@ never pass through Python one by one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 import subprocess
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict
 
+from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import RunnerError
 
@@ -31,17 +29,8 @@ RUNNER_JAR = RUNNER_DIR / "target" / "debezium-runner.jar"
 RUNNER_LIB = RUNNER_DIR / "target" / "lib"
 JAVA_PACKAGE = "io.cdcpipeline.runner"
 
-CONNECTOR_CLASSES = {
-    "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
-    "mysql": "io.debezium.connector.mysql.MySqlConnector",
-    "postgres": "io.debezium.connector.postgresql.PostgresConnector",
-    "sqlserver": "io.debezium.connector.sqlserver.SqlServerConnector",
-    "oracle": "io.debezium.connector.oracle.OracleConnector",
-}
-
 OFFSETS_TABLE = "debezium_offsets"
 SCHEMA_HISTORY_TABLE = "debezium_schema_history"
-KEEP_ALIVE_INTERVAL_MS = 5000
 
 _JAR_ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z0-9.]+)*\.jar$")
 
@@ -148,51 +137,6 @@ def jdbc_target(destination: DestinationConfig) -> tuple[str, str | None, str | 
             params.get("user"), params.get("password"))
 
 
-# Debezium's names of the TLS modes (`tls_mode`) of its binlog connectors.
-_BINLOG_TLS_MODES = {
-    "mariadb": {"disable": "disable", "require": "trust", "verify-ca": "verify-ca", "verify-full": "verify-full"},
-    "mysql": {"disable": "disabled", "require": "required", "verify-ca": "verify_ca", "verify-full": "verify_identity"},
-}
-TRUSTSTORE_PASSWORD = "cdc-pipeline"  # the trust store holds public certificates only
-
-
-def _binlog_tls(connector: ConnectorConfig) -> dict[str, str]:
-    """The TLS properties of a MariaDB/MySQL connector: its mode, and for a verifying mode a trust store made of
-    `tls_ca_file` (the binlog client reads a Java key store, not PEM)."""
-    props = {"database.ssl.mode": _BINLOG_TLS_MODES[connector.type][connector.tls_mode]}
-    if connector.tls_mode.startswith("verify") and connector.tls_ca_file:
-        props["database.ssl.truststore"] = str(truststore(Path(connector.tls_ca_file)))
-        props["database.ssl.truststore.password"] = TRUSTSTORE_PASSWORD
-    return props
-
-
-def truststore(ca_file: Path) -> Path:
-    """A PKCS#12 trust store holding the PEM certificate(s) of `ca_file`, made by the JDK's keytool once per
-    content (under ~/.cache/cdc-pipeline/truststores)."""
-    content = ca_file.read_bytes()
-    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-pipeline" / "truststores"
-    store = directory / f"{hashlib.sha256(content).hexdigest()[:24]}.p12"
-    if store.exists():
-        return store
-    directory.mkdir(parents=True, exist_ok=True)
-    partial = store.with_suffix(f".{os.getpid()}.partial")
-    partial.unlink(missing_ok=True)
-    keytool = Path(os.environ["JAVA_HOME"]) / "bin" / "keytool" if os.environ.get("JAVA_HOME") else Path("keytool")
-    result = subprocess.run([str(keytool), "-importcert", "-noprompt", "-alias", "source-ca", "-file", str(ca_file),
-                             "-keystore", str(partial), "-storetype", "PKCS12", "-storepass", TRUSTSTORE_PASSWORD],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise RunnerError(f"cannot make a trust store of {ca_file}: {(result.stdout + result.stderr).strip()}")
-    partial.rename(store)
-    return store
-
-
-def _server_id(name: str) -> str:
-    # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
-    return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
-
-
 SNAPSHOT_MODES = {
     "initial": "initial",
     "initial_only": "initial_only",
@@ -221,7 +165,6 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
     url, user, password = jdbc_target(destination)
     props: dict[str, str] = {
         "name": connector.name,
-        "connector.class": CONNECTOR_CLASSES[connector.type],
         "topic.prefix": connector.name,
         "database.hostname": connector.hostname,
         "database.port": str(connector.port),
@@ -256,45 +199,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         props[prefix + "schema"] = destination.control_schema
         props[prefix + "table"] = table
         props[prefix + "connector"] = connector.name
-    if connector.type in ("mariadb", "mysql"):
-        props["database.server.id"] = _server_id(connector.name)
-        props["database.include.list"] = connector.database
-        props.update(_binlog_tls(connector))
-        props["connect.timeout.ms"] = "10000"
-        # The binlog client's keep-alive thread reconnects a lost binlog connection (a source restart) at its next
-        # check: every 5 s instead of every minute.
-        props["connect.keep.alive.interval.ms"] = str(KEEP_ALIVE_INTERVAL_MS)
-        # BIGINT UNSIGNED up to 18446744073709551615 as an exact decimal, not a wrapped-around long.
-        props["bigint.unsigned.handling.mode"] = "precise"
-        # The MariaDB JDBC driver reads YEAR as a date by default and fails the snapshot on YEAR 0000.
-        props["driver.yearIsDateType"] = "false"
-        # The server has already made two-digit years four-digit; Debezium's adjuster would turn a DATE or
-        # DATETIME in year 69 into 2069.
-        props["enable.time.adjuster"] = "false"
-        # The source type tells MariaDB/MySQL's TIMESTAMP, whose epoch value can only be a zero date, from others.
-        props["column.propagate.source.type"] = ".*"
-    elif connector.type == "postgres":
-        props["database.dbname"] = connector.database
-        props["database.sslmode"] = connector.tls_mode
-        if connector.tls_ca_file:
-            props["database.sslrootcert"] = connector.tls_ca_file
-        props["plugin.name"] = "pgoutput"
-        props["slot.name"] = connector.replication_slot
-        props["publication.name"] = connector.replication_slot
-        props["publication.autocreate.mode"] = "filtered"
-        # PostgreSQL emits no DDL events: destination tables are derived from the value schemas, which need
-        # each column's source type, length and scale to reproduce it.
-        props["column.propagate.source.type"] = ".*"
-        # Intervals as ISO-8601 text keep months and days apart (the numeric form folds them into microseconds).
-        props["interval.handling.mode"] = "string"
-        if connector.tables:
-            schemas = dict.fromkeys(connector.split_table(table)[0] for table in connector.tables)
-            props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
-    elif connector.type == "sqlserver":
-        props["database.names"] = connector.database
-        props["database.encrypt"] = "false"
-    elif connector.type == "oracle":
-        props["database.dbname"] = connector.database
+    props.update(sources.module_for(connector.type).debezium_properties(connector))
     if connector.tables:
         props["table.include.list"] = ",".join(re.escape(table) for table in connector.tables)
     props.update(connector.debezium)

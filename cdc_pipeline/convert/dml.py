@@ -20,13 +20,12 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.catalog import ColumnType
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import EventRef, FieldSpec
 from cdc_pipeline.convert.schema_infer import SOURCE_SCALE_PARAMETER, SOURCE_TYPE_PARAMETER
 
 log = logging.getLogger(__name__)
-
-NULL_TEXT = "\\N"
 
 Converter = Callable[[Column, FieldSpec, str], Column]
 
@@ -176,31 +175,6 @@ def _enum_set(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     return F.when(value == "", F.lit("{}")).otherwise(members)
 
 
-_EWKB_SRID_FLAG = 0x20000000
-
-
-def _reverse_octets(hex_digits: Column) -> Column:
-    return F.array_join(F.reverse(F.regexp_extract_all(hex_digits, F.lit("(..)"), 1)), "")
-
-
-def ewkb_hex(wkb_hex: Column, srid: Column) -> Column:
-    """WKB (hex) with its SRID put in as EWKB does: the SRID flag in the type word, the SRID after it, both in
-    the WKB's own byte order (its first octet: 01 little-endian, 00 big-endian)."""
-    little_endian = F.substring(wkb_hex, 1, 2) == "01"
-    type_word = F.substring(wkb_hex, 3, 8)
-    type_big_endian = F.when(little_endian, _reverse_octets(type_word)).otherwise(type_word)
-    flagged = F.lpad(F.lower(F.conv(
-        F.conv(type_big_endian, 16, 10).cast("long").bitwiseOR(F.lit(_EWKB_SRID_FLAG)).cast("string"), 10, 16)), 8, "0")
-    srid_big_endian = F.lpad(F.lower(F.conv(srid.cast("string"), 10, 16)), 8, "0")
-
-    def in_order(word: Column) -> Column:
-        return F.when(little_endian, _reverse_octets(word)).otherwise(word)
-
-    ewkb = F.concat(F.substring(wkb_hex, 1, 2), in_order(flagged), in_order(srid_big_endian),
-                    F.substring(wkb_hex, 11, 1 << 30))
-    return F.when(srid.isNull() | (srid == 0), wkb_hex).otherwise(ewkb)
-
-
 def _geometry(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     """Debezium geometry structs (`{"wkb": base64, "srid": n}`; a Point also has `x`, `y`).
 
@@ -315,17 +289,6 @@ def converter_for(spec: FieldSpec) -> Converter | None:
     if spec.logical is not None:
         return CONVERTERS.get((None, spec.logical)) or CONVERTERS.get((spec.type, spec.logical))
     return CONVERTERS.get((spec.type, None))
-
-
-def copy_escape(text: Column) -> Column:
-    """Escapes a text value for COPY text format (backslash, newline, carriage return, tab), and takes out NUL
-    characters: PostgreSQL's text types cannot hold them (a MariaDB/MySQL string may), and a value with one would
-    stop the connector on every run."""
-    escaped = F.replace(text, F.lit("\u0000"), F.lit(""))
-    escaped = F.replace(escaped, F.lit("\\"), F.lit("\\\\"))
-    escaped = F.replace(escaped, F.lit("\n"), F.lit("\\n"))
-    escaped = F.replace(escaped, F.lit("\r"), F.lit("\\r"))
-    return F.replace(escaped, F.lit("\t"), F.lit("\\t"))
 
 
 @dataclass(frozen=True)

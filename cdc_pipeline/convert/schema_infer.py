@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -269,3 +269,22 @@ def _int_or_none(value: object) -> int | None:
         return int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+
+
+def field_specs_of(columns: Sequence[Any], key: Sequence[str]) -> list[FieldSpec]:
+    """A source table's columns (as a source type's catalog lists them: name, data type, length, scale, nullable)
+    the way the value schema of its first change event would describe them, its primary key's positions included:
+    the stream's own rule then creates or alters the destination table (`ensure_table_matches`) for a bulk snapshot
+    that runs before any change event arrives."""
+    specs = []
+    for column in columns:
+        parameters = {SOURCE_TYPE_PARAMETER: column.data_type}
+        if column.length is not None:
+            parameters[SOURCE_LENGTH_PARAMETER] = str(column.length)
+        if column.scale is not None:
+            parameters[SOURCE_SCALE_PARAMETER] = str(column.scale)
+        if column.name in key:
+            parameters[KEY_POSITION_PARAMETER] = str(list(key).index(column.name))
+        specs.append(FieldSpec(name=column.name, type="string", logical=None, parameters=parameters,
+                               optional=column.nullable))
+    return specs

@@ -1,6 +1,7 @@
 """Source column types to PostgreSQL column types, and the destination column definition built from them.
 
-The maps below are module-level tables so the README can print them with `type_map_rows`. A template
+Each source type's map is a module-level table of its source module (`sources.mariadb.MYSQL_TYPE_MAP`,
+`sources.postgres.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`. A template
 may carry one placeholder that the column fills in: `(n)` a length, `(p,s)` precision and scale,
 `(fsp)` fractional-second digits. Every type produced is spelled the way PostgreSQL's `format_type()`
 spells it, so a later ALTER can compare the destination's types with the ones wanted.
@@ -19,6 +20,9 @@ from psycopg import sql
 
 from cdc_pipeline.config import LETTER_CASINGS, ConnectorConfig
 from cdc_pipeline.errors import ConfigError, ConversionError
+from cdc_pipeline.sources import mariadb, postgres
+from cdc_pipeline.sources.mariadb import MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES, MYSQL_TYPE_MAP
+from cdc_pipeline.sources.postgres import POSTGRES_TYPE_ALIASES, POSTGRES_TYPE_MAP
 
 logger = logging.getLogger(__name__)
 
@@ -27,180 +31,13 @@ INTEGER_PG_TYPES = frozenset({"smallint", "integer", "bigint"})
 _MAX_VARCHAR_LENGTH = 10_485_760
 _MAX_NUMERIC_PRECISION = 1000
 
-MYSQL_TYPE_MAP: dict[str, str] = {
-    # BOOL is TINYINT(1): it holds -128..127, and a snapshot reads it as tinyint(1) (SHOW CREATE TABLE), so a
-    # table created while streaming gets the type its snapshot would give it.
-    "BOOL": "smallint",
-    "BOOLEAN": "smallint",
-    "TINYINT": "smallint",
-    "TINYINT UNSIGNED": "smallint",
-    "SMALLINT": "smallint",
-    "SMALLINT UNSIGNED": "integer",
-    "MEDIUMINT": "integer",
-    "MEDIUMINT UNSIGNED": "integer",
-    "INT": "integer",
-    "INT UNSIGNED": "bigint",
-    "INTEGER": "integer",
-    "INTEGER UNSIGNED": "bigint",
-    "BIGINT": "bigint",
-    "BIGINT UNSIGNED": "numeric(20,0)",
-    "DECIMAL": "numeric(p,s)",
-    "NUMERIC": "numeric(p,s)",
-    "FLOAT": "real",
-    "DOUBLE": "double precision",
-    "REAL": "double precision",
-    "BIT": "bit(n)",
-    "CHAR": "character(n)",
-    "VARCHAR": "character varying(n)",
-    "TINYTEXT": "text",
-    "TEXT": "text",
-    "MEDIUMTEXT": "text",
-    "LONGTEXT": "text",
-    "BINARY": "bytea",
-    "VARBINARY": "bytea",
-    "TINYBLOB": "bytea",
-    "BLOB": "bytea",
-    "MEDIUMBLOB": "bytea",
-    "LONGBLOB": "bytea",
-    "DATE": "date",
-    "TIME": "interval",
-    "DATETIME": "timestamp(fsp) without time zone",
-    "TIMESTAMP": "timestamp(fsp) with time zone",
-    "YEAR": "integer",
-    "JSON": "jsonb",
-    "ENUM": "text",
-    "SET": "text",
-    "GEOMETRY": "bytea",
-    "POINT": "bytea",
-    "LINESTRING": "bytea",
-    "POLYGON": "bytea",
-    "MULTIPOINT": "bytea",
-    "MULTILINESTRING": "bytea",
-    "MULTIPOLYGON": "bytea",
-    "GEOMETRYCOLLECTION": "bytea",
-}
-
-# MariaDB's JSON is LONGTEXT with a json_valid CHECK; a snapshot reports it as LONGTEXT, so mapping the
-# JSON name to text keeps one destination type whenever the table was captured, and keeps the text verbatim.
-MARIADB_TYPE_MAP: dict[str, str] = {**MYSQL_TYPE_MAP, "JSON": "text"}
-
-MYSQL_TYPE_ALIASES: dict[str, str] = {
-    "INT1": "TINYINT",
-    "INT2": "SMALLINT",
-    "INT3": "MEDIUMINT",
-    "MIDDLEINT": "MEDIUMINT",
-    "INT4": "INT",
-    "INT8": "BIGINT",
-    "DEC": "DECIMAL",
-    "FIXED": "DECIMAL",
-    "FLOAT4": "FLOAT",
-    "FLOAT8": "DOUBLE",
-    "DOUBLE PRECISION": "DOUBLE",
-    "CHARACTER": "CHAR",
-    "NCHAR": "CHAR",
-    "NATIONAL CHAR": "CHAR",
-    "NATIONAL CHARACTER": "CHAR",
-    "NVARCHAR": "VARCHAR",
-    "CHARACTER VARYING": "VARCHAR",
-    "CHAR VARYING": "VARCHAR",
-    "NATIONAL VARCHAR": "VARCHAR",
-    "LONG": "MEDIUMTEXT",
-    "LONG VARCHAR": "MEDIUMTEXT",
-    "LONG VARBINARY": "MEDIUMBLOB",
-    "SERIAL": "BIGINT UNSIGNED",
-}
-
-POSTGRES_TYPE_MAP: dict[str, str] = {
-    "int2": "smallint",
-    "smallint": "smallint",
-    "smallserial": "smallint",
-    "int4": "integer",
-    "integer": "integer",
-    "serial": "integer",
-    "int8": "bigint",
-    "bigint": "bigint",
-    "bigserial": "bigint",
-    "numeric": "numeric(p,s)",
-    "decimal": "numeric(p,s)",
-    "text": "text",
-    "varchar": "character varying(n)",
-    "bpchar": "character(n)",
-    "bool": "boolean",
-    "float4": "real",
-    "float8": "double precision",
-    "date": "date",
-    "time": "time(fsp) without time zone",
-    "timetz": "time(fsp) with time zone",
-    "timestamp": "timestamp(fsp) without time zone",
-    "timestamptz": "timestamp(fsp) with time zone",
-    "bytea": "bytea",
-    "json": "json",
-    "jsonb": "jsonb",
-    "uuid": "uuid",
-    "interval": "interval",
-    "xml": "xml",
-    "bit": "bit(n)",
-    "varbit": "bit varying(n)",
-    "inet": "inet",
-    "cidr": "cidr",
-    "macaddr": "macaddr",
-    "macaddr8": "macaddr8",
-    "money": "numeric(19,2)",
-    "point": "point",
-    "int4range": "int4range",
-    "int8range": "int8range",
-    "numrange": "numrange",
-    "daterange": "daterange",
-    "tsrange": "tsrange",
-    "tstzrange": "tstzrange",
-}
-
-POSTGRES_TYPE_ALIASES: dict[str, str] = {
-    "character varying": "varchar",
-    "character": "bpchar",
-    "char": "bpchar",
-    "boolean": "bool",
-    "real": "float4",
-    "double precision": "float8",
-    "time without time zone": "time",
-    "time with time zone": "timetz",
-    "timestamp without time zone": "timestamp",
-    "timestamp with time zone": "timestamptz",
-}
-
 _TYPE_MAPS: dict[str, dict[str, str]] = {
     "mariadb": MARIADB_TYPE_MAP,
     "mysql": MYSQL_TYPE_MAP,
     "postgres": POSTGRES_TYPE_MAP,
 }
 
-_SPECIAL_ROWS: dict[str, list[tuple[str, str]]] = {
-    "mariadb": [
-        ("BIT(1)", "boolean"),
-        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
-        ("DECIMAL without precision", "numeric"),
-        ("LONGTEXT with a json_valid CHECK (MariaDB JSON)", "text (verbatim; jsonb would reorder keys)"),
-        ("TIME", "interval (MariaDB TIME spans -838:59:59..838:59:59)"),
-        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
-        ("anything else", "text (logged as a warning)"),
-    ],
-    "mysql": [
-        ("BIT(1)", "boolean"),
-        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
-        ("DECIMAL without precision", "numeric"),
-        ("TIME", "interval (MySQL TIME spans -838:59:59..838:59:59)"),
-        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
-        ("anything else", "text (logged as a warning)"),
-    ],
-    "postgres": [
-        ("numeric without precision", "numeric"),
-        ("time types without precision", "PostgreSQL's default (6 digits)"),
-        ("arrays of the types above (`_int4` ...)", "the element's type, as an array (`integer[]` ...)"),
-        ("arrays of other types", "text[]"),
-        ("enum types", "text"),
-        ("anything else", "text (logged as a warning)"),
-    ],
-}
+_SPECIAL_ROWS: dict[str, list[tuple[str, str]]] = {**mariadb.TYPE_MAP_NOTES, "postgres": postgres.TYPE_MAP_NOTES}
 
 _CURRENT_TIMESTAMP_DEFAULT = re.compile(
     r"(current_timestamp|now|localtimestamp|localtime)\s*(\(\s*\d*\s*\))?", re.IGNORECASE

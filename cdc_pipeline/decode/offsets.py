@@ -1,6 +1,6 @@
-"""Moving a connector's Debezium offset: the shape an offset has for each connector type, and writing it where
-the engine reads it at its next start (`debezium_offsets`) and where re-deliveries are recognised
-(`applied_positions`).
+"""Moving a connector's Debezium offset: checking it against its type's shape (`OFFSET_SHAPE` of the source type's
+module), and writing it where the engine reads it at its next start (`debezium_offsets`) and where re-deliveries
+are recognised (`applied_positions`).
 
 An offset names the last event already processed: the engine resumes after it, and every later event is applied
 again, once (the applied position moves with it, so none of them counts as a re-delivery).
@@ -9,60 +9,22 @@ again, once (the applied position moves with it, so none of them counts as a re-
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from cdc_pipeline import sources
+from cdc_pipeline.config import CONNECTOR_TYPES
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.offset_shape import OffsetShape
 
 
 class OffsetError(CdcError):
     """An offset that cannot be given to the connector: not JSON, or not the shape its type uses."""
 
 
-@dataclass(frozen=True)
-class OffsetShape:
-    """The fields of one connector type's Debezium offset: required with their types, and the optional ones."""
-
-    required: dict[str, tuple[type, ...]]
-    optional: dict[str, tuple[type, ...]]
-    example: str
-
-
-_INT = (int,)
-_TEXT = (str,)
-_FLAG = (bool, str)
-_BINLOG = OffsetShape(
-    required={"file": _TEXT, "pos": _INT},
-    optional={"row": _INT, "event": _INT, "gtids": _TEXT, "ts_sec": _INT, "server_id": _INT, "snapshot": _FLAG,
-              "snapshot_completed": _FLAG, "transaction_id": _TEXT},
-    example='{"file": "mariadb-bin.000003", "pos": 4512, "row": 0, "event": 1}',
-)
-SHAPES: dict[str, OffsetShape] = {
-    "mariadb": _BINLOG,
-    "mysql": _BINLOG,
-    "postgres": OffsetShape(
-        required={"lsn": _INT},
-        optional={"lsn_proc": _INT, "lsn_commit": _INT, "txId": _INT, "ts_usec": _INT, "xmin": _INT,
-                  "messageType": _TEXT, "snapshot": _FLAG, "last_snapshot_record": _FLAG,
-                  "snapshot_completed": _FLAG, "transaction_id": _TEXT},
-        example='{"lsn": 24023128, "txId": 555}',
-    ),
-    "sqlserver": OffsetShape(
-        required={"commit_lsn": _TEXT},
-        optional={"change_lsn": _TEXT, "event_serial_no": _INT, "snapshot": _FLAG, "snapshot_completed": _FLAG,
-                  "transaction_id": _TEXT},
-        example='{"commit_lsn": "0000002c:00000a38:0003", "change_lsn": "0000002c:00000a38:0002"}',
-    ),
-    "oracle": OffsetShape(
-        required={"scn": _TEXT + _INT},
-        optional={"commit_scn": _TEXT, "lcr_position": _TEXT, "snapshot_scn": _TEXT, "snapshot": _FLAG,
-                  "snapshot_completed": _FLAG, "transaction_id": _TEXT},
-        example='{"scn": "2891044"}',
-    ),
-}
+SHAPES: dict[str, OffsetShape] = {kind: sources.module_for(kind).OFFSET_SHAPE for kind in CONNECTOR_TYPES}
 
 
 def parse_offset(text: str, connector: str, connector_type: str) -> dict[str, Any]:

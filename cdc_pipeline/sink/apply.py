@@ -29,6 +29,7 @@ from cdc_pipeline.mapping import objmap
 from cdc_pipeline.sink import stage_copy
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.copy_text import copy_escape
 from cdc_pipeline.convert.ddl import (
     DdlChange,
     alter_table_sql,
@@ -41,7 +42,6 @@ from cdc_pipeline.convert.dml import (
     ColumnPlan,
     apply_error,
     compact_by_key,
-    copy_escape,
     copy_line,
     parse_copy_line,
     plan_columns,

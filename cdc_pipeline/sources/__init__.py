@@ -1,4 +1,6 @@
-"""Per source type: what the pipeline knows of a source database outside Debezium."""
+"""One module per source type, holding what the pipeline knows of that type: its Debezium connector's properties,
+its offsets' shape, its type map, connecting (TLS, timeouts), and for MariaDB/MySQL and PostgreSQL the bulk
+snapshot's reads and the change check's. The stages ask here (`module_for`) instead of testing the type."""
 
 from __future__ import annotations
 
@@ -7,15 +9,16 @@ from types import ModuleType
 from typing import Any
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.sources import mariadb, postgres
+from cdc_pipeline.sources import mariadb, oracle, postgres, sqlserver
 
 log = logging.getLogger(__name__)
 
-_MODULES: dict[str, ModuleType] = {"mariadb": mariadb, "mysql": mariadb, "postgres": postgres}
+_MODULES: dict[str, ModuleType] = {"mariadb": mariadb, "mysql": mariadb, "postgres": postgres, "sqlserver": sqlserver,
+                                  "oracle": oracle}
 
 
 def module_for(connector_type: str) -> ModuleType:
-    """The module that reads a source type's tables for the bulk snapshot."""
+    """The module of a source type (`mysql` shares MariaDB's)."""
     return _MODULES[connector_type]
 
 

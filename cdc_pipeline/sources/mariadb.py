@@ -1,6 +1,7 @@
-"""What the pipeline knows of MariaDB and MySQL sources outside Debezium: connecting, quoting, and reading tables
-for the bulk snapshot (their columns and keys, chunk boundaries, the SQL that renders each column as text, and the
-binlog position of a consistent snapshot).
+"""What the pipeline knows of MariaDB and MySQL sources: the Debezium connector's properties (its class, server id,
+TLS trust store, binlog keep-alive and value handling), connecting, quoting, the binlog (positions, the change
+check's scan), and reading tables for the bulk snapshot (their columns and keys, chunk boundaries, the SQL that
+renders each column as text, and the binlog position of a consistent snapshot).
 
 A bulk read renders every column in the source as text in a form the destination's COPY reads back exactly (numbers
 and dates as MariaDB writes them, binaries and geometry as hex, TIMESTAMP as UTC microseconds), so no value passes
@@ -9,11 +10,16 @@ through a JDBC type that could round it; Spark then makes the COPY lines (`colum
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import subprocess
+import zlib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import quote as url_quote
 
@@ -21,16 +27,27 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.errors import CdcError
+from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
+from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
 CONNECT_TIMEOUT_SECONDS = 10
+CONNECTOR_CLASSES = {"mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
+                     "mysql": "io.debezium.connector.mysql.MySqlConnector"}
+KEEP_ALIVE_INTERVAL_MS = 5000
+OFFSET_SHAPE = OffsetShape(
+    required={"file": TEXT, "pos": INT},
+    optional={"row": INT, "event": INT, "gtids": TEXT, "ts_sec": INT, "server_id": INT, "snapshot": FLAG,
+              "snapshot_completed": FLAG, "transaction_id": TEXT},
+    example='{"file": "mariadb-bin.000003", "pos": 4512, "row": 0, "event": 1}',
+)
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 # A chunk read under its own consistent snapshot (a table without a key is one chunk): its first row carries the
 # binlog position of that snapshot, which MariaDB gives exactly (`binlog_snapshot_file` / `_position`).
 SESSION_INIT = None  # the readers' sessions need no setting
 CONSISTENT_SNAPSHOT = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
-NULL_TEXT = "\\N"
+DDL_EVENTS = True  # the schema snapshot and the stream carry each table's DDL
 
 _STRING_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
 _PADDED_TYPES = frozenset({"char", "enum", "set"})
@@ -38,6 +55,180 @@ _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblo
 GEOMETRY_TYPES = frozenset({"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
                              "multipolygon", "geometrycollection"})
 _BIT_LENGTH = re.compile(r"bit\((\d+)\)")
+
+
+# The source types' columns to PostgreSQL's, by type name (convert/typemap.py reads them).
+MYSQL_TYPE_MAP: dict[str, str] = {
+    # BOOL is TINYINT(1): it holds -128..127, and a snapshot reads it as tinyint(1) (SHOW CREATE TABLE), so a
+    # table created while streaming gets the type its snapshot would give it.
+    "BOOL": "smallint",
+    "BOOLEAN": "smallint",
+    "TINYINT": "smallint",
+    "TINYINT UNSIGNED": "smallint",
+    "SMALLINT": "smallint",
+    "SMALLINT UNSIGNED": "integer",
+    "MEDIUMINT": "integer",
+    "MEDIUMINT UNSIGNED": "integer",
+    "INT": "integer",
+    "INT UNSIGNED": "bigint",
+    "INTEGER": "integer",
+    "INTEGER UNSIGNED": "bigint",
+    "BIGINT": "bigint",
+    "BIGINT UNSIGNED": "numeric(20,0)",
+    "DECIMAL": "numeric(p,s)",
+    "NUMERIC": "numeric(p,s)",
+    "FLOAT": "real",
+    "DOUBLE": "double precision",
+    "REAL": "double precision",
+    "BIT": "bit(n)",
+    "CHAR": "character(n)",
+    "VARCHAR": "character varying(n)",
+    "TINYTEXT": "text",
+    "TEXT": "text",
+    "MEDIUMTEXT": "text",
+    "LONGTEXT": "text",
+    "BINARY": "bytea",
+    "VARBINARY": "bytea",
+    "TINYBLOB": "bytea",
+    "BLOB": "bytea",
+    "MEDIUMBLOB": "bytea",
+    "LONGBLOB": "bytea",
+    "DATE": "date",
+    "TIME": "interval",
+    "DATETIME": "timestamp(fsp) without time zone",
+    "TIMESTAMP": "timestamp(fsp) with time zone",
+    "YEAR": "integer",
+    "JSON": "jsonb",
+    "ENUM": "text",
+    "SET": "text",
+    "GEOMETRY": "bytea",
+    "POINT": "bytea",
+    "LINESTRING": "bytea",
+    "POLYGON": "bytea",
+    "MULTIPOINT": "bytea",
+    "MULTILINESTRING": "bytea",
+    "MULTIPOLYGON": "bytea",
+    "GEOMETRYCOLLECTION": "bytea",
+}
+
+# MariaDB's JSON is LONGTEXT with a json_valid CHECK; a snapshot reports it as LONGTEXT, so mapping the
+# JSON name to text keeps one destination type whenever the table was captured, and keeps the text verbatim.
+MARIADB_TYPE_MAP: dict[str, str] = {**MYSQL_TYPE_MAP, "JSON": "text"}
+
+MYSQL_TYPE_ALIASES: dict[str, str] = {
+    "INT1": "TINYINT",
+    "INT2": "SMALLINT",
+    "INT3": "MEDIUMINT",
+    "MIDDLEINT": "MEDIUMINT",
+    "INT4": "INT",
+    "INT8": "BIGINT",
+    "DEC": "DECIMAL",
+    "FIXED": "DECIMAL",
+    "FLOAT4": "FLOAT",
+    "FLOAT8": "DOUBLE",
+    "DOUBLE PRECISION": "DOUBLE",
+    "CHARACTER": "CHAR",
+    "NCHAR": "CHAR",
+    "NATIONAL CHAR": "CHAR",
+    "NATIONAL CHARACTER": "CHAR",
+    "NVARCHAR": "VARCHAR",
+    "CHARACTER VARYING": "VARCHAR",
+    "CHAR VARYING": "VARCHAR",
+    "NATIONAL VARCHAR": "VARCHAR",
+    "LONG": "MEDIUMTEXT",
+    "LONG VARCHAR": "MEDIUMTEXT",
+    "LONG VARBINARY": "MEDIUMBLOB",
+    "SERIAL": "BIGINT UNSIGNED",
+}
+
+# The rules the maps above do not show, as the docs print them beside each map.
+TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
+    "mariadb": [
+        ("BIT(1)", "boolean"),
+        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
+        ("DECIMAL without precision", "numeric"),
+        ("LONGTEXT with a json_valid CHECK (MariaDB JSON)", "text (verbatim; jsonb would reorder keys)"),
+        ("TIME", "interval (MariaDB TIME spans -838:59:59..838:59:59)"),
+        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
+        ("anything else", "text (logged as a warning)"),
+    ],
+    "mysql": [
+        ("BIT(1)", "boolean"),
+        ("TINYINT(1)", "smallint (it holds -128..127, so not boolean)"),
+        ("DECIMAL without precision", "numeric"),
+        ("TIME", "interval (MySQL TIME spans -838:59:59..838:59:59)"),
+        ("DATETIME / TIMESTAMP without fsp", "timestamp(0) ..."),
+        ("anything else", "text (logged as a warning)"),
+    ],
+}
+
+
+def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
+    """The connector properties of a MariaDB or MySQL source (the engine's own are the runner's)."""
+    return {
+        "connector.class": CONNECTOR_CLASSES[connector.type],
+        "database.server.id": _server_id(connector.name),
+        "database.include.list": connector.database,
+        **_binlog_tls(connector),
+        "connect.timeout.ms": "10000",
+        # The binlog client's keep-alive thread reconnects a lost binlog connection (a source restart) at its next
+        # check: every 5 s instead of every minute.
+        "connect.keep.alive.interval.ms": str(KEEP_ALIVE_INTERVAL_MS),
+        # BIGINT UNSIGNED up to 18446744073709551615 as an exact decimal, not a wrapped-around long.
+        "bigint.unsigned.handling.mode": "precise",
+        # The MariaDB JDBC driver reads YEAR as a date by default and fails the snapshot on YEAR 0000.
+        "driver.yearIsDateType": "false",
+        # The server has already made two-digit years four-digit; Debezium's adjuster would turn a DATE or
+        # DATETIME in year 69 into 2069.
+        "enable.time.adjuster": "false",
+        # The source type tells MariaDB/MySQL's TIMESTAMP, whose epoch value can only be a zero date, from others.
+        "column.propagate.source.type": ".*",
+    }
+
+
+# Debezium's names of the TLS modes (`tls_mode`) of its binlog connectors.
+_BINLOG_TLS_MODES = {
+    "mariadb": {"disable": "disable", "require": "trust", "verify-ca": "verify-ca", "verify-full": "verify-full"},
+    "mysql": {"disable": "disabled", "require": "required", "verify-ca": "verify_ca", "verify-full": "verify_identity"},
+}
+TRUSTSTORE_PASSWORD = "cdc-pipeline"  # the trust store holds public certificates only
+
+
+def _binlog_tls(connector: ConnectorConfig) -> dict[str, str]:
+    """The TLS properties of a MariaDB/MySQL connector: its mode, and for a verifying mode a trust store made of
+    `tls_ca_file` (the binlog client reads a Java key store, not PEM)."""
+    props = {"database.ssl.mode": _BINLOG_TLS_MODES[connector.type][connector.tls_mode]}
+    if connector.tls_mode.startswith("verify") and connector.tls_ca_file:
+        props["database.ssl.truststore"] = str(truststore(Path(connector.tls_ca_file)))
+        props["database.ssl.truststore.password"] = TRUSTSTORE_PASSWORD
+    return props
+
+
+def truststore(ca_file: Path) -> Path:
+    """A PKCS#12 trust store holding the PEM certificate(s) of `ca_file`, made by the JDK's keytool once per
+    content (under ~/.cache/cdc-pipeline/truststores)."""
+    content = ca_file.read_bytes()
+    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-pipeline" / "truststores"
+    store = directory / f"{hashlib.sha256(content).hexdigest()[:24]}.p12"
+    if store.exists():
+        return store
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = store.with_suffix(f".{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    keytool = Path(os.environ["JAVA_HOME"]) / "bin" / "keytool" if os.environ.get("JAVA_HOME") else Path("keytool")
+    result = subprocess.run([str(keytool), "-importcert", "-noprompt", "-alias", "source-ca", "-file", str(ca_file),
+                             "-keystore", str(partial), "-storetype", "PKCS12", "-storepass", TRUSTSTORE_PASSWORD],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RunnerError(f"cannot make a trust store of {ca_file}: {(result.stdout + result.stderr).strip()}")
+    partial.rename(store)
+    return store
+
+
+def _server_id(name: str) -> str:
+    # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
+    return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
 
 
 def quote_mysql(identifier: str) -> str:
@@ -244,8 +435,6 @@ def select_text(column: SourceColumn, pg_type: str) -> str:
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     """The COPY text of a value `select_text` rendered, for a destination column of type `pg_type` (`\\N` for
     NULL): Spark's part of the conversion, the same rules as the stream's (dml.py) for what Debezium sends."""
-    from cdc_pipeline.convert.dml import copy_escape, ewkb_hex
-
     kind = column.data_type
     if kind == "set" and pg_type.endswith("[]"):
         # A SET's members (no member holds a comma) as an array literal, for an array column (of an enum, say).

@@ -1,5 +1,5 @@
-"""What the pipeline knows of PostgreSQL sources outside Debezium: connecting, quoting, and reading tables for the
-bulk snapshot (their columns and primary keys, chunk boundaries, the SQL that renders each column as text, the
+"""What the pipeline knows of PostgreSQL sources: the Debezium connector's properties (pgoutput, the connector's
+slot and publication), connecting, quoting, the slot's state, and reading tables for the bulk snapshot (their columns and primary keys, chunk boundaries, the SQL that renders each column as text, the
 destination table a source table's catalog entry describes, and the transaction snapshot a chunk was read under).
 
 A bulk read renders every column with PostgreSQL's own text output (`::text`), which the destination's COPY reads
@@ -15,6 +15,7 @@ PostgreSQL applies to the rows.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import quote as url_quote
@@ -24,12 +25,20 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
+from cdc_pipeline.copy_text import NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
 CONNECT_TIMEOUT_SECONDS = 10
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+OFFSET_SHAPE = OffsetShape(
+    required={"lsn": INT},
+    optional={"lsn_proc": INT, "lsn_commit": INT, "txId": INT, "ts_usec": INT, "xmin": INT, "messageType": TEXT,
+              "snapshot": FLAG, "last_snapshot_record": FLAG, "snapshot_completed": FLAG, "transaction_id": TEXT},
+    example='{"lsn": 24023128, "txId": 555}',
+)
 JDBC_DRIVER = "org.postgresql.Driver"
-NULL_TEXT = "\\N"
 GEOMETRY_TYPES: frozenset[str] = frozenset()
 # Every Spark reader's session: the text output the COPY reads back, and no parallel plan (a table without a key
 # is read as its snapshot row then its rows, in that order).
@@ -37,9 +46,106 @@ SESSION_INIT = ("SET bytea_output = 'hex'; SET IntervalStyle = 'postgres'; SET e
                 "SET max_parallel_workers_per_gather = 0")
 # The snapshot row of a one-chunk read needs no transaction of its own: one statement reads under one snapshot.
 CONSISTENT_SNAPSHOT = SESSION_INIT
+# PostgreSQL emits no DDL events: destination tables are made from the value schemas (and, for the bulk snapshot,
+# from the source catalog as a value schema would describe it: `schema_infer.field_specs_of`).
+DDL_EVENTS = False
 _SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
 # Source types whose text output the destination type reads differently (the type map's choice).
 _CAST_FIRST = {"money": "numeric"}
+
+
+# PostgreSQL's columns to the destination's, by type name (convert/typemap.py reads them).
+POSTGRES_TYPE_MAP: dict[str, str] = {
+    "int2": "smallint",
+    "smallint": "smallint",
+    "smallserial": "smallint",
+    "int4": "integer",
+    "integer": "integer",
+    "serial": "integer",
+    "int8": "bigint",
+    "bigint": "bigint",
+    "bigserial": "bigint",
+    "numeric": "numeric(p,s)",
+    "decimal": "numeric(p,s)",
+    "text": "text",
+    "varchar": "character varying(n)",
+    "bpchar": "character(n)",
+    "bool": "boolean",
+    "float4": "real",
+    "float8": "double precision",
+    "date": "date",
+    "time": "time(fsp) without time zone",
+    "timetz": "time(fsp) with time zone",
+    "timestamp": "timestamp(fsp) without time zone",
+    "timestamptz": "timestamp(fsp) with time zone",
+    "bytea": "bytea",
+    "json": "json",
+    "jsonb": "jsonb",
+    "uuid": "uuid",
+    "interval": "interval",
+    "xml": "xml",
+    "bit": "bit(n)",
+    "varbit": "bit varying(n)",
+    "inet": "inet",
+    "cidr": "cidr",
+    "macaddr": "macaddr",
+    "macaddr8": "macaddr8",
+    "money": "numeric(19,2)",
+    "point": "point",
+    "int4range": "int4range",
+    "int8range": "int8range",
+    "numrange": "numrange",
+    "daterange": "daterange",
+    "tsrange": "tsrange",
+    "tstzrange": "tstzrange",
+}
+
+POSTGRES_TYPE_ALIASES: dict[str, str] = {
+    "character varying": "varchar",
+    "character": "bpchar",
+    "char": "bpchar",
+    "boolean": "bool",
+    "real": "float4",
+    "double precision": "float8",
+    "time without time zone": "time",
+    "time with time zone": "timetz",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+}
+
+# The rules the map above does not show, as the docs print them beside it.
+TYPE_MAP_NOTES: list[tuple[str, str]] = [
+    ("numeric without precision", "numeric"),
+    ("time types without precision", "PostgreSQL's default (6 digits)"),
+    ("arrays of the types above (`_int4` ...)", "the element's type, as an array (`integer[]` ...)"),
+    ("arrays of other types", "text[]"),
+    ("enum types", "text"),
+    ("anything else", "text (logged as a warning)"),
+]
+
+
+def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
+    """The connector properties of a PostgreSQL source (the engine's own are the runner's)."""
+    props = {
+        "connector.class": CONNECTOR_CLASS,
+        "database.dbname": connector.database,
+        "database.sslmode": connector.tls_mode,
+        "plugin.name": "pgoutput",
+        "slot.name": connector.replication_slot,
+        "publication.name": connector.replication_slot,
+        "publication.autocreate.mode": "filtered",
+        # PostgreSQL emits no DDL events: destination tables are derived from the value schemas, which need
+        # each column's source type, length and scale to reproduce it.
+        "column.propagate.source.type": ".*",
+        # Intervals as ISO-8601 text keep months and days apart (the numeric form folds them into microseconds).
+        "interval.handling.mode": "string",
+    }
+    if connector.tls_ca_file:
+        props["database.sslrootcert"] = connector.tls_ca_file
+    if connector.tables:
+        schemas = dict.fromkeys(connector.split_table(table)[0] for table in connector.tables)
+        props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
+    return props
 
 
 def quote(identifier: str) -> str:
@@ -227,8 +333,6 @@ def select_text(column: SourceColumn, pg_type: str) -> str:
 
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     """The COPY text of a value `select_text` rendered (`\\N` for NULL)."""
-    from cdc_pipeline.convert.dml import copy_escape
-
     return F.coalesce(copy_escape(value), F.lit(NULL_TEXT))
 
 
@@ -260,33 +364,6 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
         return True
     return xid < xmax and str(xid) not in running.split(",")
 
-
-
-def field_specs(cur: Any, schema: str, table: str) -> list[Any]:
-    """The table's columns as the value schema of its first change event would describe them (source type, length
-    and scale, the primary key's positions): the stream's own rule then creates or alters the destination table
-    (`schema_infer.ensure_table_matches`) for a load that runs before any change event arrives."""
-    from cdc_pipeline.decode.events import FieldSpec
-    from cdc_pipeline.convert.schema_infer import (
-        KEY_POSITION_PARAMETER,
-        SOURCE_LENGTH_PARAMETER,
-        SOURCE_SCALE_PARAMETER,
-        SOURCE_TYPE_PARAMETER,
-    )
-
-    key = chunk_key(cur, schema, table)
-    specs = []
-    for column in list_columns(cur, schema, table):
-        parameters = {SOURCE_TYPE_PARAMETER: column.data_type}
-        if column.length is not None:
-            parameters[SOURCE_LENGTH_PARAMETER] = str(column.length)
-        if column.scale is not None:
-            parameters[SOURCE_SCALE_PARAMETER] = str(column.scale)
-        if column.name in key:
-            parameters[KEY_POSITION_PARAMETER] = str(key.index(column.name))
-        specs.append(FieldSpec(name=column.name, type="string", logical=None, parameters=parameters,
-                               optional=column.nullable))
-    return specs
 
 
 # A slot that keeps more WAL than this is shown with a warning (a paused or stopped connector keeps it all).
