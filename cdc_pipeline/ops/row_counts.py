@@ -11,12 +11,10 @@ from psycopg import sql
 from cdc_pipeline.sink.apply import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources import mariadb, postgres
-from cdc_pipeline.sources.mariadb import quote_mysql
+from cdc_pipeline import sources
 from cdc_pipeline.mapping.objmap import ObjectMap, read_rules
 
 CONNECT_TIMEOUT_SECONDS = 10
-_POSTGRES_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
 
 
 @dataclass(frozen=True)
@@ -55,31 +53,8 @@ def _exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
 
 
 def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
-    if connector.type in ("mariadb", "mysql"):
-        return _binlog_source_row_counts(connector)
-    if connector.type == "postgres":
-        return _postgres_source_row_counts(connector)
-    raise CdcError(f"row counts of {connector.type} sources are not available: the project ships no "
-                   f"{connector.type} client driver for Python", connector=connector.name)
-
-
-def _binlog_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
-    with mariadb.connect(connector) as conn, conn.cursor() as cur:
-        tables = [table.name for table in mariadb.list_tables(cur, connector.database)]
-        counts = {}
-        for source_table in filter(lambda name: captures(connector, name), tables):
-            database, table = connector.split_table(source_table)
-            # pymysql has no identifier composition like psycopg.sql: the names are backquoted by quote_mysql.
-            cur.execute("SELECT COUNT(*) FROM " + quote_mysql(database) + "." + quote_mysql(table))
-            counts[source_table] = int(cur.fetchone()[0])
-    return counts
-
-
-def _postgres_source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
-    with postgres.connect(connector) as conn:
-        rows = conn.execute("SELECT table_schema, table_name FROM information_schema.tables "
-                            "WHERE table_type = 'BASE TABLE' AND NOT table_schema = ANY(%s)",
-                            (list(_POSTGRES_SYSTEM_SCHEMAS),)).fetchall()
-        return {f"{schema}.{table}": conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                    sql.Identifier(schema, table))).fetchone()[0]
-                for schema, table in rows if captures(connector, f"{schema}.{table}")}
+    source = sources.module_for(connector.type)
+    if not hasattr(source, "row_counts"):
+        raise CdcError(f"row counts of {connector.type} sources are not available: the project ships no "
+                       f"{connector.type} client driver for Python", connector=connector.name)
+    return source.row_counts(connector, lambda table: captures(connector, table))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import quote as url_quote
 
 from pyspark.sql import Column
@@ -551,3 +551,16 @@ def scan_binlog(cur: Any, start: dict[str, Any], captured: Any, database: str,
         if scanned >= limit:
             break
     return None, {"file": file, "pos": pos}
+
+
+def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
+    """The rows of each table of the connector's database that `captured` accepts (`db.table`: rows)."""
+    with connect(connector) as conn, conn.cursor() as cur:
+        tables = [table.name for table in list_tables(cur, connector.database)]
+        counts = {}
+        for source_table in filter(captured, tables):
+            database, table = connector.split_table(source_table)
+            # pymysql has no identifier composition like psycopg.sql: the names are backquoted by quote_mysql.
+            cur.execute("SELECT COUNT(*) FROM " + quote_mysql(database) + "." + quote_mysql(table))
+            counts[source_table] = int(cur.fetchone()[0])
+    return counts

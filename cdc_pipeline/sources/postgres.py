@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import quote as url_quote
 from urllib.parse import quote_plus, urlencode
 
+from psycopg import sql
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -388,3 +389,14 @@ def slot_status(connector: ConnectorConfig) -> dict[str, Any] | None:
                              "resume or run the connector, or bound it with max_slot_wal_keep_size "
                              "(docs/triggers.md)")
     return status
+
+
+def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
+    """The rows of each table of the source database that `captured` accepts (`schema.table`: rows)."""
+    with connect(connector) as conn:
+        rows = conn.execute("SELECT table_schema, table_name FROM information_schema.tables "
+                            "WHERE table_type = 'BASE TABLE' AND NOT table_schema = ANY(%s)",
+                            (list(_SYSTEM_SCHEMAS),)).fetchall()
+        return {f"{schema}.{table}": conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(schema, table))).fetchone()[0]
+                for schema, table in rows if captured(f"{schema}.{table}")}
