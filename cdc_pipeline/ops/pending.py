@@ -32,10 +32,6 @@ from cdc_pipeline.sources import mariadb, postgres
 log = logging.getLogger(__name__)
 
 BINLOG_EVENTS_PER_CHECK = 20_000
-# pgoutput's change messages (insert, update, delete, truncate); a peek may also return BEGIN, COMMIT and
-# RELATION messages, which alone are no change.
-_PGOUTPUT_CHANGES = (ord("I"), ord("U"), ord("D"), ord("T"))
-_SLOT_PEEK_MESSAGES = 512
 
 
 @dataclass(frozen=True)
@@ -83,21 +79,12 @@ def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, c
 
 
 def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
-    """Peeks the slot for a change after `applied_lsn`: the slot is confirmed up to the last change Debezium
-    processed, not past its transaction's commit, so the transaction applied last is decoded again."""
     slot = connector.replication_slot
-    with postgres.connect(connector) as source:
-        row = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-        if row is None:
-            return Pending(True, f"replication slot {slot} does not exist yet")
-        if row[0]:
-            return Pending(False, f"replication slot {slot} is in use")
-        peeked = source.execute(
-            "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn) "
-            "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
-            (list(_PGOUTPUT_CHANGES), f"{applied_lsn >> 32:X}/{applied_lsn & 0xFFFFFFFF:X}", slot,
-             _SLOT_PEEK_MESSAGES, slot)).fetchone()
-    messages, changes = int(peeked[0]), int(peeked[1])
-    if changes or messages >= _SLOT_PEEK_MESSAGES:
+    peeked = postgres.peek_slot(connector, applied_lsn)
+    if peeked is None:
+        return Pending(True, f"replication slot {slot} does not exist yet")
+    if peeked.active:
+        return Pending(False, f"replication slot {slot} is in use")
+    if peeked.changes or peeked.messages >= postgres.SLOT_PEEK_MESSAGES:
         return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
     return Pending(False, f"replication slot {slot} holds no change")

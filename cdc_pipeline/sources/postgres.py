@@ -400,3 +400,37 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
         return {f"{schema}.{table}": conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
                     sql.Identifier(schema, table))).fetchone()[0]
                 for schema, table in rows if captured(f"{schema}.{table}")}
+
+
+# pgoutput's change messages (insert, update, delete, truncate); a peek may also return BEGIN, COMMIT and
+# RELATION messages, which alone are no change.
+_PGOUTPUT_CHANGES = (ord("I"), ord("U"), ord("D"), ord("T"))
+SLOT_PEEK_MESSAGES = 512
+
+
+@dataclass(frozen=True)
+class SlotPeek:
+    """What the connector's slot holds after the last change applied, seen without consuming it."""
+
+    active: bool  # a run holds the slot: it cannot be peeked
+    messages: int  # messages peeked, at most SLOT_PEEK_MESSAGES
+    changes: int  # of which changes of the publication after the applied LSN
+
+
+def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
+    """Peeks the connector's slot (`pg_logical_slot_peek_binary_changes`, nothing consumed) for changes of its
+    publication after `applied_lsn`; None when the slot does not exist. The slot is confirmed up to the last change
+    Debezium processed, not past its transaction's commit, so the transaction applied last is decoded again."""
+    slot = connector.replication_slot
+    with connect(connector) as source:
+        row = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return None
+        if row[0]:
+            return SlotPeek(active=True, messages=0, changes=0)
+        peeked = source.execute(
+            "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn) "
+            "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
+            (list(_PGOUTPUT_CHANGES), f"{applied_lsn >> 32:X}/{applied_lsn & 0xFFFFFFFF:X}", slot,
+             SLOT_PEEK_MESSAGES, slot)).fetchone()
+    return SlotPeek(active=False, messages=int(peeked[0]), changes=int(peeked[1]))
