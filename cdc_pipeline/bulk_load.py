@@ -39,7 +39,8 @@ from pyspark.sql import functions as F
 from cdc_pipeline import faults
 
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sink.apply import captures, staging_table_sql
+from cdc_pipeline.sink.apply import staging_table_sql
+from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan

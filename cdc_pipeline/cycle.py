@@ -23,14 +23,8 @@ from pyspark.sql import SparkSession
 from cdc_pipeline import bulk_load, control, faults, sources
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sink.apply import (
-    LAST_SNAPSHOT_MARKER,
-    BatchApplier,
-    BatchPlan,
-    attach_dml_frames,
-    plan_batch,
-    snapshot_marker,
-)
+from cdc_pipeline.sink.apply import BatchApplier
+from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
 from cdc_pipeline.decode.events import EventRef, ParsedBatch, parse_events, redelivery_test, same_stream_position

@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 from cdc_pipeline import control
 
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sink.apply import BatchApplier, SnapshotStep, attach_dml_frames, plan_batch
+from cdc_pipeline.sink.apply import BatchApplier
+from cdc_pipeline.sink.plan import SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import DATA_CHANGE, index_entry, parse_events

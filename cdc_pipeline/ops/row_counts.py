@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline.sink.apply import captures
+from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline import sources

@@ -1,8 +1,7 @@
-"""Planning a parsed batch into ordered steps and applying it to the destination in one transaction.
+"""Applying a batch's plan (`plan.py`) to the destination in one transaction, with its applied position.
 
-A batch becomes a list of steps in source order: a DDL step per schema change, and per table a DML segment
-for each run of its data changes between two of its DDL events (and of one value schema). DML segments are
-applied set-wise: compacted per primary key in Spark, loaded with COPY into a staging table, then merged.
+DDL steps run as statements; DML segments are applied set-wise: converted per column and compacted per primary key
+in Spark, loaded with COPY into a staging table (by Spark's tasks, or by the driver), then merged.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import logging
 import re
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Collection, Iterable
 
 import psycopg
@@ -33,7 +32,6 @@ from cdc_pipeline.copy_text import copy_escape
 from cdc_pipeline.convert.ddl import (
     DdlChange,
     alter_table_sql,
-    changes_from_schema_event,
     create_table_sql,
     drop_table_sql,
     rename_table_sql,
@@ -50,20 +48,21 @@ from cdc_pipeline.convert.dml import (
     zero_dates,
 )
 from cdc_pipeline.errors import CdcError, ConversionError
-from cdc_pipeline.decode.events import (
-    DATA_CHANGE,
-    SCHEMA_CHANGE,
-    TRUNCATE,
-    EventRef,
-    FieldSpec,
-    ParsedBatch,
-    fail_on_malformed,
-    index_entry_of,
-    redelivery_test,
-)
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, index_entry_of
 from cdc_pipeline.convert.schema_infer import ensure_table_matches
-from cdc_pipeline.sources import before_snapshot
 from cdc_pipeline.capture.spark import collect_lines
+from cdc_pipeline.sink.plan import (
+    DML_COUNTERS,
+    SNAPSHOT_END,
+    SNAPSHOT_RESTART,
+    BatchPlan,
+    DdlStep,
+    DmlStep,
+    SnapshotStep,
+    TruncateStep,
+    captures,
+    snapshot_reads,
+)
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
@@ -79,267 +78,6 @@ _RAISED_IN_SPARK = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: \w+
 _SEQ_IN_MESSAGE = re.compile(r"\(seq (\d+)\b")
 # Merge-line expressions kept per applier (one per table version; a connector rarely has more live at once).
 _EXPRESSION_CACHE_SIZE = 256
-
-
-@dataclass
-class DdlStep:
-    """The table changes of one schema-change event."""
-
-    ref: EventRef
-    changes: list[DdlChange]
-
-
-@dataclass
-class DmlStep:
-    """A run of one table's data changes between two of its DDL events, all with one value schema."""
-
-    source_table: str
-    schema_id: str
-    first_seq: int
-    last_seq: int
-    ops: Counter = field(default_factory=Counter)
-    last_ref: EventRef | None = None
-    fields: list[FieldSpec] = field(default_factory=list)
-    frame: DataFrame | None = None
-
-
-@dataclass
-class TruncateStep:
-    """A TRUNCATE of one table, between its changes before and after."""
-
-    ref: EventRef
-    source_table: str
-
-
-# `source.snapshot` of the events of a blocking snapshot; streaming events carry "false", incremental ones
-# "incremental".
-SNAPSHOT_MARKERS = frozenset({"true", "first", "first_in_data_collection", "last_in_data_collection", "last"})
-LAST_SNAPSHOT_MARKER = "last"
-# The runner numbers events from 1 at each engine start, and a snapshot is the first thing an engine does.
-ENGINE_FIRST_SEQ = 1
-SNAPSHOT_RESTART = "restart"
-SNAPSHOT_TABLE = "table"
-SNAPSHOT_END = "end"
-
-
-@dataclass
-class SnapshotStep:
-    """Bookkeeping of a snapshot, so that a snapshot taken again leaves every table exact and counts every event once.
-
-    Debezium cannot resume an interrupted MariaDB/MySQL snapshot: the next engine start takes it again from its
-    first event. `restart`: the batch begins a snapshot, so what was applied of an earlier one is superseded (its
-    counts become re-deliveries). `table`: the batch's snapshot events of one table (`counts`; '' for events naming
-    no table); placed before the table's first snapshot rows, which replace its destination rows. `end`: after the
-    snapshot's last row; tables it read no rows of lose the rows an earlier snapshot left.
-    """
-
-    kind: str
-    ref: EventRef
-    source_table: str = ""
-    counts: control.BatchCounts = field(default_factory=control.BatchCounts)
-
-
-@dataclass
-class BatchPlan:
-    """A batch as ordered steps, with its counts and the position of its last event."""
-
-    parsed: ParsedBatch
-    steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep]
-    counts: control.BatchCounts
-    last_ref: EventRef | None
-
-    @property
-    def batch_id(self) -> int:
-        return self.parsed.batch_id
-
-
-def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None,
-               object_map: objmap.ObjectMap | None = None,
-               snapshot_positions: dict[str, dict] | None = None, resumed_from: dict | None = None) -> BatchPlan:
-    """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL, in the names
-    and types of `object_map`'s rules).
-
-    Events at or before `applied_offset` (the last event a committed batch applied) are re-deliveries after
-    a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
-    have no such order; they are tracked per table instead (`SnapshotStep`). A table the bulk snapshot read under
-    one consistent snapshot (`snapshot_positions`, a table without a key) already holds the changes committed
-    before that snapshot: those are counted as re-delivered too. `resumed_from` (the engine's stored offset when
-    the run started) tells a re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`).
-    """
-    steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
-    open_segments: dict[str, DmlStep] = {}
-    counts = control.BatchCounts()
-    redelivered = redelivery_test(applied_offset, resumed_from, connector=connector.name)
-    snapshot_steps: dict[str, SnapshotStep] = {}
-    placed_snapshot_steps: set[str] = set()
-    snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's
-    snapshot_end_seq = _snapshot_end_seq(parsed.refs)
-    if parsed.refs and parsed.refs[0].seq == ENGINE_FIRST_SEQ and snapshot_marker(parsed.refs[0]):
-        steps.append(SnapshotStep(SNAPSHOT_RESTART, parsed.refs[0]))
-
-    def close_segment(source_table: str) -> None:
-        segment = open_segments.pop(source_table, None)
-        if segment is not None:
-            steps.append(segment)
-
-    for ref in parsed.refs:
-        if (redelivered is not None and redelivered(ref.offset)) or _read_by_bulk_snapshot(ref, snapshot_positions):
-            counts.redelivered += 1
-            continue
-        source_ms = ref.source_ts_ms
-        if source_ms is not None:
-            if counts.first_source_ms is None:
-                counts.first_source_ms = source_ms
-            counts.last_source_ms = source_ms
-        if ref.debezium_ts_ms is not None:
-            if counts.first_debezium_ms is None:
-                counts.first_debezium_ms = ref.debezium_ts_ms
-            counts.last_debezium_ms = ref.debezium_ts_ms
-        snapshot_table: str | None = None
-        if ref.kind == SCHEMA_CHANGE:
-            payload = ref.schema_change or {}
-            changes = changes_from_schema_event(
-                payload, connector=connector.name, connector_type=connector.type,
-                letter_casing=connector.letter_casing, destination_schema=connector.destination_schema)
-            ignored = [change for change in changes if not captures(connector, change.source_table)]
-            if ignored:
-                log.info("%s: ignored schema change of %s (outside the connector's tables)", connector.name,
-                         ", ".join(change.source_table for change in ignored))
-            changes = [change for change in changes if captures(connector, change.source_table)]
-            if object_map:
-                changes = [object_map.map_change(change) for change in changes]
-            for change in changes:
-                close_segment(change.source_table)
-            if changes:
-                counter = "ddls"
-                steps.append(DdlStep(ref, changes))
-            else:
-                counter = "other_events"
-            if snapshot_marker(ref):
-                snapshot_table = _schema_change_table(ref, connector)
-        elif ref.kind == TRUNCATE and ref.source_table and captures(connector, ref.source_table):
-            close_segment(ref.source_table)
-            counter = "truncates"
-            steps.append(TruncateStep(ref, ref.source_table))
-        elif ref.kind == DATA_CHANGE and ref.source_table and captures(connector, ref.source_table):
-            if ref.op == "r":
-                if ref.source_table not in snapshot_reads:
-                    snapshot_reads[ref.source_table] = snapshot_marker(ref) is not None
-                if snapshot_reads[ref.source_table]:
-                    snapshot_table = ref.source_table
-                    if snapshot_table not in placed_snapshot_steps:
-                        # The table's rows are replaced from here on: nothing of it may stay open before this step.
-                        close_segment(snapshot_table)
-                        steps.append(snapshot_steps.setdefault(
-                            snapshot_table, SnapshotStep(SNAPSHOT_TABLE, ref, snapshot_table)))
-                        placed_snapshot_steps.add(snapshot_table)
-            segment = open_segments.get(ref.source_table)
-            if segment is not None and segment.schema_id != ref.schema_id:
-                close_segment(ref.source_table)
-                segment = None
-            if segment is None:
-                segment = DmlStep(ref.source_table, ref.schema_id or "", ref.seq, ref.seq)
-                open_segments[ref.source_table] = segment
-            segment.last_seq = ref.seq
-            segment.last_ref = ref
-            segment.ops[ref.op] += 1
-            counter = _DML_COUNTERS[ref.op]
-        else:
-            counter = "other_events"
-        counts.events += 1
-        setattr(counts, counter, getattr(counts, counter) + 1)
-        if snapshot_table is not None:
-            step = snapshot_steps.setdefault(snapshot_table, SnapshotStep(SNAPSHOT_TABLE, ref, snapshot_table))
-            step.counts.events += 1
-            setattr(step.counts, counter, getattr(step.counts, counter) + 1)
-        if ref.seq == snapshot_end_seq:
-            steps.append(SnapshotStep(SNAPSHOT_END, ref))
-    steps.extend(open_segments.values())
-    # Snapshot events without rows in this batch only add to the counts: their place does not matter.
-    steps.extend(step for table, step in snapshot_steps.items() if table not in placed_snapshot_steps)
-    if counts.redelivered:
-        log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
-    last_ref = parsed.refs[-1] if parsed.refs else None
-    return BatchPlan(parsed, steps, counts, last_ref)
-
-
-_DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}
-
-
-def _read_by_bulk_snapshot(ref: EventRef, positions: dict[str, dict] | None) -> bool:
-    """Whether a row change or truncate of a table the bulk snapshot read under one consistent snapshot was
-    committed before that snapshot (its rows already hold it)."""
-    if not positions or ref.kind not in (DATA_CHANGE, TRUNCATE) or ref.source_table not in positions:
-        return False
-    return before_snapshot(ref.offset, positions[ref.source_table])
-
-
-def snapshot_marker(ref: EventRef) -> str | None:
-    """The event's `source.snapshot` marker when it belongs to a blocking snapshot, else None."""
-    marker = str(ref.source.get("snapshot") or "").lower()
-    return marker if marker in SNAPSHOT_MARKERS else None
-
-
-def _snapshot_end_seq(refs: list[EventRef]) -> int | None:
-    """The seq of the snapshot's last row when this batch holds it (Debezium marks only that row "last")."""
-    for ref in reversed(refs):
-        if ref.kind == DATA_CHANGE and ref.op == "r":
-            return ref.seq if snapshot_marker(ref) == LAST_SNAPSHOT_MARKER else None
-    return None
-
-
-def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
-    """The connector's table a snapshot schema event is about (`db.table`), or '' when it names none of them."""
-    database, table = ref.source.get("db"), ref.source.get("table")
-    if not database or not table or table == "null" or "," in table:
-        return ""
-    source_table = f"{database}.{table}"
-    return source_table if captures(connector, source_table) else ""
-
-
-def captures(connector: ConnectorConfig, source_table: str) -> bool:
-    """Whether a source table (`db.table`, or `schema.table` for PostgreSQL) belongs to the connector.
-
-    Debezium keeps every table of the source server in its schema history, and may report schema changes
-    of tables it does not capture: those must never reach the destination.
-    """
-    container, _ = connector.split_table(source_table)
-    if connector.type in ("mariadb", "mysql") and container != connector.database:
-        return False
-    return not connector.tables or source_table in connector.tables
-
-
-SNAPSHOT_INCLUDE_LIST = "snapshot.include.collection.list"
-
-
-def snapshot_reads(connector: ConnectorConfig, source_table: str) -> bool:
-    """Whether Debezium's snapshot reads the table: every captured table, unless the connector's
-    `snapshot.include.collection.list` (regular expressions matched against the whole `db.table`, case aside, as
-    Debezium matches them) narrows it. A table the snapshot does not read keeps its rows."""
-    patterns = [part.strip() for part in connector.debezium.get(SNAPSHOT_INCLUDE_LIST, "").split(",") if part.strip()]
-    return not patterns or any(re.fullmatch(pattern, source_table, re.IGNORECASE) for pattern in patterns)
-
-
-def attach_dml_frames(plan: BatchPlan) -> None:
-    """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema.
-
-    The events DataFrame holds the batch's data changes only. When one segment has them all (one table, one
-    schema: the usual batch) it is the segment's frame as is. Otherwise the parsed rows are cached and each
-    segment takes those of its schema id (a value schema belongs to one table) within its seq range, and the
-    malformed lines in that range (they have no schema id; see `parse_events`): they fail the segment naming their
-    seq, so they are never lost.
-    """
-    segments = [step for step in plan.steps if isinstance(step, DmlStep)]
-    data_changes = sum(1 for ref in plan.parsed.refs if ref.kind == DATA_CHANGE)
-    whole = len(segments) == 1 and sum(segments[0].ops.values()) == data_changes
-    if segments and not whole:
-        plan.parsed.cache()
-    events = plan.parsed.events
-    for step in segments:
-        step.fields = plan.parsed.fields(step.schema_id)
-        step.frame = fail_on_malformed(events if whole else events.where(
-            F.col("seq").between(step.first_seq, step.last_seq)
-            & ((F.col("schema_id") == step.schema_id) | F.col("schema_id").isNull())))
 
 
 class BatchApplier:
@@ -481,7 +219,7 @@ class BatchApplier:
         letter_id = control.add_dead_letter(cur, self.control_schema, control.DeadLetter(
             connector=self.connector.name, source_table=ref.source_table, op=ref.op, position=ref.position,
             raw_event=raw_event, value_schema=value_schema, error=message))
-        counter = {DATA_CHANGE: _DML_COUNTERS.get(ref.op or ""), SCHEMA_CHANGE: "ddls",
+        counter = {DATA_CHANGE: DML_COUNTERS.get(ref.op or ""), SCHEMA_CHANGE: "ddls",
                    TRUNCATE: "truncates"}.get(ref.kind) or "other_events"
         setattr(plan.counts, counter, max(0, getattr(plan.counts, counter) - 1))
         plan.counts.bad_events += 1

@@ -13,7 +13,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdc_pipeline import control
-from cdc_pipeline.sink.apply import BatchApplier, attach_dml_frames, plan_batch
+from cdc_pipeline.sink.apply import BatchApplier
+from cdc_pipeline.sink.plan import attach_dml_frames, plan_batch
 from cdc_pipeline.config import parse_config
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import DATA_CHANGE, ParsedBatch, fail_on_malformed, parse_events

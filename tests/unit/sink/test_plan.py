@@ -1,4 +1,4 @@
-"""Unit tests for cdc_pipeline.sink.apply's planning: DDL steps and per-table DML segments in source order."""
+"""Unit tests for cdc_pipeline.sink.plan: DDL steps and per-table DML segments in source order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline.sink.apply import (
+from cdc_pipeline.sink.plan import (
     SNAPSHOT_END,
     SNAPSHOT_RESTART,
     SNAPSHOT_TABLE,
