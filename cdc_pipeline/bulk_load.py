@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import faults
 
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 from cdc_pipeline.sink.apply import staging_table_sql
 from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.catalog import DestinationTable, destination_table
@@ -261,7 +261,7 @@ class BulkLoader:
                     ensure_table_matches(
                         dest, self.connector, dest_schema, dest_name, specs,
                         source_table=table.name, object_map=self.object_map,
-                        on_change=lambda wanted: objmap.record_columns(dest, self.schema, self.connector.name,
+                        on_change=lambda wanted: rule_store.record_columns(dest, self.schema, self.connector.name,
                                                                        wanted))
                 elif destination_table(dest, dest_schema, dest_name) is None:
                     raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist (a table the "
@@ -401,7 +401,7 @@ class BulkLoader:
         if transforms:
             into = sql.Identifier(_STAGING)
             before.append(staging_table_sql(into, target, names, transforms))
-            values = objmap.staged_values(plans, transforms, "s")
+            values = transform_sql.staged_values(plans, transforms, "s")
             after.append(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
                 target, sql.SQL(", ").join(map(sql.Identifier, names)),
                 sql.SQL(", ").join(values[name] for name in names), into))

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from cdc_pipeline import bulk_load, control, faults, sources
 from cdc_pipeline.decode import offsets
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
@@ -196,7 +196,7 @@ class ConnectorSession:
                                                                                        name)
         # Where the engine resumes: re-delivered events come from there on (see events.redelivery_test).
         self.resumed_from = None if takes_snapshot else control.read_engine_offset(self.conn, self.control_schema, name)
-        self.object_map = objmap.reload_mapping(self.conn, self.control_schema, self.connector)
+        self.object_map = rule_store.reload_mapping(self.conn, self.control_schema, self.connector)
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)

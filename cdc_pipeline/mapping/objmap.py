@@ -1,12 +1,11 @@
 """Object mapping rules: what a source table, column and type become in the destination, and transform
 expressions the destination runs on converted values.
 
-Rules belong to a connector and live in the control schema (`objmap`); `add_rule` refuses one that does not
-parse. `ObjectMap` holds one connector's rules for a fetch cycle: DDL changes go through `map_change`, DML
-through `table_name`, `column_name` and `transforms`. What each source column became is recorded with the DDL
-(`objmap_columns`), which is what `reload_mapping` compares the rules with: it renames the tables and columns
-whose mapped name changed and retypes the columns whose mapped type changed, keeping their data. The attribute
-view (`objmap_attributes`) shows each source column beside its destination column and transform.
+This module holds the rules' grammar (`parse_rule`, `parse_type_mapping`, `parse_transform`) and `ObjectMap`, one
+connector's rules for a fetch cycle: DDL changes go through `map_change`, DML through `table_name`, `column_name`
+and `transforms`. The rules' storage in the control schema, the record of what each source column became and
+`reload_mapping` are in `rule_store.py`; a transform as SQL, the staged values' casts and the failure bisection in
+`transform_sql.py`; what a transform may contain in `transform_guard.py`.
 
 A transform is one SQL expression. It runs in the destination, set-wise, on the staged converted values: `%d`
 becomes a reference to the value (typed as the destination column, or its text inside a string literal), never
@@ -19,20 +18,13 @@ import dataclasses
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.convert.ddl import DdlChange, TableDef, parse_table_id, rename_table_sql, retype_column_sql
-from cdc_pipeline.convert.dml import ColumnPlan, Converter, RejectedValue, copy_line, events_with_value, parse_copy_line
+from cdc_pipeline.convert.ddl import DdlChange, TableDef, parse_table_id
+from cdc_pipeline.convert.dml import ColumnPlan, Converter
 from cdc_pipeline.errors import ConversionError, MappingRuleError
-from cdc_pipeline.decode.events import EventRef
 from cdc_pipeline.mapping.transform_guard import TransformRejected, check_expression, check_type_name
 from cdc_pipeline.convert.typemap import ColumnDef, canonical_pg_type, default_table_name, dest_identifier
 
@@ -94,13 +86,13 @@ class TypeMapping:
 
 
 @dataclass(frozen=True)
-class _Placeholder:
+class Placeholder:
     letter: str  # "d" the converted value, "w" a geometry's WKB, "s" its SRID
 
 
 @dataclass(frozen=True)
 class _StringWithPlaceholders:
-    pieces: tuple[str | _Placeholder, ...]
+    pieces: tuple[str | Placeholder, ...]
 
 
 @dataclass(frozen=True)
@@ -109,7 +101,7 @@ class Transform:
     hold placeholders, which become concatenations of the literal's text and the value's text."""
 
     expression: str
-    parts: tuple[str | _Placeholder | _StringWithPlaceholders, ...]
+    parts: tuple[str | Placeholder | _StringWithPlaceholders, ...]
 
     @property
     def uses_geometry(self) -> bool:
@@ -117,16 +109,16 @@ class Transform:
 
     def _letters(self) -> Iterable[str]:
         for part in self.parts:
-            if isinstance(part, _Placeholder):
+            if isinstance(part, Placeholder):
                 yield part.letter
             elif isinstance(part, _StringWithPlaceholders):
-                yield from (piece.letter for piece in part.pieces if isinstance(piece, _Placeholder))
+                yield from (piece.letter for piece in part.pieces if isinstance(piece, Placeholder))
 
 
 def parse_transform(expression: str) -> Transform:
     """Parses a transform expression; refuses more than one expression (`;`), comments, dollar quotes, E'' strings,
     unbalanced quotes or parentheses and placeholders other than %d, %w, %s and %%."""
-    parts: list[str | _Placeholder | _StringWithPlaceholders] = []
+    parts: list[str | Placeholder | _StringWithPlaceholders] = []
     text: list[str] = []
     depth = 0
     index = 0
@@ -142,11 +134,11 @@ def parse_transform(expression: str) -> Transform:
             if index > 0 and expression[index - 1] in "eE" and (index < 2 or not expression[index - 2].isalnum()):
                 raise MappingRuleError(f"transform {expression!r}: E'' strings are not supported")
             literal, index = _read_literal(expression, index)
-            if any(isinstance(piece, _Placeholder) for piece in literal):
+            if any(isinstance(piece, Placeholder) for piece in literal):
                 flush()
                 parts.append(_StringWithPlaceholders(literal))
             else:
-                text.append(_quote("".join(str(piece) for piece in literal)))
+                text.append(quote_literal("".join(str(piece) for piece in literal)))
             continue
         if char == '"':
             end = expression.find('"', index + 1)
@@ -163,7 +155,7 @@ def parse_transform(expression: str) -> Transform:
                 text.append("%")
             elif letter in ("d", "w", "s"):
                 flush()
-                parts.append(_Placeholder(letter))
+                parts.append(Placeholder(letter))
             else:
                 raise MappingRuleError(
                     f"transform {expression!r}: unknown placeholder %{letter} (use %d, %w, %s or %%)")
@@ -188,16 +180,16 @@ def parse_transform(expression: str) -> Transform:
     parameters = {"d": "$1", "w": "$2", "s": "$3"}
     try:
         check_expression("".join(
-            parameters[part.letter] if isinstance(part, _Placeholder)
+            parameters[part.letter] if isinstance(part, Placeholder)
             else "'x'" if isinstance(part, _StringWithPlaceholders) else part for part in parts))
     except TransformRejected as exc:
         raise MappingRuleError(f"transform {expression!r}: {exc}") from None
     return Transform(expression, tuple(parts))
 
 
-def _read_literal(expression: str, start: int) -> tuple[tuple[str | _Placeholder, ...], int]:
+def _read_literal(expression: str, start: int) -> tuple[tuple[str | Placeholder, ...], int]:
     """The pieces of the string literal opening at `start` ('' is a quote), and the index after it."""
-    pieces: list[str | _Placeholder] = []
+    pieces: list[str | Placeholder] = []
     chars: list[str] = []
     index = start + 1
     while index < len(expression):
@@ -214,7 +206,7 @@ def _read_literal(expression: str, start: int) -> tuple[tuple[str | _Placeholder
             if chars:
                 pieces.append("".join(chars))
                 chars = []
-            pieces.append(_Placeholder(expression[index + 1]))
+            pieces.append(Placeholder(expression[index + 1]))
             index += 2
             continue
         if char == "%" and expression[index + 1:index + 2] == "%":
@@ -226,7 +218,7 @@ def _read_literal(expression: str, start: int) -> tuple[tuple[str | _Placeholder
     raise MappingRuleError(f"transform {expression!r}: unterminated string literal")
 
 
-def _quote(text: str) -> str:
+def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -291,7 +283,7 @@ def _source_object(parts: tuple[str, ...], connector: ConnectorConfig, table_par
     return ".".join(parts)
 
 
-def _normalized_source(connector: ConnectorConfig, kind: str, source: str) -> str:
+def normalized_source(connector: ConnectorConfig, kind: str, source: str) -> str:
     """A rule's source object as stored: `db.table[.column]` (`schema.table[.column]` for PostgreSQL, SQL Server and
     Oracle sources) or `TYPE|autoincrement`."""
     if kind == DATATYPE and "|" in source:
@@ -302,7 +294,7 @@ def _normalized_source(connector: ConnectorConfig, kind: str, source: str) -> st
     return _source_object(_object_parts(source, (3, 4), "a column (db.table.column)"), connector, 3)
 
 
-def _checked_kind(connector: ConnectorConfig, kind: str) -> str:
+def checked_kind(connector: ConnectorConfig, kind: str) -> str:
     kind = kind.strip().lower()
     if kind not in KINDS:
         raise MappingRuleError(f"unknown rule kind {kind!r}: one of {', '.join(KINDS)}", connector=connector.name)
@@ -311,10 +303,10 @@ def _checked_kind(connector: ConnectorConfig, kind: str) -> str:
 
 def parse_rule(connector: ConnectorConfig, kind: str, source: str, destination: str) -> Rule:
     """Checks a rule of the connector and returns it as stored; raises MappingRuleError with the reason."""
-    kind = _checked_kind(connector, kind)
+    kind = checked_kind(connector, kind)
     destination = destination.strip()
     try:
-        normalized = _normalized_source(connector, kind, source)
+        normalized = normalized_source(connector, kind, source)
         if kind == TABLE:
             destination = ".".join(_object_parts(destination, (1, 2), "a destination table (table or schema.table)"))
         elif kind == COLUMN:
@@ -467,297 +459,3 @@ def _as_text(convert: Converter) -> Converter:
     def to_text(value: Any, spec: Any, pg_type: str) -> Any:
         return convert(value, spec, "text")
     return to_text
-
-
-_SRID_PREFIX = r"^SRID=[0-9]+;"
-
-
-def _placeholder_sql(letter: str, value: sql.Composable, pg_type: str, *, as_text: bool) -> sql.Composable:
-    if letter == "d":
-        return value if as_text else sql.SQL("CAST({} AS {})").format(value, sql.SQL(pg_type))
-    if letter == "w":
-        hex_wkb = sql.SQL("regexp_replace({}, {}, '')").format(value, sql.Literal(_SRID_PREFIX))
-        return hex_wkb if as_text else sql.SQL("decode({}, 'hex')").format(hex_wkb)
-    srid = sql.SQL("substring({} from {})").format(value, sql.Literal("^SRID=([0-9]+);"))
-    return (sql.SQL("coalesce({}, '0')").format(srid) if as_text
-            else sql.SQL("coalesce(CAST({} AS integer), 0)").format(srid))
-
-
-def transform_sql(transform: Transform, value: sql.Composable, pg_type: str, *, with_parameters: bool) -> sql.Composed:
-    """The transform over `value` (the staged text of a converted value), cast to the destination type.
-
-    `with_parameters`: the statement also has parameters, so a percent sign of the expression is doubled.
-    """
-    def raw(text: str) -> sql.SQL:
-        return sql.SQL(text.replace("%", "%%") if with_parameters else text)
-
-    pieces: list[sql.Composable] = []
-    for part in transform.parts:
-        if isinstance(part, str):
-            pieces.append(raw(part))
-        elif isinstance(part, _Placeholder):
-            pieces.append(_placeholder_sql(part.letter, value, pg_type, as_text=False))
-        else:
-            texts = [raw(_quote(piece)) if isinstance(piece, str)
-                     else _placeholder_sql(piece.letter, value, pg_type, as_text=True)
-                     for piece in part.pieces]
-            pieces.append(sql.SQL("({})").format(sql.SQL(" || ").join(texts)))
-    return sql.SQL("CAST(({}) AS {})").format(sql.Composed(pieces), sql.SQL(_result_type(pg_type)))
-
-
-_CHARACTER_TYPES = frozenset({"character varying", "character", "varchar", "char", "bpchar"})
-_BIT_TYPES = frozenset({"bit", "bit varying", "varbit"})
-# A numeric type modifier (`(64)`, `(12,2)`).
-_NUMERIC_TYPMOD = re.compile(r"\(\s*\d+\s*(?:,\s*-?\d+\s*)?\)")
-
-
-def _result_type(pg_type: str) -> str:
-    """What a transform's result is cast to: the column's type, but text for a character type, so that a result
-    too long for the column fails on assignment instead of being cut short by the explicit cast."""
-    return "text" if pg_type.split("(", 1)[0].strip().lower() in _CHARACTER_TYPES else pg_type
-
-
-def staged_cast_type(pg_type: str) -> str:
-    """What a staged text value is cast to before it is written to (or compared with) a column of `pg_type`, so
-    that it ends as COPY into the column would make it: the column's type (a numeric or time value rounded as
-    COPY rounds it), but where an explicit cast would cut or pad a value silently (varchar(n), char(n), bit(n),
-    the elements of an array) the type without its modifier, whose assignment to the column then fails as COPY
-    does."""
-    if pg_type.rstrip().endswith("]"):
-        return _NUMERIC_TYPMOD.sub("", pg_type).strip()
-    base = pg_type.split("(", 1)[0].strip().lower()
-    if base in _CHARACTER_TYPES:
-        return "text"
-    return "bit varying" if base in _BIT_TYPES else pg_type
-
-
-def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform], alias: str, *,
-                  all_text: bool = False) -> dict[str, sql.Composable]:
-    """Each column's destination value read from a staging table: the staged column, or its transform.
-
-    `all_text`: every staged column holds text (`stage_copy`), and is cast to its column's type."""
-    def value(column: ColumnPlan) -> sql.Composable:
-        staged = sql.Identifier(alias, column.dest_name)
-        if column.dest_name in transforms:
-            return transform_sql(transforms[column.dest_name], staged, column.pg_type, with_parameters=False)
-        if all_text:
-            return sql.SQL("CAST({} AS {})").format(staged, sql.SQL(staged_cast_type(column.pg_type)))
-        return staged
-
-    return {column.dest_name: value(column) for column in columns}
-
-
-def parameter_value(column: ColumnPlan, transform: Transform | None) -> sql.Composable:
-    """A column's destination value from one bound parameter (`%s`, its converted text)."""
-    if transform is None:
-        return sql.SQL("CAST(%s AS {})").format(sql.SQL(column.pg_type))
-    return sql.SQL("(SELECT {} FROM (SELECT CAST(%s AS text) AS v) AS _value)").format(
-        transform_sql(transform, sql.Identifier("_value", "v"), column.pg_type, with_parameters=True))
-
-
-def transform_error(cur: psycopg.Cursor, frame: DataFrame, columns: Sequence[ColumnPlan],
-                    transforms: Mapping[str, Transform], *, connector: str, table: str, target: str,
-                    refs: Mapping[int, EventRef]) -> ConversionError | None:
-    """After a DML segment failed (its savepoint rolled back): the transform that fails on a value of the segment,
-    with the first event carrying the value and its position; None when every transform takes every value.
-
-    Runs on the failure path only: one Spark job per transformed column for its distinct values, then the
-    transform over halves of them, a savepoint each, until one value is left.
-    """
-    for column in columns:
-        transform = transforms.get(column.dest_name)
-        if transform is None:
-            continue
-        # The values transformed: after images, and before images where rows are looked up by them.
-        after = F.when(F.col("op") != "d", copy_line("after", [column]))
-        before = F.when(F.col("op").isin("u", "d"), copy_line("before", [column]))
-        texts = (frame.select(F.explode(F.array(after, before)).alias("text")).where(F.col("text").isNotNull())
-                 .distinct().collect())
-        values = [parse_copy_line(row.text)[0] for row in texts]
-        query = sql.SQL("SELECT {} FROM unnest(CAST(%s AS text[])) AS _value(v)").format(
-            transform_sql(transform, sql.Identifier("_value", "v"), column.pg_type, with_parameters=True))
-        failure = _failure(cur, query, values)
-        if failure is None:
-            continue
-        while len(values) > 1:
-            half = values[:len(values) // 2]
-            message = _failure(cur, query, half)
-            if message is not None:
-                values, failure = half, message
-            else:
-                values = values[len(values) // 2:]
-        value = values[0]
-        failure = _failure(cur, query, values) or failure
-        events = [refs[seq] for seq in events_with_value(frame, RejectedValue(column, value)) if seq in refs]
-        where = f"event {events[0].seq} of the batch (op {events[0].op})" if events else "an event of the batch"
-        return ConversionError(
-            f"cannot apply changes to {target}: the transform {transform.expression!r} of column "
-            f"{column.dest_name!r} (source column {column.source_name!r}) failed on the value "
-            f"{'NULL' if value is None else repr(value)} of {where}: {failure}",
-            connector=connector, table=table, position=events[0].position if events else None)
-    return None
-
-
-def _failure(cur: psycopg.Cursor, query: sql.Composed, values: list[str | None]) -> str | None:
-    try:
-        with cur.connection.transaction():
-            cur.execute(query, (values,))
-    except psycopg.Error as exc:
-        return exc.diag.message_primary or str(exc)
-    return None
-
-
-# The control tables: rules, and what each source column became.
-
-def _rules_table(schema: str) -> sql.Identifier:
-    return sql.Identifier(schema, "objmap")
-
-
-def add_rule(conn: psycopg.Connection, schema: str, connector: str, rule: Rule) -> None:
-    """Adds the rule, or replaces the connector's rule of that kind for that source object."""
-    with conn.transaction():
-        conn.execute(sql.SQL(
-            """INSERT INTO {} (connector, kind, source_object, destination_object) VALUES (%s, %s, %s, %s)
-               ON CONFLICT (connector, kind, lower(source_object)) DO UPDATE SET
-                 source_object = EXCLUDED.source_object, destination_object = EXCLUDED.destination_object,
-                 updated_at = now()""").format(_rules_table(schema)),
-            (connector, rule.kind, rule.source, rule.destination))
-
-
-def delete_rule(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, kind: str, source: str) -> bool:
-    """Deletes the connector's rule of that kind for that source object; False when there was none."""
-    kind = _checked_kind(connector, kind)
-    source = _normalized_source(connector, kind, source)
-    with conn.transaction():
-        deleted = conn.execute(sql.SQL(
-            "DELETE FROM {} WHERE connector = %s AND kind = %s AND lower(source_object) = lower(%s)").format(
-            _rules_table(schema)), (connector.name, kind, source)).rowcount
-    return deleted > 0
-
-
-def read_rules(conn: psycopg.Connection | psycopg.Cursor, schema: str, connector: str | None = None) -> list[Rule]:
-    """The rules of a connector (all connectors' when None), by kind and source object."""
-    rows = conn.execute(sql.SQL(
-        """SELECT kind, source_object, destination_object FROM {} WHERE %(c)s::text IS NULL OR connector = %(c)s
-           ORDER BY connector, kind, lower(source_object)""").format(_rules_table(schema)), {"c": connector}).fetchall()
-    return [Rule(*row) for row in rows]
-
-
-def list_rules(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(sql.SQL(
-            """SELECT connector, kind, source_object, destination_object, updated_at FROM {}
-               WHERE %(c)s::text IS NULL OR connector = %(c)s ORDER BY connector, kind, lower(source_object)""").format(
-            _rules_table(schema)), {"c": connector}))
-
-
-def read_attributes(conn: psycopg.Connection, schema: str, connector: str) -> list[dict[str, Any]]:
-    """The attribute view's rows of a connector, by source table and column position."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return list(cur.execute(sql.SQL(
-            """SELECT source_table, source_column, source_type, dest_schema, dest_table, dest_column, dest_type,
-                      transform FROM {} WHERE connector = %s ORDER BY source_table, position""").format(
-            sql.Identifier(schema, "objmap_attributes")), (connector,)))
-
-
-def record_columns(cur: psycopg.Cursor, schema: str, connector: str, table: TableDef) -> None:
-    """Records what each source column of a created or altered table became (in the batch's transaction)."""
-    forget_columns(cur, schema, connector, table.source_id)
-    with cur.copy(sql.SQL(
-            """COPY {} (connector, source_table, source_column, position, source_type, source_length, source_scale,
-                        autoincrement, type_map_type, dest_schema, dest_table, dest_column, dest_type)
-               FROM STDIN""").format(sql.Identifier(schema, "objmap_columns"))) as copy:
-        for position, column in enumerate(table.columns, start=1):
-            copy.write_row((connector, table.source_id, column.source_name, position, column.source_type,
-                            column.source_length, column.source_scale, column.identity,
-                            column.type_map_type or column.pg_type, table.schema, table.name, column.name,
-                            column.pg_type))
-
-
-def forget_columns(cur: psycopg.Cursor, schema: str, connector: str, source_table: str) -> None:
-    cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = %s").format(
-        sql.Identifier(schema, "objmap_columns")), (connector, source_table))
-
-
-@dataclass
-class _RecordedColumn:
-    source_table: str
-    source_column: str
-    source_type: str
-    source_length: int | None
-    source_scale: int | None
-    autoincrement: bool
-    type_map_type: str
-    dest_schema: str
-    dest_table: str
-    dest_column: str
-    dest_type: str
-
-
-def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorConfig) -> ObjectMap:
-    """Re-reads the connector's rules and brings the destination in line with them, in one transaction: a table
-    or column whose mapped name changed is renamed, a column whose mapped type changed is altered (its values
-    cast). Does nothing when nothing changed. Returns the rules as the next fetch cycle applies them.
-    """
-    columns_table = sql.Identifier(schema, "objmap_columns")
-    with conn.transaction(), conn.cursor() as cur:
-        object_map = ObjectMap(connector, read_rules(cur, schema, connector.name))
-        rows = cur.execute(sql.SQL(
-            """SELECT source_table, source_column, source_type, source_length, source_scale, autoincrement,
-                      type_map_type, dest_schema, dest_table, dest_column, dest_type
-               FROM {} WHERE connector = %s ORDER BY source_table, position FOR UPDATE""").format(columns_table),
-            (connector.name,)).fetchall()
-        by_table: dict[str, list[_RecordedColumn]] = {}
-        for row in rows:
-            by_table.setdefault(row[0], []).append(_RecordedColumn(*row))
-        for source_table, recorded in by_table.items():
-            for column, (dest_schema, dest_table, dest_column, dest_type) in _follow_rules(
-                    cur, object_map, source_table, recorded).items():
-                cur.execute(sql.SQL(
-                    """UPDATE {} SET dest_schema = %s, dest_table = %s, dest_column = %s, dest_type = %s
-                       WHERE connector = %s AND source_table = %s AND source_column = %s""").format(columns_table),
-                    (dest_schema, dest_table, dest_column, dest_type, connector.name, source_table, column))
-    return object_map
-
-
-def _follow_rules(cur: psycopg.Cursor, object_map: ObjectMap, source_table: str,
-                  recorded: list[_RecordedColumn]) -> dict[str, tuple[str, str, str, str]]:
-    """Renames and retypes one table as the rules now say; returns the columns whose record changed."""
-    connector = object_map.connector.name
-    current = (recorded[0].dest_schema, recorded[0].dest_table)
-    schema, table = object_map.table_name(source_table)
-    existing = destination_table(cur, *current)
-    if (schema, table) != current and existing is not None:
-        if destination_table(cur, schema, table) is not None:
-            raise MappingRuleError(f"cannot rename {current[0]}.{current[1]} to {schema}.{table}: that table exists",
-                                   connector=connector, table=source_table)
-        for statement in rename_table_sql(current[0], current[1], table, new_schema=schema):
-            cur.execute(statement)
-        log.info("%s: renamed %s.%s to %s.%s (mapping rules of %s)", connector, *current, schema, table, source_table)
-    wanted = {column.source_column: object_map.column_name(source_table, column.source_column) for column in recorded}
-    names = list(wanted.values())
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise MappingRuleError(f"mapping rules give several columns the name(s) {', '.join(duplicates)}",
-                               connector=connector, table=source_table)
-    columns = dict(existing.columns) if existing is not None else {}
-    changed: dict[str, tuple[str, str, str, str]] = {}
-    for column in recorded:
-        name = wanted[column.source_column]
-        pg_type = object_map.column_type(source_table, column.source_column, column.source_type, column.autoincrement,
-                                         column.source_length, column.source_scale) or column.type_map_type
-        if name != column.dest_column and column.dest_column in columns:
-            if name in columns:
-                raise MappingRuleError(f"cannot rename column {column.dest_column!r} of {schema}.{table} to {name!r}: "
-                                       f"that column exists", connector=connector, table=source_table)
-            cur.execute(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
-                sql.Identifier(schema, table), sql.Identifier(column.dest_column), sql.Identifier(name)))
-            columns[name] = columns.pop(column.dest_column)
-            log.info("%s: renamed column %s of %s.%s to %s", connector, column.dest_column, schema, table, name)
-        if canonical_pg_type(pg_type) != canonical_pg_type(column.dest_type) and name in columns:
-            cur.execute(retype_column_sql(schema, table, name, canonical_pg_type(columns[name]), pg_type))
-            log.info("%s: column %s of %s.%s is now %s", connector, name, schema, table, pg_type)
-        if (schema, table, name, pg_type) != (column.dest_schema, column.dest_table, column.dest_column,
-                                              column.dest_type):
-            changed[column.source_column] = (schema, table, name, pg_type)
-    return changed

@@ -18,7 +18,7 @@ import psycopg
 
 from cdc_pipeline import bulk_load, control
 
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import objmap, rule_store
 
 from cdc_pipeline.ops import requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, THIRD_PARTY_WARNINGS_ENV, PipelineConfig, load_config
@@ -290,22 +290,22 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
     with config.destination.connect() as conn:
         control.ensure_control_schema(conn, schema)
         if rule is not None:
-            objmap.add_rule(conn, schema, connector.name, rule)
+            rule_store.add_rule(conn, schema, connector.name, rule)
             print(f"{connector.name}: {rule.kind} {rule.source} -> {rule.destination} "
                   f"(in effect from the next fetch cycle, or now with `objmap reload`)")
         elif args.action == "del":
-            if not objmap.delete_rule(conn, schema, connector, args.kind, args.source):
+            if not rule_store.delete_rule(conn, schema, connector, args.kind, args.source):
                 print(f"{connector.name}: no {args.kind} rule for {args.source}", file=sys.stderr)
                 return 1
             print(f"{connector.name}: deleted the {args.kind} rule for {args.source}")
         elif args.action == "list":
-            rows = objmap.list_rules(conn, schema, args.name)
+            rows = rule_store.list_rules(conn, schema, args.name)
             if args.json:
                 print(json.dumps(rows, default=str, indent=2))
             for row in [] if args.json else rows:
                 print(f"{row['connector']}\t{row['kind']}\t{row['source_object']}\t{row['destination_object']}")
         elif args.action == "show":
-            rows = objmap.read_attributes(conn, schema, connector.name)
+            rows = rule_store.read_attributes(conn, schema, connector.name)
             if args.json:
                 print(json.dumps(rows, default=str, indent=2))
             for row in [] if args.json else rows:
@@ -316,7 +316,7 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
             # One fetch cycle of the connector at a time holds this lock; each cycle reloads the rules itself.
             control.acquire_run_lock(conn, connector.name)
             try:
-                object_map = objmap.reload_mapping(conn, schema, connector)
+                object_map = rule_store.reload_mapping(conn, schema, connector)
             finally:
                 control.release_run_lock(conn, connector.name)
             print(f"{connector.name}: the destination follows its {len(object_map.rules)} mapping rules")

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from cdc_pipeline import control
 
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
 from cdc_pipeline.sink.plan import SnapshotStep, attach_dml_frames, plan_batch
 from cdc_pipeline.config import ConnectorConfig
@@ -64,7 +64,7 @@ def retry(conn: psycopg.Connection, spark: SparkSession, connector: ConnectorCon
     try:
         outcomes: list[tuple[int, str]] = []
         # The rules as the cycles apply them: a retried event lands where its table's events land, transformed.
-        object_map = objmap.ObjectMap(connector, objmap.read_rules(conn, control_schema, connector.name))
+        object_map = objmap.ObjectMap(connector, rule_store.read_rules(conn, control_schema, connector.name))
         applier = BatchApplier(conn, connector, control_schema, object_map)
         for letter in letters:
             parsed = replay_batch(spark, connector, letter)

@@ -22,7 +22,7 @@ from cdc_pipeline import bulk_load, control
 
 from cdc_pipeline.decode import offsets
 
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import rule_store
 from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import SNAPSHOT_MODES, ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
@@ -224,7 +224,7 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
     # A running cycle keeps the rules it started with: renaming under it is not allowed.
     _require_no_running_cycle(conn, name)
     try:
-        object_map = objmap.reload_mapping(conn, schema, connector)
+        object_map = rule_store.reload_mapping(conn, schema, connector)
     except CdcError as exc:
         raise _Rejected(f"the destination cannot follow the mapping rules: {exc}") from None
     finally:

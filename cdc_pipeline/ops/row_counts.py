@@ -12,7 +12,8 @@ from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline import sources
-from cdc_pipeline.mapping.objmap import ObjectMap, read_rules
+from cdc_pipeline.mapping.objmap import ObjectMap
+from cdc_pipeline.mapping.rule_store import read_rules
 
 CONNECT_TIMEOUT_SECONDS = 10
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import control, faults
 
-from cdc_pipeline.mapping import objmap
+from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 
 from cdc_pipeline.sink import stage_copy
 from cdc_pipeline.catalog import destination_table
@@ -307,11 +307,11 @@ class BatchApplier:
         """Keeps the record of what each source column became (for reloads of the rules and the attribute view)."""
         name, schema = self.connector.name, self.control_schema
         if change.previous_source_table is not None:
-            objmap.forget_columns(cur, schema, name, change.previous_source_table)
+            rule_store.forget_columns(cur, schema, name, change.previous_source_table)
         if change.table is None:
-            objmap.forget_columns(cur, schema, name, change.source_table)
+            rule_store.forget_columns(cur, schema, name, change.source_table)
         else:
-            objmap.record_columns(cur, schema, name, change.table)
+            rule_store.record_columns(cur, schema, name, change.table)
 
     def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
         if self._set_aside_seqs and step.frame is not None:
@@ -321,7 +321,7 @@ class BatchApplier:
         destination = ensure_table_matches(
             cur, self.connector, schema, table, step.fields, source_table=step.source_table, position=position,
             object_map=self.object_map,
-            on_change=lambda wanted: objmap.record_columns(cur, self.control_schema, self.connector.name, wanted))
+            on_change=lambda wanted: rule_store.record_columns(cur, self.control_schema, self.connector.name, wanted))
         columns = plan_columns(step.fields, destination.columns,
                                lambda name: self.object_map.column_name(step.source_table, name),
                                connector=self.connector.name, table=step.source_table,
@@ -350,7 +350,7 @@ class BatchApplier:
             raise named from exc
         except psycopg.Error as exc:
             refs = {ref.seq: ref for ref in self._batch_refs}
-            failed = transforms and objmap.transform_error(
+            failed = transforms and transform_sql.transform_error(
                 cur, step.frame, columns, transforms, connector=self.connector.name, table=step.source_table,
                 target=f"{schema}.{table}", refs=refs)
             if failed:
@@ -403,7 +403,7 @@ class BatchApplier:
             upserts.setdefault(tuple(json.loads(unchanged)) if unchanged != "[]" else (), []).append(copy_text)
         target = sql.Identifier(schema, table)
         key_names = [column.dest_name for column in key_columns]
-        values = objmap.staged_values(columns, transforms, "s")
+        values = transform_sql.staged_values(columns, transforms, "s")
         if deletes:
             staging = self._staging(cur, target, key_names, transforms)
             self._copy(cur, staging, key_names, deletes)
@@ -468,7 +468,7 @@ class BatchApplier:
         target = sql.Identifier(schema, table)
         names = [column.dest_name for column in columns]
         key_names = [column.dest_name for column in key_columns]
-        values = objmap.staged_values(columns, transforms, "s", all_text=True)
+        values = transform_sql.staged_values(columns, transforms, "s", all_text=True)
         this_step = sql.SQL("s.{} = {}").format(sql.Identifier(stage_copy.STEP), sql.Literal(number))
         op = sql.Identifier("s", stage_copy.OP)
         if "d" in step.ops:
@@ -560,7 +560,7 @@ class BatchApplier:
             self._apply_keyless_net(cur, target, columns, rows, transforms)
             return self._zero_dates_written(step, zero_dates_written)
         names = [column.dest_name for column in columns]
-        values = [objmap.parameter_value(column, transforms.get(column.dest_name)) for column in columns]
+        values = [transform_sql.parameter_value(column, transforms.get(column.dest_name)) for column in columns]
         pending_inserts: list[str] = []
         for row in rows:
             if row.op in ("c", "r"):
@@ -605,7 +605,7 @@ class BatchApplier:
             staging = self._staging(cur, target, names, transforms)
             cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN _cdc_copies integer").format(staging))
             self._copy(cur, staging, [*names, "_cdc_copies"], removed)
-            values = objmap.staged_values(columns, transforms, "s")
+            values = transform_sql.staged_values(columns, transforms, "s")
             cur.execute(sql.SQL(
                 "DELETE FROM {t} WHERE ctid IN (SELECT m.ctid FROM ("
                 "SELECT t.ctid, s._cdc_copies, row_number() OVER (PARTITION BY s._cdc_image) AS _cdc_nth "
@@ -626,7 +626,7 @@ class BatchApplier:
             return
         staging = self._staging(cur, target, names, transforms)
         self._copy(cur, staging, names, lines)
-        values = objmap.staged_values(columns, transforms, "s")
+        values = transform_sql.staged_values(columns, transforms, "s")
         cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
             target, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values[name] for name in names),
             staging))

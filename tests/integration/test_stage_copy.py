@@ -8,7 +8,7 @@ from psycopg import sql
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import DestinationConfig, Secret
-from cdc_pipeline.mapping.objmap import staged_cast_type
+from cdc_pipeline.mapping.transform_sql import staged_cast_type
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 ITEMS = """CREATE TABLE items (

@@ -12,7 +12,8 @@ from psycopg import sql
 from cdc_pipeline.config import ConnectorConfig, parse_config
 from cdc_pipeline.convert.ddl import changes_from_schema_event, create_table_sql
 from cdc_pipeline.errors import MappingRuleError
-from cdc_pipeline.mapping.objmap import ObjectMap, Rule, parse_rule, parse_transform, transform_sql
+from cdc_pipeline.mapping.objmap import ObjectMap, Rule, parse_rule, parse_transform
+from cdc_pipeline.mapping.transform_sql import transform_sql
 
 
 def connector_of(connector_type: str = "mariadb", **fields: Any) -> ConnectorConfig:
