@@ -20,14 +20,14 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults, sources
+from cdc_pipeline import bulk_load, control, faults
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
-from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER, BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
+from cdc_pipeline.sink.plan import BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.decode.events import EventRef, ParsedBatch, parse_events, redelivery_test, same_stream_position
+from cdc_pipeline.decode.events import EventRef, ParsedBatch, parse_events, redelivery_test
 from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
@@ -38,15 +38,11 @@ from cdc_pipeline.capture.runner import (
 )
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.capture.spark import batch_dataframe
+from cdc_pipeline.fetch_phases import FetchCycle
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 log = logging.getLogger(__name__)
 
-ENGINE_START_TIMEOUT_SECONDS = 120.0
-FETCH_WAIT_SECONDS = 0.5
-# A schema snapshot whose last event never comes (no table to describe) counts as done this long after it completed.
-SCHEMA_SNAPSHOT_GRACE_SECONDS = 2.0
-GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
 STATE_CHECK_SECONDS = 1.0  # how often a running cycle looks whether its connector was paused
 RETRY = "retry"
 # Snapshot modes that copy the tables' rows (when they take a snapshot at all): under the bulk snapshot engine the
@@ -462,12 +458,6 @@ class ConnectorSession:
         return BatchApplier(self.conn, self.connector, self.control_schema, self.object_map, self._staging)
 
 
-def _continues_statement(last: FetchedBatch, batch: FetchedBatch) -> bool:
-    """Whether `batch` starts with a record of the statement whose record ended `last` (they share one offset):
-    such batches are applied together and never split between groups or runs (`events.same_stream_position`)."""
-    return bool(batch.index) and same_stream_position(last.last_offset, batch.index[0].get("offset"))
-
-
 def _transaction_key(ref: EventRef) -> Any:
     """What tells a streamed event's source transaction apart (None for snapshot events and other sources')."""
     offset = ref.offset or {}
@@ -504,154 +494,10 @@ def lazy_step(step: Callable[..., Iterator[T]]) -> Callable[..., Stream[T]]:
 
 @lazy_step
 def fetch_batches(session: ConnectorSession) -> Iterator[list[FetchedBatch]]:
-    """Pops batches until the source is idle or the cycle's event or time budget is spent, lazily.
-
-    Yields groups of consecutive batches of up to apply_batch_events events, each as soon as the engine has
-    nothing more ready: the engine goes on capturing while the group is parsed and applied downstream.
-    """
-    runner = session.runner
-    connector = session.connector
-    stats = session.cycle_stats
-    assert runner is not None
-    group: list[FetchedBatch] = []
-    group_events = events = 0
-    started = time.monotonic()
-    last_batch_at = started
-    streaming_since: float | None = None
-    polling_since: float | None = None
-    source_lost_since: float | None = None
-    streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
-    idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the source's position when the queue was empty
-    budget_spent = False  # max_events_per_run or max_seconds_per_run reached: the run ends at the next cut
-    schema_snapshot_done = not session.awaits_schema_snapshot
-    while True:
-        if session.halted():
-            log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
-            break
-        if session.bulk_load_pending and schema_snapshot_done and not group:
-            # Before any change of the stream is applied: the rows those changes apply to.
-            if not session.run_bulk_load(started + connector.max_seconds_per_run):
-                break
-            continue
-        if session.bulk_load_pending and not schema_snapshot_done and connector.type in SCHEMA_FROM_EVENTS_TYPES:
-            # An engine without schema events (PostgreSQL) has its position once it streams (its slot exists); the
-            # changes it streams wait in its queue, none applied before the load.
-            if runner.is_streaming():
-                schema_snapshot_done = True
-            elif runner.state in ("STOPPED", "FAILED"):
-                runner.raise_if_failed()
-                break
-            elif time.monotonic() - started > ENGINE_START_TIMEOUT_SECONDS:
-                raise RunnerError(f"the Debezium engine did not start streaming within "
-                                  f"{ENGINE_START_TIMEOUT_SECONDS:.0f} s (state {runner.state})",
-                                  connector=connector.name)
-            else:
-                time.sleep(0.05)
-            continue
-        with session.phase(control.PHASE_FETCHING, "fetch"):
-            batch = runner.fetch(GROUP_WAIT_SECONDS if group else FETCH_WAIT_SECONDS)
-        now = time.monotonic()
-        continues = batch is not None and bool(group) and _continues_statement(group[-1], batch)
-        if budget_spent and not continues:
-            # The run's budget was spent at the last batch. A batch fetched now is not applied (nor marked
-            # complete): the engine gives it to the next run.
-            break
-        if batch is not None:
-            faults.pause_point(faults.FETCHED)
-            stats.first_fetch_at = stats.first_fetch_at or now
-            if group and group_events + batch.size > connector.apply_batch_events and not continues:
-                yield group
-                group, group_events = [], 0
-            group.append(batch)
-            group_events += batch.size
-            if not session.snapshot_ended and (session.awaits_schema_snapshot or session.takes_data_snapshot):
-                session.snapshot_ended = _ends_snapshot(batch)
-            events += batch.size
-            last_batch_at = now
-            if not streamed and session.streams:
-                # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
-                streamed = runner.is_streaming()
-            if events >= connector.max_events_per_run and schema_snapshot_done and not session.in_data_snapshot() \
-                    and not budget_spent:
-                log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
-                budget_spent = True  # the run ends, once the records of the last batch's statement are all in
-        elif group:
-            yield group
-            group, group_events = [], 0
-            continue
-        elif not schema_snapshot_done and (session.snapshot_ended or (
-                now - last_batch_at >= SCHEMA_SNAPSHOT_GRACE_SECONDS and runner.snapshot_status().get("completed"))):
-            # Its batches are all applied (the queue is empty and no group is open): its last event came, or it
-            # completed with none (Debezium's metric may say so before its last batches reach the queue).
-            schema_snapshot_done = True
-            continue
-        elif not session.streams and runner.is_polling():
-            # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
-            polling_since = polling_since or now
-            snapshot = runner.snapshot_status()
-            quiet = now - max(last_batch_at, polling_since) >= connector.idle_timeout_seconds
-            if quiet and not snapshot.get("running") and (
-                    snapshot.get("completed") or snapshot.get("aborted") or events
-                    or now - polling_since >= 3 * connector.idle_timeout_seconds):
-                break
-        elif runner.is_streaming():
-            if source_lost_since is not None:
-                log.warning("%s: the log reader is connected to the source again after %.1f s", connector.name,
-                            now - source_lost_since)
-                source_lost_since = None
-            if streaming_since is None:
-                # Recorded once the queue is drained: a snapshot's batches may still be queued when streaming starts.
-                session.record_streaming()
-            # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
-            streaming_since = streaming_since or now
-            quiet_for = now - max(last_batch_at, streaming_since)
-            if (idle_mark is None or idle_mark[1] < last_batch_at) and quiet_for >= connector.idle_timeout_seconds / 2:
-                # Quiet for half the idle timeout: where the source is now. If nothing comes for the rest of it,
-                # every change before it is applied (what the change sensor reads the source's log from). Read
-                # only once the stream is quiet, not each time the queue drains while it flows.
-                idle_mark = (sources.source_position(connector), now)
-            if quiet_for >= connector.idle_timeout_seconds and schema_snapshot_done \
-                    and not session.bulk_load_pending:
-                # (A load still to run first waits for the engine's start, whatever the idle timeout.)
-                if idle_mark is not None and idle_mark[0] is not None and not group \
-                        and now - idle_mark[1] >= connector.idle_timeout_seconds / 2:
-                    session.record_source_checked(idle_mark[0])
-                break
-        elif runner.state in ("STOPPED", "FAILED"):
-            runner.raise_if_failed()
-            break
-        elif streaming_since is not None or streamed:
-            # It streamed and is not connected now: the source went away (a restart, the network). Debezium's
-            # log reader reconnects by itself; a run that waits too long fails instead of looking idle.
-            if source_lost_since is None:
-                source_lost_since = now
-                log.warning("%s: the log reader lost its connection to the source; waiting up to %.0f s for "
-                            "Debezium to reconnect", connector.name, connector.source_lost_timeout_seconds)
-            elif now - source_lost_since >= connector.source_lost_timeout_seconds:
-                raise RunnerError(
-                    f"lost the streaming connection to the source {connector.hostname}:{connector.port} and Debezium "
-                    f"did not reconnect within {connector.source_lost_timeout_seconds:.0f} s "
-                    f"(source_lost_timeout_seconds): check that the source runs and is reachable; the next run "
-                    "resumes from the last batch marked complete",
-                    connector=connector.name)
-        elif not runner.is_polling() and now - started > ENGINE_START_TIMEOUT_SECONDS:
-            raise RunnerError(f"the Debezium engine did not start polling within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
-                              f"(state {runner.state})", connector=connector.name)
-        if now - started >= connector.max_seconds_per_run and schema_snapshot_done and not session.in_data_snapshot():
-            # A snapshot cannot be resumed: it is finished whatever the budget (one of the schema only is short; one
-            # of Debezium's engine keeps a group in memory at a time, see apply_batches).
-            if not budget_spent:
-                log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
-            budget_spent = True  # the run ends, once the records of the last batch's statement are all in
-    if group:
-        yield group
-    log.info("%s: fetched %d events", connector.name, events)
-
-
-def _ends_snapshot(batch: FetchedBatch) -> bool:
-    """Whether the batch holds the last event of the engine's snapshot (Debezium marks it `snapshot: last`)."""
-    return any(str((entry.get("source") or {}).get("snapshot")).lower() == LAST_SNAPSHOT_MARKER
-               for entry in batch.index)
+    """Pops batches, phase after phase (the schema snapshot, the bulk load, the stream: `fetch_phases`), until the
+    source is idle or the cycle's budget is spent, lazily: groups of consecutive batches of up to
+    apply_batch_events events, each as soon as the engine has nothing more ready."""
+    yield from FetchCycle(session)
 
 
 @lazy_step

@@ -206,6 +206,18 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
     return props
 
 
+def in_snapshot(entry: dict[str, Any]) -> bool:
+    """Whether an index entry's record belongs to the connector's initial snapshot, as the runner decides where to
+    cut a batch (`EventSerializer.inSnapshot`): its source block's `snapshot` (an incremental snapshot's reads are
+    the stream's), else its offset taken inside a snapshot not completed."""
+    source = entry.get("source") or {}
+    if "snapshot" in source:
+        return str(source["snapshot"]).lower() not in ("false", "none", "incremental")
+    offset = entry.get("offset") or {}
+    return str(offset.get("snapshot", "false")).lower() != "false" \
+        and str(offset.get("snapshot_completed")).lower() != "true"
+
+
 @dataclass
 class FetchedBatch:
     """Events popped from the runner: the Java list of the lines Spark parses (data changes, row images only), the
@@ -230,6 +242,12 @@ class FetchedBatch:
     def batch_ids(self) -> tuple[int, ...]:
         """The runner batch ids to mark complete once this is applied, in order."""
         return tuple(member.batch_id for member in self.members) or (self.batch_id,)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the batch starts with a streamed record, not a snapshot's (the runner never hands over a batch
+        that holds both the end of a snapshot and the start of the stream)."""
+        return bool(self.index) and not in_snapshot(self.index[0])
 
     def data_lines(self) -> Any:
         """The Java list of the lines of data changes, all Spark parses (a py4j handle: they stay in the JVM).
@@ -314,6 +332,19 @@ class DebeziumRunner:
     def snapshot_status(self) -> dict[str, bool]:
         """Debezium's snapshot metrics of this engine: `running`, `completed`, `aborted` ({} before they exist)."""
         return json.loads(self._java.snapshotStatus())
+
+    def read_position(self) -> dict[str, Any] | None:
+        """Where the engine's log reader is now (a binlog connector's file and position: past every event it handed
+        to Debezium's queue, captured or not), or None when unknown."""
+        return json.loads(self._java.readPosition()) or None
+
+    def engine_queue_empty(self) -> bool:
+        """Whether Debezium's own queue, between its source task and this runner, is empty now."""
+        return bool(self._java.engineQueueEmpty())
+
+    def queued_batches(self) -> int:
+        """Batches handed over by the engine and not yet fetched."""
+        return int(self._java.queuedBatches())
 
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":

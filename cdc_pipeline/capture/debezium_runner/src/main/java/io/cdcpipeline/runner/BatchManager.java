@@ -17,6 +17,11 @@ import io.debezium.engine.RecordChangeEvent;
  * thread waits here, which throttles capture. A popped batch gets an id and stays in flight until
  * Python reports it complete; only then are its records marked processed, which is what lets the
  * engine's offset advance. Batches must be completed in the order they were popped.
+ *
+ * An engine batch that holds the end of a snapshot and the start of the stream is handed over as two batches, cut
+ * where its records stop being the snapshot's: the pipeline applies the snapshot's records, then loads the rows,
+ * then the stream, and a batch never straddles that switch. Both halves share the engine's committer, which
+ * commits the offset of the records marked so far each time a half is marked complete.
  */
 final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>> {
     private final BlockingQueue<ChangeBatch> queue;
@@ -38,6 +43,19 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         if (records.isEmpty()) {
             return;
         }
+        int cut = snapshotEnd(records);
+        if (cut > 0 && cut < records.size()) {
+            enqueue(records.subList(0, cut), committer);
+            enqueue(records.subList(cut, records.size()), committer);
+        }
+        else {
+            enqueue(records, committer);
+        }
+    }
+
+    private void enqueue(List<RecordChangeEvent<SourceRecord>> records,
+                         DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
         ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq);
         nextSeq += records.size();
         while (!stopping) {
@@ -48,6 +66,19 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
                 return;
             }
         }
+    }
+
+    /** The index of the first streamed record that follows a snapshot's record in `records`, or -1. */
+    static int snapshotEnd(List<RecordChangeEvent<SourceRecord>> records) {
+        boolean previousInSnapshot = false;
+        for (int i = 0; i < records.size(); i++) {
+            boolean inSnapshot = EventSerializer.inSnapshot(records.get(i).record());
+            if (previousInSnapshot && !inSnapshot) {
+                return i;
+            }
+            previousInSnapshot = inSnapshot;
+        }
+        return -1;
     }
 
     @Override

@@ -157,6 +157,51 @@ public final class DebeziumRunner {
         }
     }
 
+    /**
+     * Where the engine's log reader is now, as JSON ({"file":..,"pos":..} of a binlog connector's client: the
+     * position after the last event it handed to Debezium's queue, captured or not; {} when unknown).
+     */
+    public String readPosition() {
+        try {
+            ObjectName name = metricsName("streaming");
+            if (name == null) {
+                return "{}";
+            }
+            Object file = MBEANS.getAttribute(name, "BinlogFilename");
+            Object position = MBEANS.getAttribute(name, "BinlogPosition");
+            if (file == null || position == null || ((Number) position).longValue() <= 0) {
+                return "{}";
+            }
+            return "{\"file\":\"" + file.toString().replace("\\", "\\\\").replace("\"", "\\\"") + "\",\"pos\":"
+                    + ((Number) position).longValue() + "}";
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the log reader's position of {}", parameters.get("topic.prefix"), e);
+            return "{}";
+        }
+    }
+
+    /**
+     * Whether Debezium's own queue (between its source task and this runner) is empty, by its streaming metrics;
+     * false when they cannot be read.
+     */
+    public boolean engineQueueEmpty() {
+        try {
+            ObjectName name = metricsName("streaming");
+            if (name == null) {
+                return false;
+            }
+            Object remaining = MBEANS.getAttribute(name, "QueueRemainingCapacity");
+            Object total = MBEANS.getAttribute(name, "QueueTotalCapacity");
+            return remaining != null && total != null
+                    && ((Number) remaining).longValue() == ((Number) total).longValue();
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the queue metrics of {}", parameters.get("topic.prefix"), e);
+            return false;
+        }
+    }
+
     /** The name of this engine's Debezium connector-metrics MBean of a context ("snapshot", "streaming"), or null. */
     private ObjectName metricsName(String context) throws Exception {
         String topicPrefix = parameters.get("topic.prefix");

@@ -104,6 +104,31 @@ final class EventSerializer {
      * the source block (nulls and the connector's name and version left out), the offset, and for a schema
      * change its payload. The pipeline reads a batch's entries as one JSON array (see {@link ChangeBatch#index}).
      */
+    /**
+     * Whether a record belongs to the connector's initial snapshot: its source block says so (`snapshot` true,
+     * first, last, ...; an incremental snapshot's reads are the stream's), or, for a record without one, its offset
+     * was taken inside a snapshot that had not completed.
+     */
+    static boolean inSnapshot(SourceRecord record) {
+        Schema schema = record.valueSchema();
+        if (record.value() instanceof Struct && schema != null && schema.type() == Schema.Type.STRUCT
+                && schema.field("source") != null) {
+            Struct source = ((Struct) record.value()).getStruct("source");
+            if (source != null && source.schema().field("snapshot") != null) {
+                Object snapshot = source.get("snapshot");
+                String marker = snapshot == null ? "false" : snapshot.toString().toLowerCase();
+                return !marker.equals("false") && !marker.equals("incremental");
+            }
+        }
+        Map<String, ?> offset = record.sourceOffset();
+        if (offset == null) {
+            return false;
+        }
+        Object snapshot = offset.get("snapshot");
+        return snapshot != null && !"false".equalsIgnoreCase(snapshot.toString())
+                && !"true".equalsIgnoreCase(String.valueOf(offset.get("snapshot_completed")));
+    }
+
     synchronized ObjectNode indexEntry(long seq, SourceRecord record) {
         ObjectNode entry = mapper.createObjectNode();
         entry.put("seq", seq);

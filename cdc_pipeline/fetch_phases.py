@@ -1,0 +1,285 @@
+"""The fetch step of a cycle as phases, each with its own exits and budget: the engine's schema snapshot, the bulk
+load, then the stream (or Debezium's own data snapshot).
+
+- The schema snapshot (when the cycle begins a bulk load, or resumes one whose engine has no position yet): its
+  groups are applied before anything else. It ends when the engine says so: the first streamed record it hands
+  over (the runner never puts the end of a snapshot and the start of the stream in one batch), or, on a quiet
+  source, Debezium's snapshot metric completed with its queue and ours empty. A PostgreSQL engine emits no schema
+  events: its snapshot is over once it streams (its slot holds the position). A snapshot cannot be resumed, so this
+  phase runs to its end whatever the budget.
+- The bulk load copies the rows before any change of the stream is applied; the streamed batch that ended the
+  schema snapshot waits for it. A load that does not finish within the budget ends the run.
+- The stream yields groups until the source is idle or the run's budget (`max_events_per_run`,
+  `max_seconds_per_run`) is spent, never splitting the records of one statement between runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from cdc_pipeline import control, faults
+from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
+from cdc_pipeline.decode.events import same_stream_position
+from cdc_pipeline.errors import RunnerError
+from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
+
+if TYPE_CHECKING:
+    from cdc_pipeline.cycle import ConnectorSession
+
+log = logging.getLogger(__name__)
+
+ENGINE_START_TIMEOUT_SECONDS = 120.0
+FETCH_WAIT_SECONDS = 0.5
+GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
+# On a quiet source, the schema snapshot is over once Debezium says it completed and both queues stayed empty this
+# long (what the engine's thread polled may still be on its way into our queue for a moment).
+SCHEMA_SNAPSHOT_SETTLE_SECONDS = 0.5
+
+
+class FetchCycle:
+    """The fetch step's shared state: the group being gathered, the run's budget, the batch carried between phases.
+
+    Iterating it runs the phases in order and yields groups of consecutive batches of up to `apply_batch_events`
+    events, each as soon as the engine has nothing more ready, so the engine goes on capturing while a group is
+    applied downstream.
+    """
+
+    def __init__(self, session: "ConnectorSession") -> None:
+        assert session.runner is not None
+        self.session = session
+        self.runner = session.runner
+        self.connector = session.connector
+        self.started = time.monotonic()
+        self.group: list[FetchedBatch] = []
+        self.group_events = 0
+        self.events = 0
+        self.last_batch_at = self.started
+        self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
+        self.budget_spent = False  # the run ends at the next cut between statements
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.connector.max_seconds_per_run
+
+    def __iter__(self) -> Iterator[list[FetchedBatch]]:
+        if self.session.awaits_schema_snapshot:
+            if not (yield from self._schema_snapshot()):
+                return
+        if self.session.bulk_load_pending and not self._bulk_load():
+            return
+        yield from self._stream()
+        log.info("%s: fetched %d events", self.connector.name, self.events)
+
+    # The schema snapshot.
+
+    def _schema_snapshot(self) -> Iterator[list[FetchedBatch]]:
+        """Yields the schema snapshot's groups; returns whether the cycle goes on (not paused, engine alive)."""
+        if self.connector.type in SCHEMA_FROM_EVENTS_TYPES:
+            return self._await_streaming()
+        goes_on = True
+        while True:
+            if self.session.halted():
+                log.info("%s: paused during the schema snapshot", self.connector.name)
+                goes_on = False
+                break
+            batch = self._fetch()
+            now = time.monotonic()
+            if batch is not None and batch.streamed:
+                log.info("%s: the schema snapshot ended; the stream's first batch waits for the bulk load",
+                         self.connector.name)
+                self.carried = batch
+                break
+            if batch is not None:
+                continued = self._add(batch, now)
+                if continued is not None:
+                    yield continued
+                continue
+            if self.group:
+                yield self._take_group()
+                continue
+            if self._snapshot_settled(now):
+                log.info("%s: the schema snapshot completed", self.connector.name)
+                break
+            self._raise_unless_engine_alive(now, "start polling", started=self.runner.is_polling())
+            if self.runner.state == "STOPPED":
+                goes_on = False
+                break
+        if self.group:
+            yield self._take_group()
+        return goes_on
+
+    def _await_streaming(self) -> bool:
+        """A PostgreSQL engine has its position once it streams; the changes it streams meanwhile wait in its
+        queue. Returns whether the cycle goes on."""
+        while not self.runner.is_streaming():
+            if self.session.halted():
+                return False
+            self._raise_unless_engine_alive(time.monotonic(), "start streaming", started=False)
+            if self.runner.state == "STOPPED":
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _snapshot_settled(self, now: float) -> bool:
+        """Debezium's snapshot completed and nothing of it is left on the way to us (its queue and ours empty)."""
+        if now - self.last_batch_at < SCHEMA_SNAPSHOT_SETTLE_SECONDS:
+            return False
+        snapshot = self.runner.snapshot_status()
+        return bool(snapshot.get("completed")) and self.runner.engine_queue_empty() \
+            and self.runner.queued_batches() == 0
+
+    def _raise_unless_engine_alive(self, now: float, waiting_to: str, started: bool) -> None:
+        """Raises the engine's failure, or a timeout when it has not `started` within the start timeout."""
+        self.runner.raise_if_failed()
+        if not started and self.runner.state != "STOPPED" and now - self.started > ENGINE_START_TIMEOUT_SECONDS:
+            raise RunnerError(f"the Debezium engine did not {waiting_to} within {ENGINE_START_TIMEOUT_SECONDS:.0f} s "
+                              f"(state {self.runner.state})", connector=self.connector.name)
+
+    # The bulk load.
+
+    def _bulk_load(self) -> bool:
+        """Runs the load before any change of the stream; returns whether it finished (the stream may follow)."""
+        return self.session.run_bulk_load(self.deadline)
+
+    # The stream.
+
+    def _stream(self) -> Iterator[list[FetchedBatch]]:
+        session, runner, connector = self.session, self.runner, self.connector
+        streaming_since: float | None = None
+        polling_since: float | None = None
+        source_lost_since: float | None = None
+        streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
+        idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the engine's read position, queue empty
+        while True:
+            if session.halted():
+                log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
+                break
+            batch = self._fetch()
+            now = time.monotonic()
+            continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
+            if self.budget_spent and not continues:
+                # The run's budget was spent at the last batch. A batch fetched now is not applied (nor marked
+                # complete): the engine gives it to the next run.
+                break
+            if batch is not None:
+                faults.pause_point(faults.FETCHED)
+                full = self._add(batch, now)
+                if full is not None:
+                    yield full
+                if not session.snapshot_ended and session.takes_data_snapshot:
+                    session.snapshot_ended = _ends_snapshot(batch)
+                if not streamed and session.streams:
+                    # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
+                    streamed = runner.is_streaming()
+                if self.events >= connector.max_events_per_run and not session.in_data_snapshot() \
+                        and not self.budget_spent:
+                    log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
+                    self.budget_spent = True
+            elif self.group:
+                yield self._take_group()
+                continue
+            elif not session.streams and runner.is_polling():
+                # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
+                polling_since = polling_since or now
+                snapshot = runner.snapshot_status()
+                quiet = now - max(self.last_batch_at, polling_since) >= connector.idle_timeout_seconds
+                if quiet and not snapshot.get("running") and (
+                        snapshot.get("completed") or snapshot.get("aborted") or self.events
+                        or now - polling_since >= 3 * connector.idle_timeout_seconds):
+                    break
+            elif runner.is_streaming():
+                if source_lost_since is not None:
+                    log.warning("%s: the log reader is connected to the source again after %.1f s", connector.name,
+                                now - source_lost_since)
+                    source_lost_since = None
+                if streaming_since is None:
+                    # Recorded once the queue is drained: a snapshot's batches may still be queued when streaming
+                    # starts.
+                    session.record_streaming()
+                # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
+                streaming_since = streaming_since or now
+                quiet_for = now - max(self.last_batch_at, streaming_since)
+                if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
+                        and quiet_for >= connector.idle_timeout_seconds / 2:
+                    # Quiet for half the idle timeout: where the engine's log reader is now. If nothing comes for the
+                    # rest of it, every change before it is applied (what the change sensor reads the source's log
+                    # from). The reader's position, not the server's end: a reader still inside a large transaction
+                    # of other tables has not yet reached a captured change behind it.
+                    idle_mark = (runner.read_position(), now)
+                if quiet_for >= connector.idle_timeout_seconds:
+                    if idle_mark is not None and idle_mark[0] is not None \
+                            and now - idle_mark[1] >= connector.idle_timeout_seconds / 2:
+                        session.record_source_checked(idle_mark[0])
+                    break
+            elif runner.state in ("STOPPED", "FAILED"):
+                runner.raise_if_failed()
+                break
+            elif streaming_since is not None or streamed:
+                # It streamed and is not connected now: the source went away (a restart, the network). Debezium's
+                # log reader reconnects by itself; a run that waits too long fails instead of looking idle.
+                if source_lost_since is None:
+                    source_lost_since = now
+                    log.warning("%s: the log reader lost its connection to the source; waiting up to %.0f s for "
+                                "Debezium to reconnect", connector.name, connector.source_lost_timeout_seconds)
+                elif now - source_lost_since >= connector.source_lost_timeout_seconds:
+                    raise RunnerError(
+                        f"lost the streaming connection to the source {connector.hostname}:{connector.port} and "
+                        f"Debezium did not reconnect within {connector.source_lost_timeout_seconds:.0f} s "
+                        f"(source_lost_timeout_seconds): check that the source runs and is reachable; the next run "
+                        "resumes from the last batch marked complete",
+                        connector=connector.name)
+            elif not runner.is_polling() and now - self.started > ENGINE_START_TIMEOUT_SECONDS:
+                raise RunnerError(f"the Debezium engine did not start polling within "
+                                  f"{ENGINE_START_TIMEOUT_SECONDS:.0f} s (state {runner.state})",
+                                  connector=connector.name)
+            if now >= self.deadline and not session.in_data_snapshot():
+                # Debezium's own data snapshot cannot be resumed: it is finished whatever the budget (it keeps one
+                # group in memory at a time, see apply_batches).
+                if not self.budget_spent:
+                    log.info("%s: reached max_seconds_per_run (%s)", connector.name, connector.max_seconds_per_run)
+                self.budget_spent = True
+        if self.group:
+            yield self._take_group()
+
+    # Shared by the phases.
+
+    def _fetch(self) -> FetchedBatch | None:
+        if self.carried is not None:
+            batch, self.carried = self.carried, None
+            return batch
+        with self.session.phase(control.PHASE_FETCHING, "fetch"):
+            return self.runner.fetch(GROUP_WAIT_SECONDS if self.group else FETCH_WAIT_SECONDS)
+
+    def _add(self, batch: FetchedBatch, now: float) -> list[FetchedBatch] | None:
+        """Adds a fetched batch to the open group; returns the group it closed, when the batch did not fit in it
+        (the records of one statement are never split)."""
+        stats = self.session.cycle_stats
+        stats.first_fetch_at = stats.first_fetch_at or now
+        closed = None
+        continues = bool(self.group) and _continues_statement(self.group[-1], batch)
+        if self.group and self.group_events + batch.size > self.connector.apply_batch_events and not continues:
+            closed = self._take_group()
+        self.group.append(batch)
+        self.group_events += batch.size
+        self.events += batch.size
+        self.last_batch_at = now
+        return closed
+
+    def _take_group(self) -> list[FetchedBatch]:
+        group, self.group, self.group_events = self.group, [], 0
+        return group
+
+
+def _continues_statement(last: FetchedBatch, batch: FetchedBatch) -> bool:
+    """Whether `batch` starts with a record of the statement whose record ended `last` (they share one offset):
+    such batches are applied together and never split between groups or runs (`events.same_stream_position`)."""
+    return bool(batch.index) and same_stream_position(last.last_offset, batch.index[0].get("offset"))
+
+
+def _ends_snapshot(batch: FetchedBatch) -> bool:
+    """Whether the batch holds the last event of the engine's snapshot (Debezium marks it `snapshot: last`)."""
+    return any(str((entry.get("source") or {}).get("snapshot")).lower() == LAST_SNAPSHOT_MARKER
+               for entry in batch.index)
