@@ -19,12 +19,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from cdc_pipeline import control, faults
+from cdc_pipeline import control, faults, sources
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.decode.events import same_stream_position
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
+from cdc_pipeline.sources import mariadb
 
 if TYPE_CHECKING:
     from cdc_pipeline.cycle import ConnectorSession
@@ -204,16 +205,20 @@ class FetchCycle:
                 quiet_for = now - max(self.last_batch_at, streaming_since)
                 if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
                         and quiet_for >= connector.idle_timeout_seconds / 2:
-                    # Quiet for half the idle timeout: where the engine's log reader is now. If nothing comes for the
-                    # rest of it, every change before it is applied (what the change sensor reads the source's log
-                    # from). The reader's position, not the server's end: a reader still inside a large transaction
-                    # of other tables has not yet reached a captured change behind it.
-                    idle_mark = (runner.read_position(), now)
+                    # Quiet for half the idle timeout: where the source's log ends now. Once the engine's reader has
+                    # read up to there and nothing came for the rest of the idle timeout, every change before it is
+                    # applied (what the change sensor reads the source's log from).
+                    idle_mark = (sources.source_position(connector), now)
                 if quiet_for >= connector.idle_timeout_seconds:
-                    if idle_mark is not None and idle_mark[0] is not None \
-                            and now - idle_mark[1] >= connector.idle_timeout_seconds / 2:
-                        session.record_source_checked(idle_mark[0])
-                    break
+                    end = idle_mark[0] if idle_mark is not None else None
+                    if end is None:
+                        break
+                    # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
+                    # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
+                    # too fresh to say that nothing came after it.
+                    if now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end):
+                        session.record_source_checked(end)
+                        break
             elif runner.state in ("STOPPED", "FAILED"):
                 runner.raise_if_failed()
                 break
@@ -245,6 +250,14 @@ class FetchCycle:
             yield self._take_group()
 
     # Shared by the phases.
+
+    def _reader_reached(self, end: dict[str, Any]) -> bool:
+        """Whether the engine's log reader has read the source's log up to `end` (a reader whose position cannot be
+        read counts as there)."""
+        reader = self.runner.read_position()
+        if reader is None or "file" not in end:
+            return True
+        return mariadb.position_reached(reader, end)
 
     def _fetch(self) -> FetchedBatch | None:
         if self.carried is not None:

@@ -564,3 +564,9 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
             cur.execute("SELECT COUNT(*) FROM " + quote_mysql(database) + "." + quote_mysql(table))
             counts[source_table] = int(cur.fetchone()[0])
     return counts
+
+
+def position_reached(position: dict[str, Any], target: dict[str, Any]) -> bool:
+    """Whether binlog `position` (file and pos) is at or past `target`."""
+    return _file_order(str(position["file"]), int(position["pos"])) >= _file_order(str(target["file"]),
+                                                                                  int(target["pos"]))
