@@ -14,7 +14,9 @@ import pytest
 from psycopg import sql
 
 from cdc_pipeline.capture.runner import jdbc_target
+from cdc_pipeline import faults
 from cdc_pipeline.config import DestinationConfig
+from cdc_pipeline.errors import StagingMismatchError
 
 pytestmark = pytest.mark.integration
 
@@ -134,3 +136,26 @@ def test_a_destination_with_other_defaults_gets_an_exact_copy(pg_pipeline, desti
     assert counts["deletes"] >= 1 and counts["updates"] >= 2
     for table in ("items", "notes"):
         assert _reader_rows(pipe.dest_dsn, table) == _reader_rows(pipe.source_dsn, table), f"changes of {table}"
+
+
+def test_a_merge_that_cannot_see_the_staged_rows_fails_the_batch(pg_pipeline, monkeypatch):
+    pipe = pg_pipeline
+    pipe.source(["CREATE TABLE items (id integer PRIMARY KEY, v text)",
+                 "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 20) AS g"])
+    pipe.sync()
+    pipe.source(["UPDATE items SET v = 'changed' WHERE id <= 5", "DELETE FROM items WHERE id > 15",
+                 "INSERT INTO items VALUES (21, 'new')"])
+    rows, positions = pipe.dest_rows("items"), pipe.dest_query("SELECT * FROM cdc.applied_positions")
+
+    # The batch's snapshot taken before the tasks commit the staged rows, as REPEATABLE READ did.
+    monkeypatch.setenv(faults.EARLY_SNAPSHOT_ENV, "1")
+    with pytest.raises(StagingMismatchError, match=r"the merge sees 0 of the \d+ rows Spark's tasks staged") as failed:
+        pipe.sync()
+    assert failed.value.connector == pipe.name and failed.value.table == "public.items"
+    assert failed.value.position is not None
+    assert pipe.dest_rows("items") == rows, "nothing of the batch is applied"
+    assert pipe.dest_query("SELECT * FROM cdc.applied_positions") == positions, "the position does not move"
+
+    monkeypatch.delenv(faults.EARLY_SNAPSHOT_ENV)
+    pipe.sync()
+    pipe.assert_same("items")
