@@ -102,8 +102,8 @@ ROWS = [
     "1.7976931348623157e308, -0.5, '\\x5c5c', 'back\\slash')",
 ]
 CHANGES = [
-    "UPDATE items SET d = d + 1, tstz = tstz + interval '90 minutes', iv = iv * 2, f8 = f8 / 3, b = b || '\\x5c'::bytea,"
-    " t = t || E'\\\\n' WHERE id IN (1, 3)",
+    "UPDATE items SET d = d + 1, tstz = tstz + interval '90 minutes', iv = iv * 2, f8 = f8 / 3, "
+    "b = b || '\\x5c'::bytea, t = t || E'\\\\n' WHERE id IN (1, 3)",
     "DELETE FROM items WHERE id = 2",
     "INSERT INTO items VALUES (4, '2024-12-31', '2024-12-31 23:59:59.999999', '2024-12-31 23:59:59.999999+14', "
     "'-178000000 years', 2.2250738585072014e-308, 1.17549435e-38, '\\x00', E'\\\\\\\\')",
@@ -124,7 +124,8 @@ def test_a_destination_with_other_defaults_gets_an_exact_copy(pg_pipeline, desti
     pipe.write_config(tables=["public.items", "public.notes"])
     pipe.source([f"CREATE TABLE items {TABLE}", f"INSERT INTO items VALUES {', '.join(ROWS)}",
                  "CREATE TABLE notes (d date, tstz timestamptz, iv interval, f8 double precision, b bytea, t text)",
-                 "ALTER TABLE notes REPLICA IDENTITY FULL", "INSERT INTO notes SELECT d, tstz, iv, f8, b, t FROM items"])
+                 "ALTER TABLE notes REPLICA IDENTITY FULL",
+                 "INSERT INTO notes SELECT d, tstz, iv, f8, b, t FROM items"])
     writer_dsn = _writer_with_hostile_defaults(destination_pg, pipe.dest_db, ("database", "role"))
     monkeypatch.setenv("TEST_DEST_DSN", writer_dsn)
     pipe.sync()
