@@ -364,7 +364,7 @@ class BatchApplier:
                  text_columns: Collection[str] = ()) -> sql.Identifier:
         """A temporary table with the target's columns; `text_columns` (those with a transform) hold text."""
         self._staging_seq += 1
-        staging = sql.Identifier(f"_cdc_staging_{self._staging_seq}")
+        staging = sql.Identifier("pg_temp", f"_cdc_staging_{self._staging_seq}")
         cur.execute(staging_table_sql(staging, target, columns, text_columns))
         return staging
 
@@ -653,7 +653,7 @@ def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: 
     hold text."""
     return sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
         staging, sql.SQL(", ").join(
-            sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
+            sql.SQL("CAST(NULL AS pg_catalog.text) AS {}").format(sql.Identifier(name)) if name in text_columns
             else sql.Identifier(name) for name in columns), target)
 
 
