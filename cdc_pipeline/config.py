@@ -309,6 +309,35 @@ Port = _between(1, 65535)
 _SECTION = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
+# The destination session settings the pipeline's SQL depends on, pinned on every session it opens so that no
+# default set by a DBA for the database or the role changes what it does:
+# - READ COMMITTED: the merge reads the rows Spark's tasks committed into the staging table after the batch's
+#   transaction began; a REPEATABLE READ snapshot taken before would see none of them.
+# - search_path: names the pipeline writes unqualified resolve to the catalog's own objects, never to a function,
+#   operator or type a role with CREATE on some schema defined (the CVE-2018-1058 pattern); its tables and the
+#   replicated tables are always schema-qualified, and the temporary staging tables are pg_temp's.
+# - how values read and write as text: dates, times with zone, intervals, floats, bytes, backslashes in literals,
+#   and the encoding of the text sent and read.
+# Not pinned: default_transaction_read_only (a read-only destination fails every write, loudly, as its DBA meant)
+# and session_replication_role (only a superuser may set it; it changes which triggers fire, not what is written).
+SESSION_SETTINGS = {
+    "default_transaction_isolation": "read committed",
+    "search_path": "pg_catalog, pg_temp",
+    "DateStyle": "ISO, MDY",
+    "TimeZone": "UTC",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+    "standard_conforming_strings": "on",
+    "client_encoding": "UTF8",
+}
+
+
+def _options_escape(value: str) -> str:
+    """A setting's value as one word of the `options` connection parameter: spaces and backslashes escaped."""
+    return re.sub(r"([\\\s])", r"\\\1", value)
+
+
 @dataclass(frozen=True, config=_SECTION)
 class DestinationConfig:
     """The destination PostgreSQL: where replicated tables land and where the control schema lives."""
@@ -324,9 +353,11 @@ class DestinationConfig:
     @property
     def session_options(self) -> str:
         """The settings every destination session of the pipeline runs with (Python's and the JVM's), as the
-        `options` connection parameter both libpq and pgjdbc take."""
-        return (f"-c lock_timeout={int(self.lock_timeout_seconds * 1000)}ms "
-                f"-c statement_timeout={int(self.statement_timeout_seconds * 1000)}ms")
+        `options` connection parameter both libpq and pgjdbc take: `SESSION_SETTINGS` and the timeouts. A client's
+        setting outranks the database's and the role's defaults (ALTER DATABASE/ROLE ... SET)."""
+        settings = {**SESSION_SETTINGS, "lock_timeout": f"{int(self.lock_timeout_seconds * 1000)}ms",
+                    "statement_timeout": f"{int(self.statement_timeout_seconds * 1000)}ms"}
+        return " ".join(f"-c {name}={_options_escape(value)}" for name, value in settings.items())
 
     def connect(self, connector: str | None = None, **options: Any) -> Any:
         """A psycopg connection to the destination (autocommit unless told otherwise), with the lock and statement

@@ -233,12 +233,16 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
                   "objmap_columns", "objmap_attributes", "bulk_loads", "bulk_load_tables")
+# Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
+# value the destination refused, and a bulk load's next chunk begins at a key value.
+OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}
 
 
 def grant_operator(conn: psycopg.Connection, schema: str, role: str) -> None:
-    """Gives the operator role its rights in the control schema, and only those: read the state, submit requests
-    (INSERT of connector, kind and argument: the pipeline serves and validates them), and add, change and delete
-    mapping rules (which every run reads through `transform_guard`). Nothing on replicated tables."""
+    """Gives the operator role its rights in the control schema, and only those: read the state (but no column that
+    may hold a replicated value: `OPERATOR_HIDDEN_COLUMNS`), submit requests (INSERT of connector, kind and
+    argument: the pipeline serves and validates them), and add, change and delete mapping rules (which every run
+    reads through `transform_guard`). Nothing on replicated tables."""
     exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
     if not exists:
         raise CdcError(f"the destination's operator_role {role!r} does not exist: create it (CREATE ROLE "
@@ -246,8 +250,17 @@ def grant_operator(conn: psycopg.Connection, schema: str, role: str) -> None:
     target, who = sql.Identifier(schema), sql.Identifier(role)
     with conn.transaction():
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(target, who))
-        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(
-            sql.SQL(", ").join(sql.Identifier(schema, name) for name in OPERATOR_READS), who))
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.SQL(", ").join(
+            sql.Identifier(schema, name) for name in OPERATOR_READS if name not in OPERATOR_HIDDEN_COLUMNS), who))
+        for name, hidden in OPERATOR_HIDDEN_COLUMNS.items():
+            table = sql.Identifier(schema, name)
+            shown = [column for (column,) in conn.execute(
+                "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = %s::pg_catalog.regclass AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum", (table.as_string(conn),)) if column not in hidden]
+            # A table-wide grant (as earlier versions made) would show every column.
+            conn.execute(sql.SQL("REVOKE SELECT ON {} FROM {}").format(table, who))
+            conn.execute(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, shown)), table, who))
         conn.execute(sql.SQL("GRANT INSERT (connector, kind, argument) ON {} TO {}").format(
             sql.Identifier(schema, "requests"), who))
         conn.execute(sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(sql.Identifier(schema, "requests_id_seq"), who))

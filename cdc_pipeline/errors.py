@@ -49,6 +49,11 @@ class ConversionError(CdcError):
     seq: int | None = None
 
 
+class StagingMismatchError(CdcError):
+    """The merge found fewer (or more) staged rows than Spark's tasks committed: the batch fails under every error
+    strategy, since no event is at fault."""
+
+
 class ConnectorBusyError(CdcError):
     """Another fetch cycle of the same connector is already running."""
 

@@ -1,8 +1,10 @@
-"""Pause points: a run told so by its environment stops dead at a named stage, so a fault test can kill it there.
+"""Pause points: a run told so by its environment stops dead at a named stage, so a fault test can kill it there;
+and one injected fault (`EARLY_SNAPSHOT_ENV`).
 
 `CDC_PIPELINE_PAUSE_AT=<stage>` (or `<stage>@<n>`: the nth time the run reaches it; the first by default) makes
 the run write the stage's name to the file named by `CDC_PIPELINE_PAUSE_FILE` and then sleep until it is killed.
-Without `CDC_PIPELINE_PAUSE_AT` (always, outside the fault tests) a pause point does nothing.
+Without `CDC_PIPELINE_PAUSE_AT` (always, outside the fault tests) a pause point does nothing; so does the fault
+without its variable.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 PAUSE_AT_ENV = "CDC_PIPELINE_PAUSE_AT"
 PAUSE_FILE_ENV = "CDC_PIPELINE_PAUSE_FILE"
@@ -33,7 +36,20 @@ BULK_SLICE = "bulk_slice"
 BULK_COPY = "bulk_copy"
 STAGES = (FETCHED, CONVERTED, IN_TRANSACTION, GROUP_COMMITTED, COMMITTED, BULK_SLICE, BULK_COPY)
 
+# Set (to anything), every batch's transaction runs REPEATABLE READ with its snapshot taken as it begins, before
+# Spark's tasks stage the batch's rows: what a destination defaulting to REPEATABLE READ did before the sessions
+# pinned READ COMMITTED, so that a test sees the merge refuse a staging it cannot see.
+EARLY_SNAPSHOT_ENV = "CDC_PIPELINE_FAULT_EARLY_SNAPSHOT"
+
 _reached: Counter = Counter()
+
+
+def take_snapshot_early(cursor: Any) -> None:
+    """Makes the transaction `cursor` has just begun REPEATABLE READ, its snapshot taken now, when the environment
+    asks for it (`EARLY_SNAPSHOT_ENV`); does nothing otherwise."""
+    if os.environ.get(EARLY_SNAPSHOT_ENV):
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("SELECT 1")
 
 
 def pause_point(stage: str) -> None:

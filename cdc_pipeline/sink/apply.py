@@ -47,7 +47,7 @@ from cdc_pipeline.convert.dml import (
     unchanged_columns,
     zero_dates,
 )
-from cdc_pipeline.errors import CdcError, ConversionError
+from cdc_pipeline.errors import CdcError, ConversionError, StagingMismatchError
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, index_entry_of
 from cdc_pipeline.convert.schema_infer import ensure_table_matches
 from cdc_pipeline.capture.spark import collect_lines
@@ -111,6 +111,7 @@ class BatchApplier:
             self.staging.clear()
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
+            faults.take_snapshot_early(cur)
             for step in plan.steps:
                 if skip:
                     self._apply_step_or_set_aside(cur, plan, step)
@@ -156,7 +157,7 @@ class BatchApplier:
     def _raise_unless_event_error(self, error: BaseException, step: object) -> None:
         """Errors of the destination connection or of the snapshot's bookkeeping are not an event's: they fail
         the batch under every strategy."""
-        if self.conn.closed or self.conn.broken or isinstance(error, psycopg.OperationalError) \
+        if self.conn.closed or self.conn.broken or isinstance(error, (psycopg.OperationalError, StagingMismatchError)) \
                 or isinstance(step, SnapshotStep):
             raise error
 
@@ -363,7 +364,7 @@ class BatchApplier:
                  text_columns: Collection[str] = ()) -> sql.Identifier:
         """A temporary table with the target's columns; `text_columns` (those with a transform) hold text."""
         self._staging_seq += 1
-        staging = sql.Identifier(f"_cdc_staging_{self._staging_seq}")
+        staging = sql.Identifier("pg_temp", f"_cdc_staging_{self._staging_seq}")
         cur.execute(staging_table_sql(staging, target, columns, text_columns))
         return staging
 
@@ -449,8 +450,9 @@ class BatchApplier:
         compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key)
         names = [column.dest_name for column in columns]
         staging = self.staging.table(schema, table, names)
-        number = self.staging.write(compacted.select(self._stage_line(columns, key_columns, placeholder)), staging,
-                                    names)
+        number, staged = self.staging.write(compacted.select(self._stage_line(columns, key_columns, placeholder)),
+                                            staging, names)
+        self._check_staged_rows(cur, step, staging, number, staged)
         try:
             with self.conn.transaction():
                 return self._merge_staged(cur, schema, table, step, staging, number, columns, key_columns, transforms)
@@ -460,6 +462,19 @@ class BatchApplier:
             log.info("%s: the merge into %s.%s refused a staged value (%s); applying the step through the driver "
                      "to name it", self.connector.name, schema, table, exc.diag.message_primary or exc)
             return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
+
+    def _check_staged_rows(self, cur: psycopg.Cursor, step: DmlStep, staging: sql.Identifier, number: int,
+                           staged: int) -> None:
+        """Raises StagingMismatchError unless the batch's transaction sees exactly the rows the tasks committed for
+        step `number`: a merge that saw fewer would drop changes while the position commits."""
+        seen = cur.execute(sql.SQL("SELECT pg_catalog.count(*) FROM {} WHERE {} = {}").format(
+            staging, sql.Identifier(stage_copy.STEP), sql.Literal(number))).fetchone()[0]
+        if seen != staged:
+            raise StagingMismatchError(
+                f"the merge sees {seen} of the {staged} rows Spark's tasks staged in {staging.as_string(cur)} "
+                f"(events {step.first_seq}..{step.last_seq} of the batch): the batch is not applied",
+                connector=self.connector.name, table=step.source_table,
+                position=step.last_ref.position if step.last_ref else None)
 
     def _merge_staged(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, staging: sql.Identifier,
                       number: int, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
@@ -638,7 +653,7 @@ def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: 
     hold text."""
     return sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
         staging, sql.SQL(", ").join(
-            sql.SQL("CAST(NULL AS text) AS {}").format(sql.Identifier(name)) if name in text_columns
+            sql.SQL("CAST(NULL AS pg_catalog.text) AS {}").format(sql.Identifier(name)) if name in text_columns
             else sql.Identifier(name) for name in columns), target)
 
 

@@ -70,9 +70,10 @@ class ExecutorStaging:
             self._ready.add(name)
         return identifier
 
-    def write(self, lines: DataFrame, staging: sql.Identifier, columns: list[str]) -> int:
+    def write(self, lines: DataFrame, staging: sql.Identifier, columns: list[str]) -> tuple[int, int]:
         """Has Spark's tasks COPY `lines` (one string column: the `LINE_HEADER` fields and the values of
-        `columns`, tab-separated COPY text) into `staging` under a new step number, which it returns."""
+        `columns`, tab-separated COPY text) into `staging` under a new step number; returns that number and how
+        many rows the tasks committed (what the merge must find)."""
         self._step += 1
         conn = self._connection()
         self._written.add(staging.as_string(conn))
@@ -82,10 +83,12 @@ class ExecutorStaging:
             staging, sql.Identifier(STEP), sql.Identifier(PARTITION))
         copy = sql.SQL("COPY {} ({}) FROM STDIN").format(staging, sql.SQL(", ").join(
             map(sql.Identifier, [STEP, PARTITION, *LINE_HEADER, *columns])))
+        staged = lines.sparkSession.sparkContext._jsc.sc().longAccumulator(f"{self.connector} staged rows")
         writer = getattr(jvm, f"{JAVA_PACKAGE}.StageCopyWriter")(
-            url, user, password, staging.as_string(conn), self._step, delete.as_string(conn), copy.as_string(conn))
+            url, user, password, staging.as_string(conn), self._step, delete.as_string(conn), copy.as_string(conn),
+            staged)
         lines._jdf.queryExecution().toRdd().toJavaRDD().foreachPartition(writer)
-        return self._step
+        return self._step, int(staged.value())
 
     def clear(self) -> None:
         """Empties the staging tables written since the last time; between batches only (a batch's transaction

@@ -96,9 +96,10 @@ def test_a_task_attempt_done_again_replaces_its_rows_instead_of_adding_them(dest
         table = staging.table("public", "t", ["id", "name"])
         lines = spark.range(0, 1000, numPartitions=3).select(
             F.concat_ws("\t", F.lit("c"), F.lit("0"), F.lit("[]"), F.col("id").cast("string"), F.lit("n")))
-        step = staging.write(lines, table, ["id", "name"])
+        step, staged = staging.write(lines, table, ["id", "name"])
+        assert staged == 1000
         staging._step = step - 1  # the same step again, as Spark running its tasks a second time would write it
-        assert staging.write(lines, table, ["id", "name"]) == step
+        assert staging.write(lines, table, ["id", "name"]) == (step, 1000)
 
         with psycopg.connect(destination_pg.dsn(database)) as conn:
             counts = conn.execute(sql.SQL("SELECT _cdc_part, count(*), count(DISTINCT id) FROM {} GROUP BY 1 "

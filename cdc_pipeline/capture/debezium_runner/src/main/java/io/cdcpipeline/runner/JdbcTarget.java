@@ -1,7 +1,6 @@
 package io.cdcpipeline.runner;
 
 import java.sql.Connection;
-import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.util.Map;
 
@@ -37,7 +36,7 @@ final class JdbcTarget {
     }
 
     Connection connect() throws SQLException {
-        return DriverManager.getConnection(url, user, password);
+        return ExecutorJdbc.connect(url, user, password);
     }
 
     String qualifiedTable() {

@@ -10,6 +10,7 @@ import java.util.Iterator;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.util.LongAccumulator;
 
 /**
  * Writes the converted rows of one streamed step into a staging table of the destination with COPY, one Spark
@@ -20,6 +21,9 @@ import org.apache.spark.sql.catalyst.InternalRow;
  * partition index in front. A task's transaction first takes an advisory lock on (staging table, step, partition)
  * and deletes what an earlier attempt at the same partition wrote: a retried or speculative attempt replaces those
  * rows, never adds to them. All SQL comes from the driver, built with the destination's quoting rules.
+ *
+ * Each task adds the rows it committed to the `staged` accumulator (Spark applies a task's update once, whatever
+ * its retries), so the driver knows how many rows its merge must find.
  */
 public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
     private static final long serialVersionUID = 1L;
@@ -32,15 +36,17 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
     private final long step;
     private final String deleteSql;
     private final String copySql;
+    private final LongAccumulator staged;
 
     /**
      * @param staging   the staging table's name, as the lock's name
      * @param step      the step's number in the staging table (its first column)
      * @param deleteSql takes the step and the partition index; deletes an earlier attempt's rows
      * @param copySql   the COPY ... FROM STDIN statement
+     * @param staged    counts the rows the tasks committed
      */
     public StageCopyWriter(String url, String user, String password, String staging, long step, String deleteSql,
-                           String copySql) {
+                           String copySql, LongAccumulator staged) {
         this.url = url;
         this.user = user;
         this.password = password;
@@ -48,6 +54,7 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
         this.step = step;
         this.deleteSql = deleteSql;
         this.copySql = copySql;
+        this.staged = staged;
     }
 
     @Override
@@ -69,12 +76,13 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
                     delete.executeUpdate();
                 }
                 byte[] prefix = (step + "\t" + partition + "\t").getBytes(StandardCharsets.UTF_8);
-                CopyFeeder.copyRows(connection, copySql, "cdc-stage-copy", rows, (row, out) -> {
+                long copied = CopyFeeder.copyRows(connection, copySql, "cdc-stage-copy", rows, (row, out) -> {
                     out.write(prefix);
                     row.getUTF8String(0).writeTo(out);
                     out.write('\n');
                 });
                 connection.commit();
+                staged.add(copied);
             }
             catch (Exception e) {
                 connection.rollback();
