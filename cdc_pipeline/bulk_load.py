@@ -268,6 +268,8 @@ class BulkLoader:
                                    "connector's schema snapshot did not see: take a new snapshot of every table, "
                                    f"cdc-pipeline restart {self.connector.name} always)",
                                    connector=self.connector.name, table=table.name)
+                # Emptied for its copy: only by the connector that writes it.
+                rule_store.claim_table(dest, self.schema, self.connector.name, dest_schema, dest_name, table.name)
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
                 dest.execute(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,

@@ -643,8 +643,70 @@ def parse_config(data: Any, path: Path) -> PipelineConfig:
         raise _config_error(exc, path) from None
     finally:
         _READING_FILE.reset(reading)
+    _refuse_shared_destinations(list(valid.connectors.values()), path)
     return PipelineConfig(destination=valid.destination, connectors=MappingProxyType(valid.connectors), path=path,
                           spark=valid.spark)
+
+
+def dest_identifier(name: str, letter_casing: str) -> str:
+    """Return the destination spelling of a source identifier: lowered for "lowercase", unchanged for "asis"."""
+    if letter_casing == "lowercase":
+        return name.lower()
+    if letter_casing == "asis":
+        return name
+    raise ConfigError(f"letter casing must be one of {', '.join(LETTER_CASINGS)}, not {letter_casing!r}")
+
+
+def default_table_name(connector: ConnectorConfig, source_table: str) -> tuple[str, str]:
+    """The destination (schema, table) of a source table when no table rule maps it: the connector's
+    `destination_schema`, else the source's database (schema), and the table's own name, in the connector's
+    letter casing. The one place this rule is written (`ObjectMap.table_name` adds the rules)."""
+    container, table = connector.split_table(source_table)
+    casing = connector.letter_casing
+    return connector.destination_schema or dest_identifier(container, casing), dest_identifier(table, casing)
+
+
+def _refuse_shared_destinations(connectors: list[ConnectorConfig], path: Path) -> None:
+    """Refuses two connectors of the file (one destination) whose default mapping writes the same destination table:
+    the second one's load would empty the first one's rows. Shards of one database (`shop` on two servers) are the
+    usual case. What the file cannot tell (the schemas a PostgreSQL source has) is checked when a table is written
+    (`rule_store.claim_table`)."""
+    for index, second in enumerate(connectors):
+        for first in connectors[:index]:
+            shared = _shared_destination(first, second)
+            if shared is not None:
+                raise ConfigError(
+                    f"{path}: connectors {first.name!r} and {second.name!r} both write {shared} of the destination, "
+                    "and a destination table has one writer: give one of them its own destination_schema, or "
+                    "`tables` lists that do not overlap", connector=second.name)
+
+
+def _destination_tables(connector: ConnectorConfig) -> tuple[frozenset[str] | None, frozenset[tuple[str, str]] | None]:
+    """The destination schemas and tables the connector's default mapping writes, as far as the file tells: schemas
+    None when they are its source's (a PostgreSQL source without `tables` or `destination_schema`), tables None
+    when every table of those schemas may be written."""
+    if connector.tables:
+        tables = frozenset(default_table_name(connector, name) for name in connector.tables)
+        return frozenset(schema for schema, _ in tables), tables
+    if connector.destination_schema or connector.type in ("mariadb", "mysql"):
+        return frozenset({default_table_name(connector, f"{connector.database}.")[0]}), None
+    return None, None
+
+
+def _shared_destination(first: ConnectorConfig, second: ConnectorConfig) -> str | None:
+    """What both connectors' default mapping writes ("table s.t", "every table of schema s"), or None."""
+    first_schemas, first_tables = _destination_tables(first)
+    second_schemas, second_tables = _destination_tables(second)
+    if first_schemas is None or second_schemas is None or not first_schemas & second_schemas:
+        return None
+    schemas = first_schemas & second_schemas
+    if first_tables is None and second_tables is None:
+        return f"every table of schema {min(schemas)}"
+    if first_tables is None or second_tables is None:
+        tables = {(schema, table) for schema, table in first_tables or second_tables or () if schema in schemas}
+    else:
+        tables = first_tables & second_tables
+    return "table {}.{}".format(*min(tables)) if tables else None
 
 
 def _present(fields: Mapping[Any, Any]) -> dict[Any, Any]:

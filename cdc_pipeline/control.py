@@ -189,6 +189,20 @@ _OBJMAP_TABLES = (
              AND a.attnum > 0 AND NOT a.attisdropped
         LEFT JOIN {schema}.objmap r ON r.connector = c.connector AND r.kind = 'transform'
              AND lower(r.source_object) = lower(c.source_table || '.' || c.source_column)""",
+    # One writer per destination table (mapping/rule_store.py, claim_table): the connector whose DDL, load or
+    # rules made the table its own, and the source table it holds.
+    """CREATE TABLE IF NOT EXISTS {schema}.table_owners (
+        dest_schema text NOT NULL,
+        dest_table text NOT NULL,
+        connector text NOT NULL,
+        source_table text NOT NULL,
+        claimed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (dest_schema, dest_table))""",
+    # Tables created before the ownership record was kept: the connector whose column record names each table.
+    """INSERT INTO {schema}.table_owners (dest_schema, dest_table, connector, source_table)
+       SELECT DISTINCT ON (dest_schema, dest_table) dest_schema, dest_table, connector, source_table
+       FROM {schema}.objmap_columns ORDER BY dest_schema, dest_table, connector
+       ON CONFLICT DO NOTHING""",
 )
 
 # Connector states. `syncing`: the connector replicates, each scheduled run a fetch cycle (its `phase` shows what
@@ -232,7 +246,7 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
 # What the operator role may read: the state and the numbers, never replicated rows (dead letters hold some) nor
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
-                  "objmap_columns", "objmap_attributes", "bulk_loads", "bulk_load_tables")
+                  "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables")
 # Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
 # value the destination refused, and a bulk load's next chunk begins at a key value.
 OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}

@@ -64,3 +64,7 @@ class ConnectorPausedError(CdcError):
 
 class MappingRuleError(CdcError):
     """An object mapping rule is malformed, or the destination cannot follow the rules."""
+
+
+class TableOwnerError(CdcError):
+    """A connector would write a destination table that another connector writes."""

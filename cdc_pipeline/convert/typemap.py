@@ -18,8 +18,10 @@ from typing import Any
 
 from psycopg import sql
 
-from cdc_pipeline.config import LETTER_CASINGS, ConnectorConfig
-from cdc_pipeline.errors import ConfigError, ConversionError
+# The destination spelling of names and the default mapping live in the config module, which checks the file's
+# connectors by them (two connectors, one destination table); the convert stage takes them from here.
+from cdc_pipeline.config import ConnectorConfig, default_table_name, dest_identifier  # noqa: F401
+from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.sources import mariadb, postgres
 from cdc_pipeline.sources.mariadb import MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES, MYSQL_TYPE_MAP
 from cdc_pipeline.sources.postgres import POSTGRES_TYPE_ALIASES, POSTGRES_TYPE_MAP
@@ -80,24 +82,6 @@ class ColumnDef:
     source_length: int | None = None
     source_scale: int | None = None
     type_map_type: str | None = None
-
-
-def dest_identifier(name: str, letter_casing: str) -> str:
-    """Return the destination spelling of a source identifier: lowered for "lowercase", unchanged for "asis"."""
-    if letter_casing == "lowercase":
-        return name.lower()
-    if letter_casing == "asis":
-        return name
-    raise ConfigError(f"letter casing must be one of {', '.join(LETTER_CASINGS)}, not {letter_casing!r}")
-
-
-def default_table_name(connector: ConnectorConfig, source_table: str) -> tuple[str, str]:
-    """The destination (schema, table) of a source table when no table rule maps it: the connector's
-    `destination_schema`, else the source's database (schema), and the table's own name, in the connector's
-    letter casing. The one place this rule is written (`ObjectMap.table_name` adds the rules)."""
-    container, table = connector.split_table(source_table)
-    casing = connector.letter_casing
-    return connector.destination_schema or dest_identifier(container, casing), dest_identifier(table, casing)
 
 
 def pg_type_for(source_type: str, column: dict[str, Any], connector_type: str) -> str:

@@ -1,6 +1,7 @@
 """The mapping rules in the control schema: added, deleted and listed (`objmap`); what each source column became,
-recorded with the DDL (`objmap_columns`) and shown beside its rule (`objmap_attributes`); and `reload_mapping`,
-which renames and retypes what a changed rule maps differently, keeping the data."""
+recorded with the DDL (`objmap_columns`) and shown beside its rule (`objmap_attributes`); which connector writes
+each destination table (`table_owners`: one writer per table); and `reload_mapping`, which renames and retypes what
+a changed rule maps differently, keeping the data."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from psycopg.rows import dict_row
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import TableDef, rename_table_sql, retype_column_sql
-from cdc_pipeline.errors import MappingRuleError
-from cdc_pipeline.mapping.objmap import ObjectMap, Rule, checked_kind, normalized_source
+from cdc_pipeline.errors import MappingRuleError, TableOwnerError
+from cdc_pipeline.mapping.objmap import TABLE, ObjectMap, Rule, checked_kind, normalized_source
 from cdc_pipeline.convert.typemap import canonical_pg_type
 
 log = logging.getLogger(__name__)
@@ -26,15 +27,23 @@ def _rules_table(schema: str) -> sql.Identifier:
     return sql.Identifier(schema, "objmap")
 
 
-def add_rule(conn: psycopg.Connection, schema: str, connector: str, rule: Rule) -> None:
-    """Adds the rule, or replaces the connector's rule of that kind for that source object."""
+def add_rule(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, rule: Rule) -> None:
+    """Adds the rule, or replaces the connector's rule of that kind for that source object. A table rule whose
+    destination table another connector writes is refused (MappingRuleError naming both)."""
     with conn.transaction():
+        if rule.kind == TABLE:
+            dest_schema, dest_table = ObjectMap(connector, [rule]).table_name(rule.source)
+            owner = table_owner(conn, schema, dest_schema, dest_table)
+            if owner is not None and owner != connector.name:
+                raise MappingRuleError(f"table rule refused: {dest_schema}.{dest_table} is written by connector "
+                                       f"{owner!r}, and a destination table has one writer", connector=connector.name,
+                                       table=rule.source)
         conn.execute(sql.SQL(
             """INSERT INTO {} (connector, kind, source_object, destination_object) VALUES (%s, %s, %s, %s)
                ON CONFLICT (connector, kind, lower(source_object)) DO UPDATE SET
                  source_object = EXCLUDED.source_object, destination_object = EXCLUDED.destination_object,
                  updated_at = now()""").format(_rules_table(schema)),
-            (connector, rule.kind, rule.source, rule.destination))
+            (connector.name, rule.kind, rule.source, rule.destination))
 
 
 def delete_rule(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, kind: str, source: str) -> bool:
@@ -74,8 +83,10 @@ def read_attributes(conn: psycopg.Connection, schema: str, connector: str) -> li
 
 
 def record_columns(cur: psycopg.Cursor, schema: str, connector: str, table: TableDef) -> None:
-    """Records what each source column of a created or altered table became (in the batch's transaction)."""
+    """Records what each source column of a created or altered table became (in the batch's transaction), and the
+    connector as the table's writer (`claim_table`)."""
     forget_columns(cur, schema, connector, table.source_id)
+    claim_table(cur, schema, connector, table.schema, table.name, table.source_id)
     with cur.copy(sql.SQL(
             """COPY {} (connector, source_table, source_column, position, source_type, source_length, source_scale,
                         autoincrement, type_map_type, dest_schema, dest_table, dest_column, dest_type)
@@ -88,8 +99,45 @@ def record_columns(cur: psycopg.Cursor, schema: str, connector: str, table: Tabl
 
 
 def forget_columns(cur: psycopg.Cursor, schema: str, connector: str, source_table: str) -> None:
+    """Forgets what the source table's columns became, and lets its destination table go (a dropped or renamed
+    table: another connector may then create one of that name)."""
     cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = %s").format(
         sql.Identifier(schema, "objmap_columns")), (connector, source_table))
+    release_table(cur, schema, connector, source_table)
+
+
+def release_table(cur: psycopg.Cursor, schema: str, connector: str, source_table: str) -> None:
+    """Lets the destination table of the connector's source table go: no connector writes it any more."""
+    cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = %s").format(
+        sql.Identifier(schema, "table_owners")), (connector, source_table))
+
+
+def table_owner(conn: psycopg.Connection | psycopg.Cursor, schema: str, dest_schema: str,
+                dest_table: str) -> str | None:
+    """The connector that writes the destination table, or None when none has claimed it."""
+    row = conn.execute(sql.SQL("SELECT connector FROM {} WHERE dest_schema = %s AND dest_table = %s").format(
+        sql.Identifier(schema, "table_owners")), (dest_schema, dest_table)).fetchone()
+    return row[0] if row else None
+
+
+def claim_table(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str, dest_table: str,
+                source_table: str) -> None:
+    """Records the connector as the one writer of the destination table, in the transaction of the write that needs
+    it (a DDL, a load's emptying, a rename by the rules); does nothing when the connector holds it already. Raises
+    TableOwnerError, naming both connectors and the table, when another connector writes it: the transaction, and
+    the write, go no further. Two connectors claiming one table at once: the second waits for the first's commit,
+    then fails."""
+    cur.execute(sql.SQL(
+        """INSERT INTO {} (dest_schema, dest_table, connector, source_table) VALUES (%s, %s, %s, %s)
+           ON CONFLICT (dest_schema, dest_table) DO NOTHING""").format(sql.Identifier(schema, "table_owners")),
+        (dest_schema, dest_table, connector, source_table))
+    other = table_owner(cur, schema, dest_schema, dest_table)
+    if other != connector:
+        raise TableOwnerError(
+            f"the destination table {dest_schema}.{dest_table} is written by connector {other!r}; connector "
+            f"{connector!r} would write it too (from {source_table}), and a destination table has one writer: give "
+            "one of them its own destination_schema, or a table rule to another table",
+            connector=connector, table=source_table)
 
 
 @dataclass
@@ -125,7 +173,7 @@ def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorCo
             by_table.setdefault(row[0], []).append(_RecordedColumn(*row))
         for source_table, recorded in by_table.items():
             for column, (dest_schema, dest_table, dest_column, dest_type) in _follow_rules(
-                    cur, object_map, source_table, recorded).items():
+                    cur, schema, object_map, source_table, recorded).items():
                 cur.execute(sql.SQL(
                     """UPDATE {} SET dest_schema = %s, dest_table = %s, dest_column = %s, dest_type = %s
                        WHERE connector = %s AND source_table = %s AND source_column = %s""").format(columns_table),
@@ -133,13 +181,17 @@ def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorCo
     return object_map
 
 
-def _follow_rules(cur: psycopg.Cursor, object_map: ObjectMap, source_table: str,
+def _follow_rules(cur: psycopg.Cursor, control_schema: str, object_map: ObjectMap, source_table: str,
                   recorded: list[_RecordedColumn]) -> dict[str, tuple[str, str, str, str]]:
-    """Renames and retypes one table as the rules now say; returns the columns whose record changed."""
+    """Renames and retypes one table as the rules now say (the connector takes the new name as its writer);
+    returns the columns whose record changed."""
     connector = object_map.connector.name
     current = (recorded[0].dest_schema, recorded[0].dest_table)
     schema, table = object_map.table_name(source_table)
     existing = destination_table(cur, *current)
+    if (schema, table) != current:
+        release_table(cur, control_schema, connector, source_table)
+        claim_table(cur, control_schema, connector, schema, table, source_table)
     if (schema, table) != current and existing is not None:
         if destination_table(cur, schema, table) is not None:
             raise MappingRuleError(f"cannot rename {current[0]}.{current[1]} to {schema}.{table}: that table exists",

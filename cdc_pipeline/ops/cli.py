@@ -290,7 +290,7 @@ def _cmd_objmap(args: argparse.Namespace) -> int:
     with config.destination.connect() as conn:
         control.ensure_control_schema(conn, schema)
         if rule is not None:
-            rule_store.add_rule(conn, schema, connector.name, rule)
+            rule_store.add_rule(conn, schema, connector, rule)
             print(f"{connector.name}: {rule.kind} {rule.source} -> {rule.destination} "
                   f"(in effect from the next fetch cycle, or now with `objmap reload`)")
         elif args.action == "del":

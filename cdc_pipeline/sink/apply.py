@@ -47,7 +47,7 @@ from cdc_pipeline.convert.dml import (
     unchanged_columns,
     zero_dates,
 )
-from cdc_pipeline.errors import CdcError, ConversionError, StagingMismatchError
+from cdc_pipeline.errors import CdcError, ConversionError, StagingMismatchError, TableOwnerError
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, index_entry_of
 from cdc_pipeline.convert.schema_infer import ensure_table_matches
 from cdc_pipeline.capture.spark import collect_lines
@@ -96,6 +96,7 @@ class BatchApplier:
         self._merge_lines: dict[tuple, Column] = {}
         self._batch_refs: list[EventRef] = []
         self._set_aside_seqs: set[int] = set()
+        self._claimed: set[tuple[str, str]] = set()  # the destination tables this batch claimed (`_claim`)
 
     def apply(self, plan: BatchPlan, *, dead_letter: int | None = None) -> control.BatchCounts:
         """Applies every step and records the batch's position, all in one transaction; returns the counts.
@@ -107,6 +108,7 @@ class BatchApplier:
         """
         self._batch_refs = plan.parsed.refs
         self._set_aside_seqs = set()
+        self._claimed = set()
         if self.staging is not None:
             self.staging.clear()
         skip = self.connector.error_strategy == SKIP and dead_letter is None
@@ -157,7 +159,8 @@ class BatchApplier:
     def _raise_unless_event_error(self, error: BaseException, step: object) -> None:
         """Errors of the destination connection or of the snapshot's bookkeeping are not an event's: they fail
         the batch under every strategy."""
-        if self.conn.closed or self.conn.broken or isinstance(error, (psycopg.OperationalError, StagingMismatchError)) \
+        if self.conn.closed or self.conn.broken or isinstance(error, (psycopg.OperationalError, StagingMismatchError,
+                                                                       TableOwnerError)) \
                 or isinstance(step, SnapshotStep):
             raise error
 
@@ -243,6 +246,7 @@ class BatchApplier:
         if destination_table(cur, schema, table) is None:
             log.warning("TRUNCATE of %s: destination table %s.%s does not exist", step.source_table, schema, table)
             return
+        self._claim(cur, step.source_table, schema, table)
         cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
         log.info("Applied TRUNCATE of %s at %s", step.source_table, step.ref.position)
 
@@ -268,6 +272,7 @@ class BatchApplier:
         schema, table = self._dest_names(source_table)
         if destination_table(cur, schema, table) is None:
             return
+        self._claim(cur, source_table, schema, table)
         try:
             cur.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.Identifier(schema, table)))
         except psycopg.Error as exc:
@@ -278,7 +283,16 @@ class BatchApplier:
     def _dest_names(self, source_table: str) -> tuple[str, str]:
         return self.object_map.table_name(source_table)
 
+    def _claim(self, cur: psycopg.Cursor, source_table: str, schema: str, table: str) -> None:
+        """Makes sure the connector writes the destination table alone (once a batch per table): a table another
+        connector created, that a source without DDL events would find matching, is refused, not written."""
+        if (schema, table) not in self._claimed:
+            rule_store.claim_table(cur, self.control_schema, self.connector.name, schema, table, source_table)
+            self._claimed.add((schema, table))
+
     def _apply_ddl(self, cur: psycopg.Cursor, change: DdlChange, ref: EventRef) -> None:
+        # Before any statement: another connector's table is neither altered nor dropped.
+        self._claim(cur, change.source_table, change.schema, change.name)
         try:
             if change.kind == "drop":
                 statements = drop_table_sql(change.schema, change.name)
@@ -319,6 +333,7 @@ class BatchApplier:
             step = replace(step, frame=step.frame.where(~F.col("seq").isin(sorted(self._set_aside_seqs))))
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
+        self._claim(cur, step.source_table, schema, table)
         destination = ensure_table_matches(
             cur, self.connector, schema, table, step.fields, source_table=step.source_table, position=position,
             object_map=self.object_map,

@@ -726,3 +726,37 @@ def test_a_field_written_with_nothing_after_it_takes_its_default() -> None:
     config = parse_config(data, CONFIG_PATH)
 
     assert config.connector("inventory").batch_size == 2048 and config.destination.control_schema == "cdc"
+
+
+def shards(eu: dict[str, Any], us: dict[str, Any]) -> dict[str, Any]:
+    """Two connectors on one destination: the shards `eu` and `us`, each reading its own server."""
+    data = valid_data()
+    source = data["connectors"].pop("inventory")
+    data["connectors"] = {"eu": {**source, "hostname": "eu-db", **eu}, "us": {**source, "hostname": "us-db", **us}}
+    return data
+
+
+@pytest.mark.parametrize("eu, us, shared", [
+    ({"database": "shop"}, {"database": "shop"}, "every table of schema shop"),
+    ({"database": "shop"}, {"database": "Shop"}, "every table of schema shop"),  # lower-cased, one schema
+    ({"database": "shop"}, {"database": "sales", "destination_schema": "shop"}, "every table of schema shop"),
+    ({"database": "shop", "tables": ["shop.orders"]}, {"database": "shop"}, "table shop.orders"),
+    ({"type": "postgres", "database": "eu", "tables": ["public.orders"]},
+     {"type": "postgres", "database": "us", "tables": ["public.orders", "public.items"]}, "table public.orders"),
+])
+def test_connectors_writing_one_destination_table_are_refused_naming_both(eu, us, shared) -> None:
+    error = config_error(shards(eu, us))
+
+    assert "'eu' and 'us' both write" in str(error) and shared in str(error)
+    assert error.connector == "us"
+
+
+@pytest.mark.parametrize("eu, us", [
+    ({"database": "shop"}, {"database": "shop", "destination_schema": "shop_us"}),
+    ({"database": "shop", "tables": ["shop.orders"]}, {"database": "shop", "tables": ["shop.items"]}),
+    ({"database": "shop", "letter_casing": "asis"}, {"database": "Shop", "letter_casing": "asis"}),
+    # The schemas of a PostgreSQL source without `tables` are known when it runs (rule_store.claim_table).
+    ({"type": "postgres", "database": "eu"}, {"type": "postgres", "database": "us"}),
+])
+def test_connectors_with_their_own_destination_tables_are_accepted(eu, us) -> None:
+    assert set(parse_config(shards(eu, us), CONFIG_PATH).connectors) == {"eu", "us"}
