@@ -61,9 +61,12 @@ def test_a_keyless_tables_snapshot_position_retires_once_the_stream_passes_it(de
         pipeline.source("UPDATE items SET v = 'the first transaction of the new binlog' WHERE id = 1")
         [(file, pos, *_)] = source.query("SHOW MASTER STATUS")
         [(gtids,)] = source.query("SELECT @@gtid_binlog_pos")
-        pipeline.source(["INSERT INTO notes VALUES (2, 'after the reset')", "DELETE FROM notes WHERE n = 1 LIMIT 1"])
+        # Debezium's schema history holds positions of the old binlog: the table is created again in the new one.
+        pipeline.source(["DROP TABLE notes", "CREATE TABLE notes (n INT, v TEXT)",
+                         "INSERT INTO notes VALUES (2, 'after the reset'), (2, 'after the reset')"])
 
         run_sync(pipeline.name, start_offset=json.dumps({"file": file, "pos": pos, "gtids": gtids}))
 
-        assert Counter(pipeline.dest_rows("notes")) == Counter(pipeline.source_rows("notes"))
+        assert Counter(pipeline.dest_rows("notes")) == Counter(pipeline.source_rows("notes")) == Counter(
+            {(2, "after the reset"): 2})
         assert pipeline.dest_query(kept, (pipeline.table_id("notes"),)) == [(None,)], "the position is retired"
