@@ -268,6 +268,9 @@ class BulkLoader:
                                    "connector's schema snapshot did not see: take a new snapshot of every table, "
                                    f"cdc-pipeline restart {self.connector.name} always)",
                                    connector=self.connector.name, table=table.name)
+                key_columns = self.source.chunk_key(cur, database, name)
+                if not key_columns:
+                    self.source.require_snapshot_position(cur, self.connector, table.name)
                 # Emptied for its copy: only by the connector that writes it.
                 rule_store.claim_table(dest, self.schema, self.connector.name, dest_schema, dest_name, table.name)
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
@@ -275,8 +278,8 @@ class BulkLoader:
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
                                        estimated_rows) VALUES (%s, %s, %s, %s, %s, %s, %s)""").format(
                     _table(self.schema, "bulk_load_tables")),
-                    (self.connector.name, load_id, table.name, dest_schema, dest_name,
-                     self.source.chunk_key(cur, database, name), table.estimated_rows))
+                    (self.connector.name, load_id, table.name, dest_schema, dest_name, key_columns,
+                     table.estimated_rows))
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
         return self._read_tables(load_id)

@@ -397,6 +397,14 @@ class BatchCounts:
         return {name: getattr(self, name) for name in self.COUNTERS}
 
 
+def retire_snapshot_positions(cur: psycopg.Cursor, schema: str, connector: str, tables: list[str]) -> None:
+    """Forgets the bulk snapshot's positions of these tables (the stream has passed them), inside the batch's
+    transaction: they are never compared with a later event again."""
+    cur.execute(sql.SQL("UPDATE {} SET snapshot_position = NULL WHERE connector = %s AND source_table = ANY(%s) "
+                        "AND snapshot_position IS NOT NULL").format(sql.Identifier(schema, "bulk_load_chunks")),
+                (connector, tables))
+
+
 def record_batch_applied(cur: psycopg.Cursor, schema: str, connector: str, counts: BatchCounts,
                          source_position: dict[str, Any], debezium_offset: Any) -> None:
     """Writes the batch's applied position and adds its counts to the stats, inside the batch's transaction.

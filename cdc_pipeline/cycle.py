@@ -550,6 +550,8 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         stats.last_commit_epoch = time.time()
         stats.batches += 1
         stats.counts.add(counts)
+        for table in plan.retired_positions:
+            session.snapshot_positions.pop(table, None)
         applied.extend(plan.parsed.batch.batch_ids)
         session.applied_batch_ids.extend(plan.parsed.batch.batch_ids)
         if session.takes_data_snapshot and plan.last_ref is not None and snapshot_marker(plan.last_ref):

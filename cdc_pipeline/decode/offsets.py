@@ -3,7 +3,8 @@ module), and writing it where the engine reads it at its next start (`debezium_o
 are recognised (`applied_positions`).
 
 An offset names the last event already processed: the engine resumes after it, and every later event is applied
-again, once (the applied position moves with it, so none of them counts as a re-delivery).
+again, once (the applied position moves with it, so none of them counts as a re-delivery; nor as committed before a
+keyless table's bulk snapshot: the positions of those snapshots are forgotten, see `move_offset`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def move_offset(conn: psycopg.Connection, schema: str, connector: str, connector
 
     The engine must not be running (its next start reads the offset): callers hold the run lock or have the
     connector paused. Every offset key the connector has gets the offset (there is one per source partition).
+
+    The bulk snapshot's positions of keyless tables (`bulk_load_chunks.snapshot_position`) are forgotten with it:
+    the offset says from where every event is to be applied, and a position is only comparable with offsets of
+    the binlog (or transaction id epoch) it was taken in, which an offset moved after a `RESET MASTER` or to another
+    server is not.
     """
     offsets = sql.Identifier(schema, "debezium_offsets")
     value = json.dumps(offset, separators=(",", ":"))
@@ -91,3 +97,6 @@ def move_offset(conn: psycopg.Connection, schema: str, connector: str, connector
             sql.Identifier(schema, "applied_positions")), (connector, value))
         conn.execute(sql.SQL("UPDATE {} SET last_offset = %s, updated_at = now() WHERE connector = %s").format(
             sql.Identifier(schema, "connector_state")), (value, connector))
+        conn.execute(sql.SQL("UPDATE {} SET snapshot_position = NULL WHERE connector = %s "
+                             "AND snapshot_position IS NOT NULL").format(sql.Identifier(schema, "bulk_load_chunks")),
+                     (connector,))

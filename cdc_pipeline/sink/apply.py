@@ -11,7 +11,7 @@ import logging
 import re
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Collection, Iterable
 
 import psycopg
@@ -80,6 +80,19 @@ _SEQ_IN_MESSAGE = re.compile(r"\(seq (\d+)\b")
 _EXPRESSION_CACHE_SIZE = 256
 
 
+@dataclass
+class KeyMove:
+    """A key update whose new row leaves unchanged TOASTed values out: the seqs of its delete and create, the old
+    key's values and the new row's (COPY text values, in key and column order), and the columns left out."""
+
+    delete_seq: int
+    create_seq: int
+    old_key: list[str | None]
+    after: list[str | None]
+    unchanged: set[str]
+    zero_dates: int
+
+
 class BatchApplier:
     """Applies batch plans of one connector to the destination, each in one transaction."""
 
@@ -124,6 +137,9 @@ class BatchApplier:
                     raise CdcError(f"dead letter {dead_letter} is no longer pending", connector=self.connector.name)
                 control.record_dead_letter_applied(cur, self.control_schema, self.connector.name, plan.counts)
                 return plan.counts
+            if plan.retired_positions:
+                control.retire_snapshot_positions(cur, self.control_schema, self.connector.name,
+                                                  plan.retired_positions)
             last = plan.last_ref
             control.record_batch_applied(
                 cur, self.control_schema, self.connector.name, plan.counts,
@@ -347,10 +363,8 @@ class BatchApplier:
         try:
             # With transforms, a savepoint: a transform failing on a value is then traced to its column and event.
             with self.conn.transaction() if transforms else nullcontext():
-                if key and self.staging is not None:
-                    return self._merge_keyed_staged(cur, schema, table, step, columns, key, transforms)
                 if key:
-                    return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
+                    return self._apply_keyed(cur, schema, table, step, columns, key, transforms)
                 return self._apply_keyless(cur, schema, table, step, columns, transforms)
         except SPARK_ERRORS as exc:
             message, seq = spark_failure(exc)
@@ -396,6 +410,109 @@ class BatchApplier:
                     buffer, size = [], 0
             if buffer:
                 copy.write("\n".join(buffer) + "\n")
+
+    def _apply_keyed(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan],
+                     key: list[str], transforms: dict[str, objmap.Transform]) -> int:
+        """Merges the step's net changes per key; returns how many zero dates were written as NULL.
+
+        A key update whose new row leaves TOASTed values out (`_key_moves`) has its values nowhere in the batch: the
+        destination's row of the old key holds them. The step is then applied in source order: the changes before
+        each such key update merged, the update applied to the old row (`_move_key`), the changes after it merged.
+        """
+        moves = self._key_moves(step, columns, key)
+        if not moves:
+            return self._merge_keyed_any(cur, schema, table, step, columns, key, transforms)
+        seqs = [ref.seq for ref in self._step_refs(step)]
+        zero_dates_written, first = 0, step.first_seq
+        for move in moves:
+            zero_dates_written += self._merge_seq_range(cur, schema, table, step, first, move.delete_seq - 1, seqs,
+                                                        columns, key, transforms)
+            zero_dates_written += self._move_key(cur, schema, table, step, move, columns, key, transforms)
+            first = move.create_seq + 1
+        return zero_dates_written + self._merge_seq_range(cur, schema, table, step, first, step.last_seq, seqs,
+                                                          columns, key, transforms)
+
+    def _merge_keyed_any(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep,
+                         columns: list[ColumnPlan], key: list[str], transforms: dict[str, objmap.Transform]) -> int:
+        if self.staging is not None:
+            return self._merge_keyed_staged(cur, schema, table, step, columns, key, transforms)
+        return self._merge_keyed(cur, schema, table, step, columns, key, transforms)
+
+    def _merge_seq_range(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, first: int, last: int,
+                         seqs: list[int], columns: list[ColumnPlan], key: list[str],
+                         transforms: dict[str, objmap.Transform]) -> int:
+        """Merges the step's changes from seq `first` to `last` (none: nothing to do)."""
+        if not any(first <= seq <= last for seq in seqs):
+            return 0
+        part = replace(step, first_seq=first, last_seq=last, frame=step.frame.where(F.col("seq").between(first, last)))
+        return self._merge_keyed_any(cur, schema, table, part, columns, key, transforms)
+
+    def _step_refs(self, step: DmlStep) -> list[EventRef]:
+        """The step's data changes, in source order (those set aside left out)."""
+        return [ref for ref in self._batch_refs
+                if ref.kind == DATA_CHANGE and ref.source_table == step.source_table
+                and step.first_seq <= ref.seq <= step.last_seq and ref.seq not in self._set_aside_seqs]
+
+    def _key_moves(self, step: DmlStep, columns: list[ColumnPlan], key: list[str]) -> list[KeyMove]:
+        """The step's key updates whose new row leaves unchanged TOASTed values out, in source order.
+
+        Debezium sends a key update as a delete of the old key and a create of the new one, both with the update's
+        offset; a create never carries the placeholder otherwise. Found from the index first (one Spark job only
+        for a step that holds such a pair)."""
+        placeholder = unavailable_placeholder(self.connector)
+        if placeholder is None or not {"c", "d"} <= set(step.ops):
+            return []
+        refs = self._step_refs(step)
+        pairs = {create.seq: delete.seq for delete, create in zip(refs, refs[1:])
+                 if delete.op == "d" and create.op == "c" and delete.offset and delete.offset == create.offset}
+        if not pairs:
+            return []
+        by_dest = {column.dest_name: column for column in columns}
+        key_columns = [by_dest[name] for name in key if name in by_dest]
+        rows = step.frame.where(F.col("seq").isin([*pairs, *pairs.values()])).select(
+            "seq", copy_line("before", key_columns).alias("key_line"),
+            copy_line("after", columns, placeholder).alias("after_line"),
+            unchanged_columns("after", columns, placeholder).alias("unchanged"),
+            zero_dates("after", columns).alias("zero_dates")).collect()
+        by_seq = {row.seq: row for row in rows}
+        moves = []
+        for create_seq, delete_seq in sorted(pairs.items()):
+            create, delete = by_seq.get(create_seq), by_seq.get(delete_seq)
+            if create is not None and delete is not None and create.unchanged:
+                moves.append(KeyMove(delete_seq, create_seq, parse_copy_line(delete.key_line),
+                                     parse_copy_line(create.after_line), set(create.unchanged), create.zero_dates))
+        return moves
+
+    def _move_key(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, move: KeyMove,
+                  columns: list[ColumnPlan], key: list[str], transforms: dict[str, objmap.Transform]) -> int:
+        """Applies one key update to the old key's row: its key and written columns take the new values, its
+        unchanged TOASTed columns keep theirs. Without that row (never copied), the new row is upserted without
+        them, as a create is."""
+        target = param_identifier(schema, table)
+        names = [column.dest_name for column in columns]
+        values = {column.dest_name: transform_sql.parameter_value(column, transforms.get(column.dest_name))
+                  for column in columns}
+        written = [i for i, name in enumerate(names) if name not in move.unchanged]
+        assignments = sql.SQL(", ").join(
+            sql.SQL("{} = {}").format(param_identifier(names[i]), values[names[i]]) for i in written)
+        match = sql.SQL(" AND ").join(
+            sql.SQL("{} = {}").format(param_identifier(name), values[name]) for name in key)
+        new_values = [move.after[i] for i in written]
+        cur.execute(sql.SQL("UPDATE {} SET ").format(target) + assignments + sql.SQL(" WHERE ") + match,
+                    [*new_values, *move.old_key])
+        if cur.rowcount == 0:
+            log.warning("%s: the row of the old key of a key update of %s.%s (event %d) is not in the destination; "
+                        "its unchanged TOASTed columns %s stay empty", self.connector.name, schema, table,
+                        move.create_seq, sorted(move.unchanged))
+            updates = [names[i] for i in written if names[i] not in key]
+            action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
+                sql.SQL("{0} = EXCLUDED.{0}").format(param_identifier(name)) for name in updates)) if updates \
+                else sql.SQL("DO NOTHING")
+            cur.execute(sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+                target, sql.SQL(", ").join(param_identifier(names[i]) for i in written),
+                sql.SQL(", ").join(values[names[i]] for i in written),
+                sql.SQL(", ").join(map(param_identifier, key)), action), new_values)
+        return self._zero_dates_written(step, move.zero_dates)
 
     def _merge_keyed(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan],
                      key: list[str], transforms: dict[str, objmap.Transform]) -> int:

@@ -29,7 +29,7 @@ from cdc_pipeline.decode.events import (
     redelivery_test,
 )
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sources import before_snapshot
+from cdc_pipeline.sources import before_snapshot, passed_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class BatchPlan:
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep]
     counts: control.BatchCounts
     last_ref: EventRef | None
+    # Tables whose bulk-snapshot position this batch's events pass: the batch's transaction retires them.
+    retired_positions: list[str] = field(default_factory=list)
 
     @property
     def batch_id(self) -> int:
@@ -116,8 +118,11 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     a crash between commit and offset flush: they are counted as such and not applied again. Snapshot events
     have no such order; they are tracked per table instead (`SnapshotStep`). A table the bulk snapshot read under
     one consistent snapshot (`snapshot_positions`, a table without a key) already holds the changes committed
-    before that snapshot: those are counted as re-delivered too. `resumed_from` (the engine's stored offset when
-    the run started) tells a re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`).
+    before that snapshot: those are counted as re-delivered too, until an event of the stream passes the
+    snapshot's position (`retired_positions`): from there on the stream holds only later changes, and a position
+    kept longer would be compared with positions it has no order with (a binlog started over, a PostgreSQL
+    transaction id counter that wrapped). `resumed_from` (the engine's stored offset when the run started) tells a
+    re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`).
     """
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
@@ -127,6 +132,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     placed_snapshot_steps: set[str] = set()
     snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's
     snapshot_end_seq = _snapshot_end_seq(parsed.refs)
+    unpassed_positions = dict(snapshot_positions or {})
+    retired_positions: list[str] = []
     if parsed.refs and parsed.refs[0].seq == ENGINE_FIRST_SEQ and snapshot_marker(parsed.refs[0]):
         steps.append(SnapshotStep(SNAPSHOT_RESTART, parsed.refs[0]))
 
@@ -139,6 +146,10 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
         if (redelivered is not None and redelivered(ref.offset)) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             continue
+        for table, position in list(unpassed_positions.items()):
+            if passed_snapshot(ref.offset, position):
+                retired_positions.append(table)
+                del unpassed_positions[table]
         source_ms = ref.source_ts_ms
         if source_ms is not None:
             if counts.first_source_ms is None:
@@ -213,7 +224,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     if counts.redelivered:
         log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
     last_ref = parsed.refs[-1] if parsed.refs else None
-    return BatchPlan(parsed, steps, counts, last_ref)
+    return BatchPlan(parsed, steps, counts, last_ref, retired_positions)
 
 
 DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}

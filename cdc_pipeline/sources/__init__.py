@@ -29,6 +29,13 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
     return module.before_snapshot(offset, position)
 
 
+def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed event is past the consistent snapshot `position` describes, and so is every event the
+    stream delivers after it: the position has nothing left to skip and retires."""
+    module = postgres if "snapshot" in position else mariadb
+    return module.passed_snapshot(offset, position)
+
+
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
     """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
     (the check then finds no recorded position and launches a run)."""

@@ -168,7 +168,8 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     return {
         "connector.class": CONNECTOR_CLASSES[connector.type],
         "database.server.id": _server_id(connector.name),
-        "database.include.list": connector.database,
+        # A list of regular expressions: the name matched as it is spelled.
+        "database.include.list": re.escape(connector.database),
         **_binlog_tls(connector),
         "connect.timeout.ms": "10000",
         # The binlog client's keep-alive thread reconnects a lost binlog connection (a source restart) at its next
@@ -486,6 +487,22 @@ def snapshot_position_select(position_alias: str, aliases: Sequence[str]) -> str
             + nulls + " FROM information_schema.session_status WHERE variable_name LIKE 'BINLOG\\_SNAPSHOT\\_%'")
 
 
+def require_snapshot_position(cur: Any, connector: ConnectorConfig, source_table: str) -> None:
+    """Refuses to load a keyless table from a server that cannot tell the binlog position of a consistent
+    snapshot: MariaDB gives it as the session's `binlog_snapshot_file` / `binlog_snapshot_position`
+    (`snapshot_position_select`); MySQL has no such status (nor `information_schema.session_status`), and its own
+    ways (a global read lock held while the snapshot starts and `performance_schema.log_status` is read) are not
+    built. The stream's position check needs it to replay neither too much nor too little into a keyless table."""
+    cur.execute("SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_file'")
+    if cur.fetchall():
+        return
+    raise CdcError(
+        f"the bulk snapshot reads a table without a primary or unique NOT NULL key ({source_table}) under one "
+        "consistent snapshot and needs that snapshot's binlog position, which this server does not give "
+        "(MariaDB's binlog_snapshot_file; MySQL has none): give the table a primary key, or copy the rows with "
+        "Debezium's snapshot (snapshot_engine: debezium)", connector=connector.name, table=source_table)
+
+
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed event (its Debezium offset) belongs to a transaction committed before the snapshot whose
     binlog position is `position`: its transaction starts (`pos`, where Debezium restarts it) before that
@@ -494,6 +511,14 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
         return False
     return _file_order(str(offset["file"]), int(offset["pos"])) < _file_order(str(position["file"]),
                                                                                  int(position["pos"]))
+
+
+def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed event (its Debezium offset) is at or past the snapshot's binlog position: every event
+    after it in the stream is too, so the position has nothing left to skip."""
+    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return False
+    return not before_snapshot(offset, position)
 
 
 def _file_order(file_name: str, pos: int) -> tuple[Any, int]:

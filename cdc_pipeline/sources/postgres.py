@@ -280,8 +280,9 @@ def chunk_key(cur: Any, schema: str, table: str) -> list[str]:
 
 def literal(value: Any) -> str:
     """A stored key value (its text) as a PostgreSQL string constant of unknown type: compared with a key column,
-    it is read as that column's type."""
-    return "'" + str(value).replace("'", "''") + "'"
+    it is read as that column's type. An escape string constant (`E'...'`), read the same whatever the source's
+    `standard_conforming_strings` (with it off, a backslash in a plain constant escapes)."""
+    return "E'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _row(items: Sequence[str]) -> str:
@@ -348,22 +349,43 @@ def snapshot_position_select(position_alias: str, aliases: Sequence[str]) -> str
     return f"SELECT json_build_object('snapshot', pg_current_snapshot()::text)::text AS {position_alias}{nulls}"
 
 
+def require_snapshot_position(cur: Any, connector: ConnectorConfig, source_table: str) -> None:
+    """Every supported PostgreSQL gives a statement's snapshot (`pg_current_snapshot()`, version 13 on)."""
+
+
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed change (its Debezium offset) belongs to a transaction visible in the snapshot
     `position` holds (`xmin:xmax:xip,...`): committed before the chunk was read, so its rows hold it."""
-    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
+    xid = _streamed_xid(offset, position)
+    if xid is None:
         return False
     xmin_text, xmax_text, running = str(position["snapshot"]).split(":")
-    xmin, xmax = int(xmin_text), int(xmax_text)
+    if xid < int(xmin_text):
+        return True
+    return xid < int(xmax_text) and str(xid) not in running.split(",")
+
+
+def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed change's transaction began after the snapshot was taken (its id at or past xmax): it
+    commits after every transaction the snapshot saw, and the stream delivers in commit order, so nothing the
+    snapshot saw comes after it. (A transaction running at the snapshot may commit before one it saw.)"""
+    xid = _streamed_xid(offset, position)
+    return xid is not None and xid >= int(str(position["snapshot"]).split(":")[1])
+
+
+def _streamed_xid(offset: dict[str, Any] | None, position: dict[str, Any]) -> int | None:
+    """The streamed change's transaction id in the epoch of the snapshot's ids; None for an offset of no streamed
+    transaction."""
+    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
+        return None
+    xmax = int(str(position["snapshot"]).split(":")[1])
     xid = int(offset["txId"])
     if xid < 1 << 32 <= xmax:
         # pgoutput names a transaction by its 32-bit id; the snapshot's ids carry their epoch. Ids compare modulo
         # 2^32 within half the circle of each other (PostgreSQL's own rule), so the id is the one nearest xmax.
         ahead = (xid - xmax) % (1 << 32)
         xid = xmax + ahead if ahead < 1 << 31 else xmax - ((1 << 32) - ahead)
-    if xid < xmin:
-        return True
-    return xid < xmax and str(xid) not in running.split(",")
+    return xid
 
 
 

@@ -155,3 +155,17 @@ def test_a_load_killed_inside_a_chunk_goes_on_over_several_runs(pg_pipeline: Pos
     # The keyed table's updates made before its chunks were read are replayed as upserts (its rows already held
     # them); the keyless table's insert made before its snapshot is skipped as re-delivered, the later one applied.
     assert stats == [(8_001, 1, 40, 10, 1)]
+
+
+def test_chunk_bounds_with_backslashes_under_standard_conforming_strings_off(pg_pipeline: PostgresPipeline):
+    # With it off, a backslash in a plain string constant escapes: 'k\1100' would read as 'kH0'.
+    pg_pipeline.source_server.execute(
+        f'ALTER DATABASE "{pg_pipeline.source_db}" SET standard_conforming_strings = off')
+    pg_pipeline.source(["CREATE TABLE items (id text PRIMARY KEY, n integer)",
+                        "INSERT INTO items SELECT 'k' || chr(92) || i, i FROM generate_series(1000, 1999) AS i"])
+    pg_pipeline.write_config(snapshot_chunk_rows=100)
+
+    pg_pipeline.sync()
+
+    assert _chunks(pg_pipeline) == [("public.items", 10, 10, 1_000)]
+    pg_pipeline.assert_same("items")

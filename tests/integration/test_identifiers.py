@@ -82,3 +82,18 @@ def test_statements_with_parameters_take_names_with_a_percent(destination_pg):
             param_identifier(PERCENT), param_identifier("n%")), ("b", 1)).rowcount
 
     assert updated == 1
+
+
+def test_a_database_named_with_regex_characters_is_captured_by_its_name(pipeline):
+    # Debezium reads its include lists as regular expressions, where `$` ends the name before the `1`.
+    database = f"{pipeline.source_db}$1"
+    pipeline.mariadb.execute(f"CREATE DATABASE `{database}`")
+    pipeline.source_db = database
+    pipeline.write_config()
+    pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))", "INSERT INTO items VALUES (1, 'a')"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO items VALUES (2, 'b')", "UPDATE items SET v = 'A' WHERE id = 1"])
+
+    pipeline.sync()
+
+    pipeline.assert_same("items")

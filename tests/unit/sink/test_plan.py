@@ -223,3 +223,22 @@ def test_a_stream_from_the_engine_start_has_no_snapshot_steps(connector):
     finally:
         parsed.release()
     assert steps and not any(isinstance(step, SnapshotStep) for step in steps)
+
+
+def test_a_bulk_snapshot_position_retires_at_the_first_event_past_it(connector):
+    # The stream of `mariadb_all_events.jsonl`: products' changes at 3165, 3531, 3935, customers' from 4098 on.
+    streaming = [record for record in fixture_records() if _snapshot_marker(record) == "false"]
+    for record in streaming:
+        del record["value"]["payload"]["source"]["snapshot"]  # a streamed event's offset has no snapshot flag
+    positions = {"inventory.products": {"file": "mariadb-bin.000001", "pos": 3531},
+                 "inventory.customers": {"file": "mariadb-bin.000001", "pos": 100_000}}
+    parsed = parse_records(streaming, first_seq=1)
+    try:
+        plan = plan_batch(parsed, connector, snapshot_positions=positions)
+    finally:
+        parsed.release()
+    assert plan.retired_positions == ["inventory.products"]
+    assert plan.counts.redelivered == 1 + sum(1 for record in streaming
+                                              if record["value"]["payload"]["source"]["table"] == "customers"
+                                              and record["value"]["payload"].get("op")), \
+        "the change before the position and every change of the table not passed yet are skipped"

@@ -3,9 +3,23 @@ Spark sends as it is), and the binlog order that tells a change committed before
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from cdc_pipeline.sources.mariadb import before_snapshot, chunk_predicate, key_value, literal, quote_mysql
+from cdc_pipeline.config import ConnectorConfig, parse_config
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.mariadb import (
+    before_snapshot,
+    chunk_predicate,
+    debezium_properties,
+    key_value,
+    literal,
+    passed_snapshot,
+    quote_mysql,
+    require_snapshot_position,
+)
 
 
 def test_literals_of_every_key_kind():
@@ -32,3 +46,62 @@ def test_chunk_predicates_cover_a_composite_key_half_open():
 ])
 def test_changes_committed_before_a_consistent_snapshot(offset, expected):
     assert before_snapshot(offset, {"file": "mariadb-bin.000003", "pos": "4512"}) is expected
+
+
+@pytest.mark.parametrize("offset, expected", [
+    ({"file": "mariadb-bin.000003", "pos": 4511}, False),
+    ({"file": "mariadb-bin.000003", "pos": 4512}, True),  # the first transaction after the snapshot
+    ({"file": "mariadb-bin.000004", "pos": 4}, True),
+    ({"file": "mariadb-bin.000004", "pos": 4, "snapshot": "true"}, False),
+    (None, False),
+])
+def test_a_snapshot_position_is_passed_at_the_first_transaction_after_it(offset, expected):
+    assert passed_snapshot(offset, {"file": "mariadb-bin.000003", "pos": "4512"}) is expected
+
+
+class RecordedCursor:
+    """A cursor that records the statements it is given and answers each with the rows a server was seen to give
+    (no MySQL server can run here: these answers are MySQL 8.0's and MariaDB 11's, recorded)."""
+
+    def __init__(self, answers: dict[str, list[tuple]]) -> None:
+        self.answers = answers
+        self.statements: list[str] = []
+
+    def execute(self, statement: str) -> None:
+        self.statements.append(statement)
+        self._rows = self.answers[statement]
+
+    def fetchall(self) -> list[tuple]:
+        return self._rows
+
+
+SNAPSHOT_STATUS = "SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_file'"
+
+
+def test_a_keyless_table_loads_from_mariadb_whose_snapshot_has_a_binlog_position():
+    mariadb = RecordedCursor({SNAPSHOT_STATUS: [("Binlog_snapshot_file", "mariadb-bin.000003")]})
+    require_snapshot_position(mariadb, _connector("mariadb"), "shop.notes")
+    assert mariadb.statements == [SNAPSHOT_STATUS]
+
+
+def test_a_keyless_table_from_mysql_is_refused_with_what_to_do():
+    mysql = RecordedCursor({SNAPSHOT_STATUS: []})  # MySQL 8.0 has no binlog_snapshot_* status
+    with pytest.raises(CdcError) as refused:
+        require_snapshot_position(mysql, _connector("mysql"), "shop.notes")
+    message = str(refused.value)
+    assert "shop.notes" in message and "primary key" in message and "snapshot_engine: debezium" in message
+    assert "'m'" in message, "the error names the connector"
+    assert mysql.statements == [SNAPSHOT_STATUS], "nothing of MariaDB's (information_schema.session_status) is asked"
+
+
+def _connector(kind: str) -> ConnectorConfig:
+    config = parse_config({"destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+                           "connectors": {"m": {"type": kind, "hostname": "localhost", "user": "cdc",
+                                                "password": "secret", "database": "shop"}}}, Path("x.yaml"))
+    return config.connector("m")
+
+
+def test_the_database_include_list_matches_the_name_as_spelled():
+    # Debezium reads it as a regular expression: `$` would end the name, `.` match any character.
+    connector = dataclasses.replace(_connector("mariadb"), database="shop$1.a")
+    assert debezium_properties(connector)["database.include.list"] == "shop\\$1\\.a"

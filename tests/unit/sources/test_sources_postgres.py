@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_pipeline.sources import before_snapshot, postgres
+from cdc_pipeline.sources import before_snapshot, passed_snapshot, postgres
 
 
 @pytest.mark.parametrize("tx_id, seen", [
@@ -42,10 +42,14 @@ def test_a_binlog_position_still_goes_to_the_mariadb_rule() -> None:
 
 
 def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
-    assert postgres.chunk_predicate(["id"], ["5"], ["10"]) == """"id" >= '5' AND "id" < '10'"""
+    assert postgres.chunk_predicate(["id"], ["5"], ["10"]) == """"id" >= E'5' AND "id" < E'10'"""
     assert postgres.chunk_predicate(["re\"gion", "n"], None, ["it's", "3"]) == \
-        """ROW("re""gion", "n") < ROW('it''s', '3')"""
+        """ROW("re""gion", "n") < ROW(E'it''s', E'3')"""
     assert postgres.chunk_predicate(["id"], None, None) == "true"
+
+
+def test_chunk_literals_read_the_same_whatever_standard_conforming_strings() -> None:
+    assert postgres.literal("k\\1100") == "E'k\\\\1100'"
 
 
 @pytest.mark.parametrize("type_name, typmod, modifiers", [
@@ -54,3 +58,14 @@ def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
 ])
 def test_array_element_modifiers_are_read_from_the_type_modifier(type_name, typmod, modifiers) -> None:
     assert postgres._modifiers(type_name, typmod) == modifiers
+
+
+@pytest.mark.parametrize("tx_id, passed", [
+    (99, False), (100, False), (103, False),  # seen, or running when it was taken: may commit before seen ones
+    (104, True), (150, True),  # began after it: commits after every transaction it saw
+])
+def test_a_snapshot_is_passed_by_a_transaction_that_began_after_it(tx_id: int, passed: bool) -> None:
+    assert passed_snapshot({"lsn": 1, "txId": tx_id}, {"snapshot": "100:104:100,103"}) is passed
+    epoch = 3 << 32
+    assert passed_snapshot({"txId": tx_id}, {"snapshot": f"{epoch + 100}:{epoch + 104}:{epoch + 100}"}) is passed
+    assert not passed_snapshot({"lsn": 1, "txId": tx_id, "snapshot": True}, {"snapshot": "100:104:"})
