@@ -29,6 +29,14 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
     return module.before_snapshot(offset, position)
 
 
+def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed change (its offset) comes after every change committed before `position` (a binlog
+    position of MariaDB/MySQL, a transaction snapshot of PostgreSQL, as the source module's `load_end_position`
+    gives it) in the stream."""
+    module = postgres if "snapshot" in position else mariadb
+    return module.stream_passed(offset, position)
+
+
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
     """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
     (the check then finds no recorded position and launches a run)."""

@@ -496,6 +496,20 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
                                                                                  int(position["pos"]))
 
 
+def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed event (its Debezium offset), or a position the source was read at, is at or past the
+    binlog position `position`: every transaction written before that position came earlier in the stream."""
+    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return False
+    return _file_order(str(offset["file"]), int(offset["pos"])) >= _file_order(str(position["file"]),
+                                                                                  int(position["pos"]))
+
+
+def load_end_position(cur: Any) -> dict[str, Any]:
+    """Where the source is now, as `stream_passed` compares it: its binlog position."""
+    return binlog_position(cur)
+
+
 def _file_order(file_name: str, pos: int) -> tuple[Any, int]:
     suffix = file_name.rsplit(".", 1)[-1]
     return (int(suffix) if suffix.isdigit() else file_name, pos)
