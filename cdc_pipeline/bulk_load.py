@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
+from cdc_pipeline.sink import deferred_keys
 from cdc_pipeline.sink.apply import staging_table_sql
 from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.catalog import DestinationTable, destination_table
@@ -74,6 +75,7 @@ class TableLoad:
     next_lower: list[Any] | None
     planned: bool
     finished: bool
+    source_definition: dict[str, Any] | None = None
 
     @property
     def database(self) -> str:
@@ -111,7 +113,7 @@ def begin_load(conn: psycopg.Connection, schema: str, connector: str, tables: li
         cur.execute(sql.SQL(
             """INSERT INTO {} AS l (connector, load_id, tables) VALUES (%s, 1, %s)
                ON CONFLICT (connector) DO UPDATE SET load_id = l.load_id + 1, tables = EXCLUDED.tables,
-                 started_at = now(), finished_at = NULL
+                 started_at = now(), finished_at = NULL, end_position = NULL, reconciled_at = NULL
                RETURNING load_id""").format(_table(schema, "bulk_loads")), (connector, tables))
         load_id = int(cur.fetchone()[0])
         for name in ("bulk_load_tables", "bulk_load_chunks"):
@@ -144,6 +146,32 @@ def running_load(conn: psycopg.Connection, schema: str, connector: str) -> int |
     row = conn.execute(sql.SQL("SELECT load_id FROM {} WHERE connector = %s AND finished_at IS NULL").format(
         _table(schema, "bulk_loads")), (connector,)).fetchone()
     return None if row is None else int(row[0])
+
+
+def unreconciled_end(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The end position of the connector's finished load that the stream has not passed yet (its tables may hold
+    rows of different moments until then), or None."""
+    row = conn.execute(sql.SQL("SELECT end_position FROM {} WHERE connector = %s AND finished_at IS NOT NULL "
+                               "AND reconciled_at IS NULL AND end_position IS NOT NULL").format(
+        _table(schema, "bulk_loads")), (connector,)).fetchone()
+    return None if row is None else row[0]
+
+
+def reconcile(conn: psycopg.Connection, schema: str, connector: str, position: Any = None) -> list[str]:
+    """The stream has applied past the finished load's end (`position`, where it is): every row now shows the
+    source at one moment. Makes the withheld constraints and indexes again, and begins a load of the tables whose
+    definition changed during this one (the stream has applied that change to them); returns those tables."""
+    deferred_keys.restore(conn, schema, connector, position)
+    with conn.transaction():
+        again = [row[0] for row in conn.execute(sql.SQL(
+            "SELECT source_table FROM {} WHERE connector = %s AND copy_again ORDER BY source_table").format(
+            _table(schema, "bulk_load_tables")), (connector,)).fetchall()]
+        conn.execute(sql.SQL("UPDATE {} SET reconciled_at = now() WHERE connector = %s").format(
+            _table(schema, "bulk_loads")), (connector,))
+        if again:
+            begin_load(conn, schema, connector, again)
+            log.info("%s: %s changed during the bulk snapshot: copied again now", connector, ", ".join(again))
+    return again
 
 
 def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, dict[str, Any]]:
@@ -222,6 +250,9 @@ class BulkLoader:
                     continue
                 columns = self._columns(cur, table)
                 while True:
+                    if self._definition_changed(cur, table):
+                        self._copy_again_later(table)
+                        break
                     chunks = self._next_chunks(cur, load_id, table)
                     if not chunks:
                         self._finish_table(table)
@@ -233,7 +264,7 @@ class BulkLoader:
                     copied = True
                     self._log_progress(table)
                     faults.pause_point(faults.BULK_SLICE)
-        self._finish_load()
+            self._finish_load(self.source.load_end_position(cur))
         return True
 
     def _tables(self, cur: Any, load_id: int) -> list[TableLoad]:
@@ -268,18 +299,20 @@ class BulkLoader:
                                    "connector's schema snapshot did not see: take a new snapshot of every table, "
                                    f"cdc-pipeline restart {self.connector.name} always)",
                                    connector=self.connector.name, table=table.name)
-                key_columns = self.source.chunk_key(cur, database, name)
-                if not key_columns:
+                definition = self._source_definition(cur, database, name)
+                if not definition["key"]:
                     self.source.require_snapshot_position(cur, self.connector, table.name)
                 # Emptied for its copy: only by the connector that writes it.
                 rule_store.claim_table(dest, self.schema, self.connector.name, dest_schema, dest_name, table.name)
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
+                deferred_keys.withhold(dest, self.schema, self.connector.name, dest_schema, dest_name)
                 dest.execute(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
-                                       estimated_rows) VALUES (%s, %s, %s, %s, %s, %s, %s)""").format(
+                                       estimated_rows, source_definition)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""").format(
                     _table(self.schema, "bulk_load_tables")),
-                    (self.connector.name, load_id, table.name, dest_schema, dest_name, key_columns,
-                     table.estimated_rows))
+                    (self.connector.name, load_id, table.name, dest_schema, dest_name, definition["key"],
+                     table.estimated_rows, json.dumps(definition)))
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
         return self._read_tables(load_id)
@@ -287,10 +320,40 @@ class BulkLoader:
     def _read_tables(self, load_id: int) -> list[TableLoad]:
         rows = self.conn.execute(sql.SQL(
             """SELECT source_table, dest_schema, dest_table, key_columns, estimated_rows, next_lower, planned,
-                      finished_at IS NOT NULL FROM {} WHERE connector = %s AND load_id = %s
+                      finished_at IS NOT NULL, source_definition FROM {} WHERE connector = %s AND load_id = %s
                ORDER BY source_table""").format(
             _table(self.schema, "bulk_load_tables")), (self.connector.name, load_id)).fetchall()
-        return [TableLoad(*row[:4], int(row[4]), row[5], row[6], row[7]) for row in rows]
+        return [TableLoad(*row[:4], int(row[4]), row[5], row[6], row[7], row[8]) for row in rows]
+
+    def _source_definition(self, cur: Any, database: str, name: str) -> dict[str, Any]:
+        """The source table's columns (name, type, nullability) and the key its chunks are cut by."""
+        return {"columns": [[column.name, column.column_type, column.nullable]
+                            for column in self.source.list_columns(cur, database, name)],
+                "key": self.source.chunk_key(cur, database, name)}
+
+    def _definition_changed(self, cur: Any, table: TableLoad) -> bool:
+        """Whether the source table's columns or key changed since the load planned it. The chunks not copied yet
+        would then be read in a shape the destination table does not have until the stream applies the change
+        (a widened column's values do not fit, a keyless table's new column is not read and its changes before the
+        chunk are skipped, a table that lost its key has its changes replayed onto rows the chunks copied)."""
+        if table.source_definition is None:
+            return False
+        return self._source_definition(cur, table.database, table.table) != table.source_definition
+
+    def _copy_again_later(self, table: TableLoad) -> None:
+        """Stops copying a table whose definition changed: it is copied again, in a new load of its own, once the
+        stream has applied the change (see `reconcile`)."""
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = %s AND done_at IS NULL")
+                              .format(_table(self.schema, "bulk_load_chunks")),
+                              (self.connector.name, table.source_table))
+            self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now(), copy_again = true WHERE connector = %s "
+                                      "AND source_table = %s").format(_table(self.schema, "bulk_load_tables")),
+                              (self.connector.name, table.source_table))
+        table.finished = True
+        log.warning("%s: %s changed on the source during the bulk snapshot (its columns or key): its copy stops here "
+                    "and it is copied again once the stream has applied the change", self.connector.name,
+                    table.source_table)
 
     def _columns(self, cur: Any, table: TableLoad) -> list[BulkColumn]:
         """The source columns that the destination table has (by the mapping rules), with the type each is
@@ -447,10 +510,21 @@ class BulkLoader:
         table.finished = True
         self._log_progress(table)
 
-    def _finish_load(self) -> None:
+    def _finish_load(self, end_position: dict[str, Any]) -> None:
+        """Marks the load finished at `end_position`, the source's position after its last chunk was read. Until
+        the stream has passed it the tables may hold rows of different moments: a load that withheld no
+        constraint and has no table to copy again is reconciled at once."""
+        name = self.connector.name
         with self.conn.transaction():
-            self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s").format(
-                _table(self.schema, "bulk_loads")), (self.connector.name,))
+            waits = self.conn.execute(sql.SQL(
+                "SELECT EXISTS (SELECT 1 FROM {} WHERE connector = %s) OR EXISTS (SELECT 1 FROM {} "
+                "WHERE connector = %s AND copy_again)").format(
+                _table(self.schema, "deferred_constraints"), _table(self.schema, "bulk_load_tables")),
+                (name, name)).fetchone()[0]
+            self.conn.execute(sql.SQL(
+                "UPDATE {} SET finished_at = now(), end_position = %s, reconciled_at = CASE WHEN %s THEN NULL "
+                "ELSE now() END WHERE connector = %s").format(_table(self.schema, "bulk_loads")),
+                (json.dumps(end_position), waits, name))
             self.conn.execute(sql.SQL("UPDATE {} SET snapshot_ended_at = now() WHERE connector = %s").format(
                 _table(self.schema, "stats")), (self.connector.name,))
         log.info("%s: bulk snapshot done", self.connector.name)

@@ -130,6 +130,16 @@ _TABLES = (
         snapshot_position jsonb,
         done_at timestamptz)""",
     "CREATE INDEX IF NOT EXISTS bulk_load_chunks_table ON {schema}.bulk_load_chunks (connector, source_table, id)",
+    # A loaded table's constraints across rows and secondary indexes, made again once the stream has reconciled the
+    # load's chunks (cdc_pipeline/sink/deferred_keys.py).
+    """CREATE TABLE IF NOT EXISTS {schema}.deferred_constraints (
+        connector text NOT NULL,
+        dest_schema text NOT NULL,
+        dest_table text NOT NULL,
+        name text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('constraint', 'index')),
+        definition text NOT NULL,
+        PRIMARY KEY (connector, dest_schema, dest_table, name))""",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -149,6 +159,12 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS jvm_memory jsonb",
     # The source position before which every change is applied (cdc_pipeline/pending.py).
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS source_checked jsonb",
+    # The source's position once a load's last chunk was read, and when the stream had applied past it.
+    "ALTER TABLE {schema}.bulk_loads ADD COLUMN IF NOT EXISTS end_position jsonb",
+    "ALTER TABLE {schema}.bulk_loads ADD COLUMN IF NOT EXISTS reconciled_at timestamptz",
+    # The source table's columns and key when the load planned it; a table whose definition changed is copied again.
+    "ALTER TABLE {schema}.bulk_load_tables ADD COLUMN IF NOT EXISTS source_definition jsonb",
+    "ALTER TABLE {schema}.bulk_load_tables ADD COLUMN IF NOT EXISTS copy_again boolean NOT NULL DEFAULT false",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the

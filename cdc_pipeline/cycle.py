@@ -139,6 +139,7 @@ class ConnectorSession:
         self.bulk_load_pending = False  # a bulk snapshot is to run (or go on) before the stream is applied
         self.awaits_schema_snapshot = False  # ... once this run's engine has taken its schema snapshot
         self.snapshot_positions: dict[str, dict[str, Any]] = {}
+        self.load_end: dict[str, Any] | None = None  # a finished load's end, until the stream has applied past it
         self.applied_batch_ids: list[int] = []
         self._completed_batch_ids: set[int] = set()
         self._staging: ExecutorStaging | None = None
@@ -213,6 +214,10 @@ class ConnectorSession:
         assert self.conn is not None
         name, schema = self.connector.name, self.control_schema
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
+        if not copies_rows:
+            # A run that stopped after its batch passed the load's end and before reconciling it.
+            self.load_end = bulk_load.unreconciled_end(self.conn, schema, name)
+            self.reconcile_load(self.applied_offset)
         if copies_rows:
             if has_offset:
                 bulk_load.forget_engine_position(self.conn, schema, name)
@@ -247,9 +252,20 @@ class ConnectorSession:
         if done:
             self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
                                                                    self.connector.name)
+            self.load_end = bulk_load.unreconciled_end(self.conn, self.control_schema, self.connector.name)
             if self.streams:
                 self.record_streaming()
         return done
+
+    def reconcile_load(self, offset: dict[str, Any] | None) -> None:
+        """Once the stream has applied past the finished load's end (`offset`: the last applied change's, or a
+        position before which every change is applied), the loaded tables show the source at one moment: their
+        withheld constraints are made again and the tables that changed shape during the load are copied again
+        (`bulk_load.reconcile`; in a load that the next run begins)."""
+        if self.load_end is None or self.conn is None or not sources.stream_passed(offset, self.load_end):
+            return
+        bulk_load.reconcile(self.conn, self.control_schema, self.connector.name, offset)
+        self.load_end = None
 
     def _count_loaded_rows(self, rows: int, zero_dates: int) -> None:
         stats = self.cycle_stats
@@ -425,6 +441,7 @@ class ConnectorSession:
         """Every change of the source before `position` is applied (the batches fetched are; the caller knows)."""
         if self.conn is not None:
             control.record_source_checked(self.conn, self.control_schema, self.connector.name, position)
+            self.reconcile_load(position)
 
     def record_streaming(self) -> None:
         """The engine streams from the source's log: the connector's stage is change data capture."""
@@ -545,6 +562,7 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
                 counts = apply_with_retries(session, applier, plan)
             finally:
                 plan.parsed.release()
+            session.reconcile_load(plan.last_ref.offset if plan.last_ref else None)
         session.record_stage(plan)
         stats.last_commit_at = time.monotonic()
         stats.last_commit_epoch = time.time()

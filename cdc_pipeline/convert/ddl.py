@@ -254,7 +254,7 @@ def create_table_sql(table: TableDef) -> list[sql.Composed]:
         elements.append(
             sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(sql.Identifier(key) for key in table.primary_key))
         )
-    elements.extend(_unique_constraint_sql(name, columns) for name, columns in table.unique_keys)
+    elements.extend(unique_constraint_sql(name, columns) for name, columns in table.unique_keys)
     return [
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)),
         sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
@@ -382,7 +382,7 @@ def alter_table_sql(
         for name, columns in table.unique_keys:
             if name not in unique:
                 statements.append(
-                    sql.SQL("ALTER TABLE {} ADD {}").format(target, _unique_constraint_sql(name, columns))
+                    sql.SQL("ALTER TABLE {} ADD {}").format(target, unique_constraint_sql(name, columns))
                 )
             elif unique[name] != columns:
                 logger.warning(
@@ -411,7 +411,7 @@ def _column_sql(column: ColumnDef, *, not_null: bool) -> sql.Composed:
     return sql.SQL(" ").join(parts)
 
 
-def _unique_constraint_sql(name: str, columns: tuple[str, ...]) -> sql.Composed:
+def unique_constraint_sql(name: str, columns: tuple[str, ...]) -> sql.Composed:
     """Deferred, because a batch applies each row's final state: rows swapping values would clash midway."""
     return sql.SQL("CONSTRAINT {} UNIQUE ({}) DEFERRABLE INITIALLY DEFERRED").format(
         sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(column) for column in columns)

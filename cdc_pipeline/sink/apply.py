@@ -25,7 +25,7 @@ from cdc_pipeline import control, faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 
-from cdc_pipeline.sink import stage_copy
+from cdc_pipeline.sink import deferred_keys, stage_copy
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import copy_escape
@@ -310,6 +310,7 @@ class BatchApplier:
         # Before any statement: another connector's table is neither altered nor dropped.
         self._claim(cur, change.source_table, change.schema, change.name)
         try:
+            change = deferred_keys.follow_ddl(cur, self.control_schema, self.connector.name, change)
             if change.kind == "drop":
                 statements = drop_table_sql(change.schema, change.name)
             elif change.table is None:

@@ -29,7 +29,7 @@ from cdc_pipeline.decode.events import (
     redelivery_test,
 )
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sources import before_snapshot, passed_snapshot
+from cdc_pipeline.sources import before_snapshot, stream_passed
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             counts.redelivered += 1
             continue
         for table, position in list(unpassed_positions.items()):
-            if passed_snapshot(ref.offset, position):
+            if stream_passed(ref.offset, position):
                 retired_positions.append(table)
                 del unpassed_positions[table]
         source_ms = ref.source_ts_ms

@@ -29,11 +29,12 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
     return module.before_snapshot(offset, position)
 
 
-def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
-    """Whether a streamed event is past the consistent snapshot `position` describes, and so is every event the
-    stream delivers after it: the position has nothing left to skip and retires."""
+def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed change (its offset) comes after every change committed before `position` (a binlog
+    position of MariaDB/MySQL, a transaction snapshot of PostgreSQL, as the source module's `load_end_position`
+    gives it) in the stream."""
     module = postgres if "snapshot" in position else mariadb
-    return module.passed_snapshot(offset, position)
+    return module.stream_passed(offset, position)
 
 
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:

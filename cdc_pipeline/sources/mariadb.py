@@ -513,12 +513,18 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
                                                                                  int(position["pos"]))
 
 
-def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
-    """Whether a streamed event (its Debezium offset) is at or past the snapshot's binlog position: every event
-    after it in the stream is too, so the position has nothing left to skip."""
+def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed event (its Debezium offset), or a position the source was read at, is at or past the
+    binlog position `position`: every transaction written before that position came earlier in the stream."""
     if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
         return False
-    return not before_snapshot(offset, position)
+    return _file_order(str(offset["file"]), int(offset["pos"])) >= _file_order(str(position["file"]),
+                                                                                  int(position["pos"]))
+
+
+def load_end_position(cur: Any) -> dict[str, Any]:
+    """Where the source is now, as `stream_passed` compares it: its binlog position."""
+    return binlog_position(cur)
 
 
 def _file_order(file_name: str, pos: int) -> tuple[Any, int]:

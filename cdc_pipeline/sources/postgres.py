@@ -356,36 +356,40 @@ def require_snapshot_position(cur: Any, connector: ConnectorConfig, source_table
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed change (its Debezium offset) belongs to a transaction visible in the snapshot
     `position` holds (`xmin:xmax:xip,...`): committed before the chunk was read, so its rows hold it."""
-    xid = _streamed_xid(offset, position)
-    if xid is None:
+    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
         return False
     xmin_text, xmax_text, running = str(position["snapshot"]).split(":")
-    if xid < int(xmin_text):
+    xmin, xmax = int(xmin_text), int(xmax_text)
+    xid = _xid_near(int(offset["txId"]), xmax)
+    if xid < xmin:
         return True
-    return xid < int(xmax_text) and str(xid) not in running.split(",")
+    return xid < xmax and str(xid) not in running.split(",")
 
 
-def passed_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
-    """Whether a streamed change's transaction began after the snapshot was taken (its id at or past xmax): it
-    commits after every transaction the snapshot saw, and the stream delivers in commit order, so nothing the
-    snapshot saw comes after it. (A transaction running at the snapshot may commit before one it saw.)"""
-    xid = _streamed_xid(offset, position)
-    return xid is not None and xid >= int(str(position["snapshot"]).split(":")[1])
-
-
-def _streamed_xid(offset: dict[str, Any] | None, position: dict[str, Any]) -> int | None:
-    """The streamed change's transaction id in the epoch of the snapshot's ids; None for an offset of no streamed
-    transaction."""
-    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
-        return None
-    xmax = int(str(position["snapshot"]).split(":")[1])
-    xid = int(offset["txId"])
-    if xid < 1 << 32 <= xmax:
-        # pgoutput names a transaction by its 32-bit id; the snapshot's ids carry their epoch. Ids compare modulo
-        # 2^32 within half the circle of each other (PostgreSQL's own rule), so the id is the one nearest xmax.
-        ahead = (xid - xmax) % (1 << 32)
-        xid = xmax + ahead if ahead < 1 << 31 else xmax - ((1 << 32) - ahead)
+def _xid_near(xid: int, reference: int) -> int:
+    """pgoutput names a transaction by its 32-bit id; a snapshot's ids carry their epoch. Ids compare modulo 2^32
+    within half the circle of each other (PostgreSQL's own rule), so the id is the one nearest `reference`."""
+    if xid < 1 << 32 <= reference:
+        ahead = (xid - reference) % (1 << 32)
+        return reference + ahead if ahead < 1 << 31 else reference - ((1 << 32) - ahead)
     return xid
+
+
+def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether a streamed change (its Debezium offset) belongs to a transaction begun after the snapshot `position`
+    holds was taken (its id at or past the snapshot's xmax): its commit follows, in the stream, the commit of every
+    transaction that snapshot sees. (A transaction merely invisible to it may have written its commit record before
+    one it sees.)"""
+    if not offset or "snapshot" in offset or offset.get("txId") is None or "snapshot" not in position:
+        return False
+    xmax = int(str(position["snapshot"]).split(":")[1])
+    return _xid_near(int(offset["txId"]), xmax) >= xmax
+
+
+def load_end_position(cur: Any) -> dict[str, Any]:
+    """Where the source is now, as `stream_passed` compares it: a snapshot of its transactions."""
+    cur.execute("SELECT pg_current_snapshot()::text")
+    return {"snapshot": cur.fetchone()[0]}
 
 
 

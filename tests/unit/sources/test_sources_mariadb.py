@@ -16,7 +16,7 @@ from cdc_pipeline.sources.mariadb import (
     debezium_properties,
     key_value,
     literal,
-    passed_snapshot,
+    stream_passed,
     quote_mysql,
     require_snapshot_position,
 )
@@ -56,7 +56,7 @@ def test_changes_committed_before_a_consistent_snapshot(offset, expected):
     (None, False),
 ])
 def test_a_snapshot_position_is_passed_at_the_first_transaction_after_it(offset, expected):
-    assert passed_snapshot(offset, {"file": "mariadb-bin.000003", "pos": "4512"}) is expected
+    assert stream_passed(offset, {"file": "mariadb-bin.000003", "pos": "4512"}) is expected
 
 
 class RecordedCursor:

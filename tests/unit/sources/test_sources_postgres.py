@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_pipeline.sources import before_snapshot, passed_snapshot, postgres
+from cdc_pipeline.sources import before_snapshot, stream_passed, postgres
 
 
 @pytest.mark.parametrize("tx_id, seen", [
@@ -65,7 +65,7 @@ def test_array_element_modifiers_are_read_from_the_type_modifier(type_name, typm
     (104, True), (150, True),  # began after it: commits after every transaction it saw
 ])
 def test_a_snapshot_is_passed_by_a_transaction_that_began_after_it(tx_id: int, passed: bool) -> None:
-    assert passed_snapshot({"lsn": 1, "txId": tx_id}, {"snapshot": "100:104:100,103"}) is passed
+    assert stream_passed({"lsn": 1, "txId": tx_id}, {"snapshot": "100:104:100,103"}) is passed
     epoch = 3 << 32
-    assert passed_snapshot({"txId": tx_id}, {"snapshot": f"{epoch + 100}:{epoch + 104}:{epoch + 100}"}) is passed
-    assert not passed_snapshot({"lsn": 1, "txId": tx_id, "snapshot": True}, {"snapshot": "100:104:"})
+    assert stream_passed({"txId": tx_id}, {"snapshot": f"{epoch + 100}:{epoch + 104}:{epoch + 100}"}) is passed
+    assert not stream_passed({"lsn": 1, "txId": tx_id, "snapshot": True}, {"snapshot": "100:104:"})
