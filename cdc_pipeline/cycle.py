@@ -200,6 +200,7 @@ class ConnectorSession:
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
+        sources.prepare_capture(connector)
         self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
         self.runner.start()

@@ -10,7 +10,8 @@ has not applied:
   elsewhere on the server launch nothing.
 - PostgreSQL: the connector's replication slot is peeked (`pg_logical_slot_peek_binary_changes`, nothing is
   consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
-  `synchronous_commit=off` a change shows within `wal_writer_delay`.)
+  `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
+  `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
 A paused or stopped connector has none.
 """
@@ -87,4 +88,10 @@ def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
         return Pending(False, f"replication slot {slot} is in use")
     if peeked.changes or peeked.messages >= postgres.SLOT_PEEK_MESSAGES:
         return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
-    return Pending(False, f"replication slot {slot} holds no change")
+    unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20
+    if unconfirmed_mb >= connector.retained_wal_run_mb:
+        # Only other tables were written: a run confirms the slot past their WAL (the heartbeat), and the source
+        # may remove it.
+        return Pending(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
+                             f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
+    return Pending(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")

@@ -3,6 +3,7 @@ package io.cdcpipeline.runner;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -17,18 +18,25 @@ import io.debezium.engine.RecordChangeEvent;
  * thread waits here, which throttles capture. A popped batch gets an id and stays in flight until
  * Python reports it complete; only then are its records marked processed, which is what lets the
  * engine's offset advance. Batches must be completed in the order they were popped.
+ * A batch of heartbeats only (Debezium's heartbeat topic, and the table its heartbeat writes to) that arrives while
+ * no batch is queued or in flight is committed here at once and never handed over: it carries no data, and
+ * committing its offset is what confirms a PostgreSQL slot past the WAL of tables the connector does not capture.
  */
 final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>> {
     private final BlockingQueue<ChangeBatch> queue;
     private final Map<Long, ChangeBatch> inFlight = new LinkedHashMap<>();
     private final EventSerializer serializer = new EventSerializer();
+    private final Set<String> heartbeatTopics;
     private volatile boolean stopping;
+    private long outstanding;
+    private long heartbeatsCommitted;
     private long nextSeq = 1;
     private long nextBatchId = 1;
     private long eventsReceived;
 
-    BatchManager(int capacity) {
+    BatchManager(int capacity, Set<String> heartbeatTopics) {
         this.queue = new ArrayBlockingQueue<>(capacity);
+        this.heartbeatTopics = heartbeatTopics;
     }
 
     @Override
@@ -37,6 +45,22 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             throws InterruptedException {
         if (records.isEmpty()) {
             return;
+        }
+        if (heartbeatsOnly(records)) {
+            synchronized (this) {
+                // Nothing before it waits to be committed: its offset may be committed now, in order.
+                if (outstanding == 0) {
+                    for (RecordChangeEvent<SourceRecord> record : records) {
+                        committer.markProcessed(record);
+                    }
+                    committer.markBatchFinished();
+                    heartbeatsCommitted += records.size();
+                    return;
+                }
+            }
+        }
+        synchronized (this) {
+            outstanding++;
         }
         ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq);
         nextSeq += records.size();
@@ -79,7 +103,23 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             batch = inFlight.remove(batchId);
         }
         batch.markProcessed();
+        synchronized (this) {
+            outstanding--;
+        }
         return batch.size();
+    }
+
+    private boolean heartbeatsOnly(List<RecordChangeEvent<SourceRecord>> records) {
+        for (RecordChangeEvent<SourceRecord> record : records) {
+            if (!heartbeatTopics.contains(record.record().topic())) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    synchronized long heartbeatsCommitted() {
+        return heartbeatsCommitted;
     }
 
     void stop() {
