@@ -336,11 +336,13 @@ class ConnectorSession:
                                             clear_error=True, unless_in=keep)
                         else:
                             self._set_state(control.SYNCING, clear_error=True, unless_in=keep)
+                        control.clear_failures(self.conn, self.control_schema, self.connector.name)
                         if self._requested_mode:
                             control.clear_next_snapshot_mode(self.conn, self.control_schema, self.connector.name,
                                                              self._requested_mode)
                     else:
                         self._set_state(control.STOPPED, last_error=str(error), unless_in=keep)
+                        control.record_failure(self.conn, self.control_schema, self.connector, str(error))
                     control.release_run_lock(self.conn, self.connector.name)
                     self._locked = False
             finally:
@@ -353,6 +355,8 @@ class ConnectorSession:
             with self.destination.connect(self.connector.name, connect_timeout=10) as conn:
                 control.set_state(conn, self.control_schema, self.connector.name, self.connector.type, control.STOPPED,
                                   last_error=None if error is None else str(error), clear_error=error is None)
+                if error is not None:
+                    control.record_failure(conn, self.control_schema, self.connector, str(error))
         except (psycopg.Error, CdcError) as exc:
             log.error("%s: cannot record the connector's state, the destination is unreachable: %s",
                       self.connector.name, exc)

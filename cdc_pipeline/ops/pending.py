@@ -13,7 +13,8 @@ has not applied:
   `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
-A paused or stopped connector has none.
+A paused connector has none; nor has one whose last run failed, under error_strategy exit until it is resumed,
+under retry and skip until its backoff has passed (`control.failure_hold`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
             return Pending(True, "the connector has not run yet")
         if state["state"] in control.HALTED_STATES:
             return Pending(False, f"the connector is {state['state']}")
+        held = control.failure_hold(state, connector)
+        if held is not None:
+            return Pending(False, held)
         if bulk_load.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
         if connector.type in ("mariadb", "mysql"):
