@@ -1,7 +1,10 @@
 """One change sensor per connector whose `trigger` is `changes`: launches `sync_<name>` only when the connector has
-work (cdc_pipeline/pending.py checks the source without a JVM), never two runs at once, none while paused."""
+work (cdc_pipeline/ops/pending.py checks the source without a JVM), never two runs at once, none while paused, none
+while a failed connector is held (stopped under error_strategy exit, backing off under retry and skip)."""
 
+import json
 import logging
+import time
 
 import psycopg
 from dagster import (
@@ -10,11 +13,13 @@ from dagster import (
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
+    SensorResult,
     SkipReason,
     sensor,
 )
 
 from assets.schedules import active_run_skip
+from cdc_pipeline import control
 from cdc_pipeline.ops import pending
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
@@ -26,14 +31,18 @@ TRIGGER_TAG = "cdc/trigger"
 
 
 def build_change_sensor(connector: ConnectorConfig, job: JobDefinition) -> SensorDefinition:
-    """`sync_<name>_on_changes`, every `check_interval_seconds`."""
+    """`sync_<name>_on_changes`, every `check_interval_seconds`.
+
+    Its cursor counts the checks that failed in a row (the destination or the source did not answer): the first
+    launches a run, whose failure the UI shows; the next ones launch one only after the same backoff as failed runs.
+    """
 
     @sensor(name=f"{job.name}_on_changes", job=job, minimum_interval_seconds=connector.check_interval_seconds,
             default_status=DefaultSensorStatus.RUNNING if connector.trigger == "changes"
             else DefaultSensorStatus.STOPPED,
             description=f"Launches {job.name} when its source holds changes it has not applied (or its bulk snapshot "
-                        "is not finished), checked without a JVM; skips while a run is in progress or the "
-                        "connector is paused.")
+                        "is not finished), checked without a JVM; skips while a run is in progress, the "
+                        "connector is paused, or a failed connector is stopped (error_strategy exit) or backing off.")
     def change_sensor(context: SensorEvaluationContext, destination: DestinationResource):
         busy = active_run_skip(context, job)
         if busy is not None:
@@ -41,11 +50,36 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition) -> Senso
         try:
             found = pending.check(connector, destination.destination())
         except (psycopg.Error, CdcError) as exc:
-            # A run then fails with the error where the UI shows it: the sensor does not hide it.
             log.warning("cannot check connector %s for changes: %s", connector.name, exc)
-            found = pending.Pending(True, f"the check failed: {exc}")
+            return _after_failed_check(context, connector, exc)
         if not found.work:
-            return SkipReason(found.reason)
-        return RunRequest(tags={TRIGGER_TAG: found.reason[:200]})
+            decision = SkipReason(found.reason)
+        else:
+            decision = RunRequest(run_key=f"changes-{time.time_ns()}", tags={TRIGGER_TAG: found.reason[:200]})
+        if not context.cursor:
+            return decision
+        # A check that answers ends the failed checks' backoff.
+        if isinstance(decision, SkipReason):
+            return SensorResult(skip_reason=decision, cursor="")
+        return SensorResult(run_requests=[decision], cursor="")
 
     return change_sensor
+
+
+def _after_failed_check(context: SensorEvaluationContext, connector: ConnectorConfig, error: Exception) -> SensorResult:
+    """A run when the failed checks' backoff has passed (at once after the first), else a skip saying when."""
+    failed = json.loads(context.cursor) if context.cursor else {}
+    failures, retry_at = int(failed.get("failed_checks", 0)) + 1, float(failed.get("retry_at", 0))
+    now = time.time()
+    message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+    if now < retry_at:
+        return SensorResult(skip_reason=SkipReason(
+            f"the check of connector {connector.name} failed {failures} times in a row: {message}; next run at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(retry_at))} UTC (backoff)"),
+            cursor=json.dumps({"failed_checks": failures, "retry_at": retry_at}))
+    # Every failed check counts, but only a launched run moves the next launch further away.
+    backoff = control.backoff_seconds(connector, failures)
+    return SensorResult(
+        run_requests=[RunRequest(run_key=f"check-failed-{time.time_ns()}",
+                                 tags={TRIGGER_TAG: f"the check failed: {message}"[:200]})],
+        cursor=json.dumps({"failed_checks": failures, "retry_at": now + backoff}))

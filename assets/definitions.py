@@ -1,6 +1,6 @@
 """The Dagster definitions: per connector, a `sync_<name>` job, its change sensor and its schedule (one of the two
 running, by its `trigger`), its asset and row-count check; the
-`cdc_control` job and the `cdc_requests` sensor for state-change requests."""
+`cdc_control` job and the `cdc_requests` sensor for state-change requests; the `cdc_run_failures` sensor."""
 
 import logging
 
@@ -10,6 +10,7 @@ from assets.change_sensor import build_change_sensor
 from assets.connector_asset import build_connector_asset
 from assets.control_job import control_job
 from assets.request_sensor import build_request_sensor
+from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
 from cdc_pipeline.config import PipelineConfig, load_config
@@ -34,7 +35,7 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         asset_checks=checks,
         jobs=[*jobs, control_job],
         schedules=schedules,
-        sensors=[*sensors, build_request_sensor(config_path, jobs)],
+        sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs)],
         resources={"destination": DestinationResource(config_path=config_path)},
     )
 

@@ -73,6 +73,9 @@ def _sync_schedule_function(connector: ConnectorConfig, job: JobDefinition) -> A
             state = None
         if state is not None and state["state"] in control.HALTED_STATES:
             return SkipReason(f"connector {connector.name} is {state['state']} (cdc-pipeline resume {connector.name})")
+        held = control.failure_hold(state, connector)
+        if held is not None:
+            return SkipReason(held)
         return RunRequest()
 
     return sync_schedule

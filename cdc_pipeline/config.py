@@ -78,6 +78,11 @@ MAX_RUN_RETRIES = 10
 DEFAULT_RETRY_ATTEMPTS = 3
 MAX_RETRY_ATTEMPTS = 20
 DEFAULT_RETRY_BACKOFF_SECONDS = 1.0
+# PostgreSQL sources: the table Debezium's heartbeat writes to, and the unconfirmed WAL that asks for a run.
+DEFAULT_HEARTBEAT_TABLE = "public.cdc_heartbeat"
+DEFAULT_RETAINED_WAL_RUN_MB = 256
+# Failed runs launched again by the change sensor: after check_interval_seconds, doubling, at most this long.
+DEFAULT_FAILURE_BACKOFF_MAX_SECONDS = 1800.0
 POSTGRES_IDENTIFIER_MAX_LENGTH = 63
 
 CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -459,10 +464,21 @@ class ConnectorConfig:
     letter_casing: LetterCasing = "lowercase"
     destination_schema: OptionalIdentifier = None
     debezium: Properties = dataclasses.field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # PostgreSQL: Debezium's heartbeat writes a row of this table (`schema.table`, created if missing, in the
+    # connector's publication) every heartbeat_interval_seconds while a run streams (default: half the idle
+    # timeout), so that a run confirms its slot past the WAL of tables it does not capture.
+    heartbeat_table: Text = DEFAULT_HEARTBEAT_TABLE
+    heartbeat_interval_seconds: Optional[PositiveNumber] = None
+    # PostgreSQL: the change check asks for a run once the slot holds more WAL than this after its confirmed position.
+    retained_wal_run_mb: _between(1) = DEFAULT_RETAINED_WAL_RUN_MB
+    # error_strategy retry or skip: after a failed run the change sensor waits check_interval_seconds, twice as long
+    # after each further failure in a row, at most this long.
+    failure_backoff_max_seconds: PositiveNumber = DEFAULT_FAILURE_BACKOFF_MAX_SECONDS
 
     def __post_init__(self) -> None:
         defaults = {"port": DEFAULT_PORTS[self.type], "run_retries": DEFAULT_RUN_RETRIES.get(self.error_strategy, 0),
-                    "snapshot_engine": "spark" if self.type in BULK_SNAPSHOT_TYPES else "debezium"}
+                    "snapshot_engine": "spark" if self.type in BULK_SNAPSHOT_TYPES else "debezium",
+                    "heartbeat_interval_seconds": self.idle_timeout_seconds / 2}
         for name, default in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
@@ -477,6 +493,9 @@ class ConnectorConfig:
                            "source's certificate)", child="tls_ca_file")
         if self.tls_ca_file is not None and not Path(self.tls_ca_file).is_file():
             raise _invalid(f"names no readable file: {self.tls_ca_file}", child="tls_ca_file")
+        schema, _, table = self.heartbeat_table.partition(".")
+        if not schema or not table:
+            raise _invalid(f"names no table as schema.table: {self.heartbeat_table!r}", child="heartbeat_table")
 
     @property
     def bulk_snapshot(self) -> bool:

@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from cdc_pipeline.errors import CdcError, ConnectorBusyError
+
+if TYPE_CHECKING:
+    from cdc_pipeline.config import ConnectorConfig
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +169,11 @@ _MIGRATIONS = (
     # The source table's columns and key when the load planned it; a table whose definition changed is copied again.
     "ALTER TABLE {schema}.bulk_load_tables ADD COLUMN IF NOT EXISTS source_definition jsonb",
     "ALTER TABLE {schema}.bulk_load_tables ADD COLUMN IF NOT EXISTS copy_again boolean NOT NULL DEFAULT false",
+    # Failed runs in a row, the last one's time, and when the change sensor may launch the next (NULL: at once, or
+    # under error_strategy exit, only after a resume).
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS last_failed_at timestamptz",
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the
@@ -222,7 +231,8 @@ _OBJMAP_TABLES = (
 )
 
 # Connector states. `syncing`: the connector replicates, each scheduled run a fetch cycle (its `phase` shows what
-# a running cycle does, none between cycles); `stopped`: its last cycle failed (the next run retries);
+# a running cycle does, none between cycles); `stopped`: its last cycle failed (under error_strategy exit no run is
+# launched until a resume; under retry and skip the next one after a backoff, `failure_hold`);
 # `paused` and `schema sync done`: no run starts until a resume request.
 STOPPED = "stopped"
 INITIALIZING = "initializing"
@@ -571,7 +581,7 @@ def read_states(conn: psycopg.Connection, schema: str, connector: str | None = N
     """Each connector's state row joined with its Debezium offset, applied position and totals."""
     query = sql.SQL(
         """SELECT s.connector, s.connector_type, s.state, s.stage, s.phase, s.next_snapshot_mode, s.last_error,
-                  s.updated_at, o.offset_value AS debezium_offset, a.source_position AS applied_position,
+                  s.failures, s.last_failed_at, s.next_attempt_at, s.updated_at, o.offset_value AS debezium_offset, a.source_position AS applied_position,
                   a.debezium_offset AS applied_offset, a.applied_at, s.jvm_memory,
                   st.batches, st.events, st.ddls, st.inserts, st.snapshot_rows, st.updates, st.deletes
            FROM {state} s
@@ -654,3 +664,72 @@ def record_source_checked(conn: psycopg.Connection, schema: str, connector: str,
     """Records that the connector has applied every change of its source before `position`."""
     conn.execute(sql.SQL("UPDATE {} SET source_checked = %s WHERE connector = %s").format(
         sql.Identifier(schema, "connector_state")), (json.dumps(position), connector))
+
+
+# Failed runs: counted in a row, backed off, or under error_strategy exit held until a resume.
+
+EXIT = "exit"
+
+
+def backoff_seconds(connector: "ConnectorConfig", failures: int) -> float:
+    """Seconds after the `failures`-th failure in a row (of a run, or of the change check) before the next run:
+    the check interval, doubling with each failure, at most `failure_backoff_max_seconds`."""
+    return min(connector.failure_backoff_max_seconds,
+               connector.check_interval_seconds * 2.0 ** min(max(0, failures - 1), 30))
+
+
+def failure_backoff(connector: "ConnectorConfig", failures: int) -> float | None:
+    """When the change sensor may launch the next run after the `failures`-th failed run in a row (`backoff_seconds`);
+    None under error_strategy exit (no run until a resume)."""
+    return None if connector.error_strategy == EXIT else backoff_seconds(connector, failures)
+
+
+def record_failure(conn: psycopg.Connection, schema: str, connector: "ConnectorConfig", error: str, *,
+                   unless_recorded_since: float | None = None) -> int | None:
+    """Counts a failed run of the connector (its error, its time, when the next run may start) and marks it stopped
+    unless it is paused; returns the failures in a row, or None when a failure was already recorded at or after
+    `unless_recorded_since` (epoch seconds: the run's start, when the run's own session recorded it)."""
+    row = conn.execute(sql.SQL(
+        """INSERT INTO {table} AS s (connector, connector_type, state, last_error, failures, last_failed_at, updated_at)
+           VALUES (%(connector)s, %(type)s, %(stopped)s, %(error)s, 1, now(), now())
+           ON CONFLICT (connector) DO UPDATE SET
+             state = CASE WHEN s.state = ANY(%(keep)s::text[]) THEN s.state ELSE EXCLUDED.state END,
+             last_error = EXCLUDED.last_error, failures = s.failures + 1, last_failed_at = now(), updated_at = now()
+           WHERE %(since)s::float8 IS NULL OR s.last_failed_at IS NULL OR s.last_failed_at < to_timestamp(%(since)s)
+           RETURNING failures""").format(table=sql.Identifier(schema, "connector_state")),
+        {"connector": connector.name, "type": connector.type, "stopped": STOPPED, "error": error,
+         "keep": list(HALTED_STATES), "since": unless_recorded_since}).fetchone()
+    if row is None:
+        return None
+    failures = int(row[0])
+    backoff = failure_backoff(connector, failures)
+    conn.execute(sql.SQL("UPDATE {} SET next_attempt_at = last_failed_at + make_interval(secs => %s) "
+                         "WHERE connector = %s")
+                 .format(sql.Identifier(schema, "connector_state")),
+                 (backoff, connector.name))
+    return failures
+
+
+def clear_failures(conn: psycopg.Connection, schema: str, connector: str) -> None:
+    """A run succeeded, or an operator resumed the connector: no failure in a row any more."""
+    conn.execute(sql.SQL("UPDATE {} SET failures = 0, next_attempt_at = NULL WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (connector,))
+
+
+def failure_hold(state: dict[str, Any] | None, connector: "ConnectorConfig",
+                 now: datetime | None = None) -> str | None:
+    """Why no run may be launched now for a connector whose last run failed, or None: under error_strategy exit it
+    stays stopped until an operator resumes it; under retry and skip, until its backoff has passed."""
+    if not state or state.get("state") != STOPPED:
+        return None
+    name, failures = connector.name, int(state.get("failures") or 0)
+    error = (state.get("last_error") or "unknown error").strip().splitlines()[0][:300]
+    if connector.error_strategy == EXIT:
+        return (f"connector {name} is stopped after a failed run ({failures} in a row): {error}; under error_strategy "
+                f"exit it stays stopped until an operator resumes it (cdc-pipeline resume {name})")
+    next_attempt = state.get("next_attempt_at")
+    if next_attempt is not None and next_attempt > (now or datetime.now(timezone.utc)):
+        return (f"connector {name} failed {failures} run(s) in a row: {error}; next attempt at "
+                f"{next_attempt.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC (backoff, at most "
+                f"{connector.failure_backoff_max_seconds:.0f} s)")
+    return None

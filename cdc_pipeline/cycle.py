@@ -197,6 +197,7 @@ class ConnectorSession:
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
+        sources.prepare_capture(connector)
         self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
         self.runner.start()
@@ -347,11 +348,13 @@ class ConnectorSession:
                                             clear_error=True, unless_in=keep)
                         else:
                             self._set_state(control.SYNCING, clear_error=True, unless_in=keep)
+                        control.clear_failures(self.conn, self.control_schema, self.connector.name)
                         if self._requested_mode:
                             control.clear_next_snapshot_mode(self.conn, self.control_schema, self.connector.name,
                                                              self._requested_mode)
                     else:
                         self._set_state(control.STOPPED, last_error=str(error), unless_in=keep)
+                        control.record_failure(self.conn, self.control_schema, self.connector, str(error))
                     control.release_run_lock(self.conn, self.connector.name)
                     self._locked = False
             finally:
@@ -364,6 +367,8 @@ class ConnectorSession:
             with self.destination.connect(self.connector.name, connect_timeout=10) as conn:
                 control.set_state(conn, self.control_schema, self.connector.name, self.connector.type, control.STOPPED,
                                   last_error=None if error is None else str(error), clear_error=error is None)
+                if error is not None:
+                    control.record_failure(conn, self.control_schema, self.connector, str(error))
         except (psycopg.Error, CdcError) as exc:
             log.error("%s: cannot record the connector's state, the destination is unreachable: %s",
                       self.connector.name, exc)

@@ -200,7 +200,7 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         props[prefix + "table"] = table
         props[prefix + "connector"] = connector.name
     props.update(sources.module_for(connector.type).debezium_properties(connector))
-    if connector.tables:
+    if connector.tables and "table.include.list" not in props:
         props["table.include.list"] = ",".join(re.escape(table) for table in connector.tables)
     props.update(connector.debezium)
     return props

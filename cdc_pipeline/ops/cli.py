@@ -79,6 +79,10 @@ def _cmd_sync(args: argparse.Namespace) -> int:
             bar.start()
         if args.verbose:
             logging.getLogger().setLevel(logging.INFO)
+        held = _failure_hold(args.name)
+        if held is not None:
+            print(f"note: {held}; this sync, asked for by hand, tries again (its success resumes the connector)",
+                  file=sys.stderr)
         summary = run_sync(args.name, start_offset=args.start_offset)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = _root_cause(exc)
@@ -89,6 +93,18 @@ def _cmd_sync(args: argparse.Namespace) -> int:
             bar.stop()
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
+
+
+def _failure_hold(name: str) -> str | None:
+    """Why the change sensor launches no run of the connector after a failed one, or None (also when the state
+    cannot be read: the sync then fails with the reason)."""
+    try:
+        config = load_config()
+        with _control_connection(config) as conn:
+            state = control.read_state(conn, config.destination.control_schema, name)
+        return control.failure_hold(state, config.connector(name))
+    except (psycopg.Error, CdcError):
+        return None
 
 
 class _ProgressBar(threading.Thread):
@@ -176,9 +192,10 @@ def _cmd_state(args: argparse.Namespace) -> int:
         print(f"{row['connector']} ({row['connector_type']}): {row['state']}")
         for label, key in (("stage", "stage"), ("running cycle", "phase"),
                            ("next cycle's snapshot mode", "next_snapshot_mode"), ("last error", "last_error"),
-                           ("applied position", "applied_position"), ("debezium offset", "debezium_offset"),
+                           ("failed runs in a row", "failures"), ("last failed at", "last_failed_at"),
+                           ("next attempt at", "next_attempt_at"), ("applied position", "applied_position"), ("debezium offset", "debezium_offset"),
                            ("applied at", "applied_at"), ("updated at", "updated_at"), ("jvm memory", "jvm_memory")):
-            if row.get(key) is not None:
+            if row.get(key) is not None and not (key == "failures" and not row[key]):
                 value = row[key] if isinstance(row[key], str) else json.dumps(row[key], default=str)
                 print(f"  {label}: {value}")
         slot = row.get("source_slot")

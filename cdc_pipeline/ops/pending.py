@@ -10,9 +10,11 @@ has not applied:
   elsewhere on the server launch nothing.
 - PostgreSQL: the connector's replication slot is peeked (`pg_logical_slot_peek_binary_changes`, nothing is
   consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
-  `synchronous_commit=off` a change shows within `wal_writer_delay`.)
+  `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
+  `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
-A paused or stopped connector has none.
+A paused connector has none; nor has one whose last run failed, under error_strategy exit until it is resumed,
+under retry and skip until its backoff has passed (`control.failure_hold`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
             return Pending(True, "the connector has not run yet")
         if state["state"] in control.HALTED_STATES:
             return Pending(False, f"the connector is {state['state']}")
+        held = control.failure_hold(state, connector)
+        if held is not None:
+            return Pending(False, held)
         if bulk_load.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
         if connector.type in ("mariadb", "mysql"):
@@ -87,4 +92,10 @@ def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
         return Pending(False, f"replication slot {slot} is in use")
     if peeked.changes or peeked.messages >= postgres.SLOT_PEEK_MESSAGES:
         return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
-    return Pending(False, f"replication slot {slot} holds no change")
+    unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20
+    if unconfirmed_mb >= connector.retained_wal_run_mb:
+        # Only other tables were written: a run confirms the slot past their WAL (the heartbeat), and the source
+        # may remove it.
+        return Pending(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
+                             f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
+    return Pending(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")

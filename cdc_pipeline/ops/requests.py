@@ -124,8 +124,8 @@ def serve_pending_requests(conn: psycopg.Connection, schema: str, config: Pipeli
 def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig, request: Request) -> Outcome:
     """Applies the request's rule to its connector's state and records the outcome, in one transaction.
 
-    Rules: pause from any state but paused; resume only from paused (or `schema sync done`), and the connector
-    needs a run; set offset only while paused and no cycle runs, with an offset of the connector type's shape,
+    Rules: pause from any state but paused; resume only from paused, `schema sync done` or stopped (a failed run;
+    its failures in a row are forgotten), and the connector needs a run; set offset only while paused and no cycle runs, with an offset of the connector type's shape,
     then paused again; restart with a snapshot mode from any state but paused (its next cycle starts the engine
     in that mode; a schema sync only for a connector without an offset), and the connector needs a run; reload
     the object-mapping rules from any state, when the connectors file still reads; snapshot tables again (the
@@ -174,9 +174,10 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         set_state(control.PAUSED)
         return f"{state} -> paused", False
     if kind == RESUME:
-        if state not in _PAUSED:
-            raise _Rejected(f"only a paused connector resumes; it is {state}")
+        if state not in (*_PAUSED, control.STOPPED):
+            raise _Rejected(f"only a paused or stopped connector resumes; it is {state}")
         set_state(control.SYNCING)
+        control.clear_failures(conn, schema, name)
         return f"{state} -> syncing", True
     if kind == SET_OFFSET:
         if state not in _PAUSED:

@@ -270,6 +270,8 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     container, _ = connector.split_table(source_table)
     if connector.type in ("mariadb", "mysql") and container != connector.database:
         return False
+    if connector.type == "postgres" and source_table == connector.heartbeat_table:
+        return False  # Debezium's heartbeat writes it so that the slot is confirmed: it is no data
     return not connector.tables or source_table in connector.tables
 
 

@@ -22,6 +22,12 @@ def module_for(connector_type: str) -> ModuleType:
     return _MODULES[connector_type]
 
 
+def prepare_capture(connector: ConnectorConfig) -> None:
+    """What the source needs before the connector's engine starts: a PostgreSQL source's heartbeat table."""
+    if connector.type == "postgres":
+        postgres.ensure_heartbeat_table(connector)
+
+
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed change was committed before the consistent snapshot `position` describes (a binlog
     position of MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""

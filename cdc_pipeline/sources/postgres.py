@@ -40,6 +40,7 @@ OFFSET_SHAPE = OffsetShape(
     example='{"lsn": 24023128, "txId": 555}',
 )
 JDBC_DRIVER = "org.postgresql.Driver"
+HEARTBEAT_TOPICS_PROPERTY = "cdc.runner.heartbeat.topics"
 GEOMETRY_TYPES: frozenset[str] = frozenset()
 # Every Spark reader's session: the text output the COPY reads back, and no parallel plan (a table without a key
 # is read as its snapshot row then its rows, in that order).
@@ -144,9 +145,45 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     if connector.tls_ca_file:
         props["database.sslrootcert"] = connector.tls_ca_file
     if connector.tables:
-        schemas = dict.fromkeys(connector.split_table(table)[0] for table in connector.tables)
+        # The heartbeat table is captured (so in the publication, which Debezium keeps to its include list), its
+        # rows never applied (`sink.plan.captures`).
+        watched = (*connector.tables, connector.heartbeat_table)
+        schemas = dict.fromkeys(connector.split_table(table)[0] for table in watched)
         props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
+        props["table.include.list"] = ",".join(re.escape(table) for table in watched)
+    props["heartbeat.interval.ms"] = str(max(1, round(connector.heartbeat_interval_seconds * 1000)))
+    props["heartbeat.action.query"] = heartbeat_query(connector)
+    # The runner commits a batch of heartbeats itself when nothing waits before it (its own property).
+    props[HEARTBEAT_TOPICS_PROPERTY] = f"{connector.name}.{connector.heartbeat_table}"
     return props
+
+
+def heartbeat_query(connector: ConnectorConfig) -> str:
+    """The statement Debezium's heartbeat runs on the source: it writes the connector's row of the heartbeat table,
+    a change of the publication that the engine receives after any WAL of other tables, so that committing its
+    offset confirms the slot past that WAL."""
+    return sql.SQL("INSERT INTO {} (slot_name, beat_at) VALUES ({}, now()) "
+                   "ON CONFLICT (slot_name) DO UPDATE SET beat_at = EXCLUDED.beat_at").format(
+        sql.Identifier(*connector.split_table(connector.heartbeat_table)),
+        sql.Literal(connector.replication_slot)).as_string()
+
+
+def ensure_heartbeat_table(connector: ConnectorConfig) -> None:
+    """Creates the heartbeat table (one row per connector's slot) on the source; does nothing if it exists. A
+    capture user without CREATE on its schema needs it created by the DBA, as docs/triggers.md shows."""
+    import psycopg
+
+    schema, table = connector.split_table(connector.heartbeat_table)
+    with connect(connector) as source:
+        if source.execute("SELECT to_regclass(%s)", (qualified(schema, table),)).fetchone()[0] is not None:
+            return
+        try:
+            source.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (slot_name text PRIMARY KEY, "
+                                   "beat_at timestamptz NOT NULL)").format(sql.Identifier(schema, table)))
+        except psycopg.Error as exc:
+            raise CdcError(f"cannot create the heartbeat table {connector.heartbeat_table} on the source: "
+                           f"{str(exc).strip().splitlines()[0]}; create it (docs/triggers.md) or name another in "
+                           "heartbeat_table", connector=connector.name) from None
 
 
 def quote(identifier: str) -> str:
@@ -441,6 +478,7 @@ class SlotPeek:
     active: bool  # a run holds the slot: it cannot be peeked
     messages: int  # messages peeked, at most SLOT_PEEK_MESSAGES
     changes: int  # of which changes of the publication after the applied LSN
+    unconfirmed_wal_bytes: int = 0  # WAL after the slot's confirmed position (what a run can let the source remove)
 
 
 def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
@@ -454,9 +492,19 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
             return None
         if row[0]:
             return SlotPeek(active=True, messages=0, changes=0)
+        # A change message names its table's oid in bytes 2-5; the heartbeat table's changes are no work.
         peeked = source.execute(
-            "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn) "
+            "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn "
+            "AND substring(data FROM 2 FOR 4) IS DISTINCT FROM int4send(to_regclass(%s)::oid::int4)) "
             "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
-            (list(_PGOUTPUT_CHANGES), f"{applied_lsn >> 32:X}/{applied_lsn & 0xFFFFFFFF:X}", slot,
-             SLOT_PEEK_MESSAGES, slot)).fetchone()
-    return SlotPeek(active=False, messages=int(peeked[0]), changes=int(peeked[1]))
+            (list(_PGOUTPUT_CHANGES), _lsn_text(applied_lsn), qualified(*connector.split_table(connector.heartbeat_table)),
+             slot, SLOT_PEEK_MESSAGES, slot)).fetchone()
+        unconfirmed = source.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots "
+            "WHERE slot_name = %s", (slot,)).fetchone()
+    return SlotPeek(active=False, messages=int(peeked[0]), changes=int(peeked[1]),
+                    unconfirmed_wal_bytes=int(unconfirmed[0] or 0) if unconfirmed else 0)
+
+
+def _lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"

@@ -3,6 +3,7 @@ package io.cdcpipeline.runner;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -22,18 +23,26 @@ import io.debezium.engine.RecordChangeEvent;
  * where its records stop being the snapshot's: the pipeline applies the snapshot's records, then loads the rows,
  * then the stream, and a batch never straddles that switch. Both halves share the engine's committer, which
  * commits the offset of the records marked so far each time a half is marked complete.
+ *
+ * A batch of heartbeats only (Debezium's heartbeat topic, and the table its heartbeat writes to) that arrives while
+ * no batch is queued or in flight is committed here at once and never handed over: it carries no data, and
+ * committing its offset is what confirms a PostgreSQL slot past the WAL of tables the connector does not capture.
  */
 final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>> {
     private final BlockingQueue<ChangeBatch> queue;
     private final Map<Long, ChangeBatch> inFlight = new LinkedHashMap<>();
     private final EventSerializer serializer = new EventSerializer();
+    private final Set<String> heartbeatTopics;
     private volatile boolean stopping;
+    private long outstanding;
+    private long heartbeatsCommitted;
     private long nextSeq = 1;
     private long nextBatchId = 1;
     private long eventsReceived;
 
-    BatchManager(int capacity) {
+    BatchManager(int capacity, Set<String> heartbeatTopics) {
         this.queue = new ArrayBlockingQueue<>(capacity);
+        this.heartbeatTopics = heartbeatTopics;
     }
 
     @Override
@@ -42,6 +51,19 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             throws InterruptedException {
         if (records.isEmpty()) {
             return;
+        }
+        if (heartbeatsOnly(records)) {
+            synchronized (this) {
+                // Nothing before it waits to be committed: its offset may be committed now, in order.
+                if (outstanding == 0) {
+                    for (RecordChangeEvent<SourceRecord> record : records) {
+                        committer.markProcessed(record);
+                    }
+                    committer.markBatchFinished();
+                    heartbeatsCommitted += records.size();
+                    return;
+                }
+            }
         }
         int cut = snapshotEnd(records);
         if (cut > 0 && cut < records.size()) {
@@ -56,6 +78,9 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private void enqueue(List<RecordChangeEvent<SourceRecord>> records,
                          DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
             throws InterruptedException {
+        synchronized (this) {
+            outstanding++;
+        }
         ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq);
         nextSeq += records.size();
         while (!stopping) {
@@ -110,7 +135,23 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             batch = inFlight.remove(batchId);
         }
         batch.markProcessed();
+        synchronized (this) {
+            outstanding--;
+        }
         return batch.size();
+    }
+
+    private boolean heartbeatsOnly(List<RecordChangeEvent<SourceRecord>> records) {
+        for (RecordChangeEvent<SourceRecord> record : records) {
+            if (!heartbeatTopics.contains(record.record().topic())) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    synchronized long heartbeatsCommitted() {
+        return heartbeatsCommitted;
     }
 
     void stop() {

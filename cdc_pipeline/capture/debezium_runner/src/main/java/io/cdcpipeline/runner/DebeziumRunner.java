@@ -39,7 +39,7 @@ public final class DebeziumRunner {
 
     public DebeziumRunner(RunnerParameters parameters) {
         this.parameters = parameters;
-        this.batches = new BatchManager(parameters.queueCapacity());
+        this.batches = new BatchManager(parameters.queueCapacity(), parameters.heartbeatTopics());
     }
 
     public synchronized void start() {

@@ -1,15 +1,22 @@
 package io.cdcpipeline.runner;
 
+import java.util.HashSet;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.TreeMap;
 
 /**
  * Every engine and connector property of one runner, set from Python before the engine starts,
- * plus the runner's own settings (the capacity of the batch queue between the engine and the emitter).
+ * plus the runner's own settings (the capacity of the batch queue between the engine and the emitter; the
+ * properties under {@value #RUNNER_PREFIX}, which the engine never sees).
  */
 public final class RunnerParameters {
+    static final String RUNNER_PREFIX = "cdc.runner.";
+    /** Topics whose records are heartbeats (comma-separated), besides Debezium's own heartbeat topic. */
+    static final String HEARTBEAT_TOPICS = RUNNER_PREFIX + "heartbeat.topics";
+    private static final String DEFAULT_HEARTBEAT_TOPICS_PREFIX = "__debezium-heartbeat";
     private final Properties properties = new Properties();
     private int queueCapacity = 4;
 
@@ -41,8 +48,25 @@ public final class RunnerParameters {
 
     Properties toProperties() {
         Properties copy = new Properties();
-        copy.putAll(properties);
+        for (String key : properties.stringPropertyNames()) {
+            if (!key.startsWith(RUNNER_PREFIX)) {
+                copy.setProperty(key, properties.getProperty(key));
+            }
+        }
         return copy;
+    }
+
+    /** The topics of heartbeat records: Debezium's heartbeat topic of this engine, and those named by the runner. */
+    Set<String> heartbeatTopics() {
+        Set<String> topics = new HashSet<>();
+        topics.add(properties.getProperty("heartbeat.topics.prefix", DEFAULT_HEARTBEAT_TOPICS_PREFIX) + "."
+                + properties.getProperty("topic.prefix", ""));
+        for (String topic : properties.getProperty(HEARTBEAT_TOPICS, "").split(",")) {
+            if (!topic.isBlank()) {
+                topics.add(topic.trim());
+            }
+        }
+        return topics;
     }
 
     /** The properties as text for logs, with every secret-looking value masked. */
