@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults
+from cdc_pipeline import bulk_load, control, faults, sources
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
