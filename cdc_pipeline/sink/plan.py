@@ -20,6 +20,7 @@ from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import DdlChange, changes_from_schema_event
 from cdc_pipeline.decode.events import (
     DATA_CHANGE,
+    OTHER,
     SCHEMA_CHANGE,
     TRUNCATE,
     EventRef,
@@ -143,6 +144,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             steps.append(segment)
 
     for ref in parsed.refs:
+        if is_heartbeat(connector, ref):
+            continue
         if (redelivered is not None and redelivered(ref.offset)) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             continue
@@ -273,6 +276,16 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     if connector.type == "postgres" and source_table == connector.heartbeat_table:
         return False  # Debezium's heartbeat writes it so that the slot is confirmed: it is no data
     return not connector.tables or source_table in connector.tables
+
+
+def is_heartbeat(connector: ConnectorConfig, ref: EventRef) -> bool:
+    """Whether an event is the connector's heartbeat, not the source's: a PostgreSQL connector's write of its
+    heartbeat table, or Debezium's heartbeat message (no table, no source block). Neither is applied nor counted."""
+    if connector.type != "postgres":
+        return False
+    if ref.kind == DATA_CHANGE:
+        return ref.source_table == connector.heartbeat_table
+    return ref.kind == OTHER and ref.source_table is None and not ref.raw_source
 
 
 SNAPSHOT_INCLUDE_LIST = "snapshot.include.collection.list"

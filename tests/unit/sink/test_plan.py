@@ -242,3 +242,18 @@ def test_a_bulk_snapshot_position_retires_at_the_first_event_past_it(connector):
                                               if record["value"]["payload"]["source"]["table"] == "customers"
                                               and record["value"]["payload"].get("op")), \
         "the change before the position and every change of the table not passed yet are skipped"
+
+
+def test_a_postgresql_connectors_heartbeat_is_neither_applied_nor_counted():
+    from cdc_pipeline.decode.events import DATA_CHANGE, OTHER, EventRef
+    from cdc_pipeline.sink.plan import is_heartbeat
+
+    config = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"pg": {"type": "postgres", "hostname": "localhost", "user": "cdc", "password": "secret",
+                              "database": "shop"}}}, Path("connectors.yaml"))
+    pg = config.connector("pg")
+    beat = EventRef(1, DATA_CHANGE, pg.heartbeat_table, "s", "u", {"table": "cdc_heartbeat"})
+    message = EventRef(2, OTHER, None, "h", None, {})
+    change = EventRef(3, DATA_CHANGE, "public.orders", "s", "c", {"table": "orders"})
+    assert is_heartbeat(pg, beat) and is_heartbeat(pg, message) and not is_heartbeat(pg, change)
