@@ -102,7 +102,11 @@ def bench_config(source: MariaDbServer, destination: PostgresServer, batch_size:
                  "idle_timeout_seconds": 0.5, "max_events_per_run": 10_000_000, "max_seconds_per_run": 3600,
                  "snapshot_engine": "debezium"}
     return parse_config({"destination": {"dsn": destination.dsn(database)},
-                         "connectors": {"raw": connector, "parse": connector, "pipeline": connector,
+                         # One destination schema each: a destination table has one writer (raw and parse write
+                         # none, but the file is checked as any other).
+                         "connectors": {"raw": {**connector, "destination_schema": "raw_stage"},
+                                        "parse": {**connector, "destination_schema": "parse_stage"},
+                                        "pipeline": connector,
                                         "apply": {**connector, "destination_schema": "apply_stage"}}},
                         Path("bench.yaml"))
 
