@@ -115,9 +115,11 @@ def test_tables_of_every_key_shape_load_while_the_source_is_written_and_end_exac
     assert chunks["public.empty"] == (1, 1, 0) and chunks["public.notes"][:2] == (1, 1)
     assert 40 <= chunks["public.items"][0] <= 42 and 6 <= chunks["public.pairs"][0] <= 7
     assert chunks["public.tokens"] == (4, 4, 2_000)
+    # The keyless table's statement snapshot, unless the stream written during the load has passed it already
+    # (then it retired, cleared in the batch that passed it).
     position = _query(pg_pipeline, "SELECT snapshot_position FROM cdc.bulk_load_chunks "
                                    "WHERE source_table = 'public.notes'")[0][0]
-    assert set(position) == {"snapshot"}
+    assert position is None or set(position) == {"snapshot"}
     assert pg_pipeline.dest_primary_key("pairs") == ["region", "n"]
     assert pg_pipeline.dest_columns("tokens") == {"id": "uuid", "v": "integer"}
     _catch_up(pg_pipeline)
