@@ -96,8 +96,8 @@ def test_pause_from_a_running_connector_and_not_twice(ctl):
     assert ctl.state() == control.PAUSED
 
 
-def test_resume_only_a_paused_connector_and_it_needs_a_run(ctl):
-    assert "only a paused connector resumes; it is never run" in _rejected(ctl.ask(requests.RESUME))
+def test_resume_only_a_paused_or_stopped_connector_and_it_needs_a_run(ctl):
+    assert "only a paused or stopped connector resumes; it is never run" in _rejected(ctl.ask(requests.RESUME))
     control.set_state(ctl.conn, "cdc", ctl.name, "mariadb", control.SYNCING)
     assert "it is syncing" in _rejected(ctl.ask(requests.RESUME))
 
