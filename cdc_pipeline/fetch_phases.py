@@ -25,7 +25,6 @@ from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.decode.events import same_stream_position
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
-from cdc_pipeline.sources import mariadb
 
 if TYPE_CHECKING:
     from cdc_pipeline.cycle import ConnectorSession
@@ -257,7 +256,7 @@ class FetchCycle:
         reader = self.runner.read_position()
         if reader is None or "file" not in end:
             return True
-        return mariadb.position_reached(reader, end)
+        return sources.stream_passed(reader, end)
 
     def _fetch(self) -> FetchedBatch | None:
         if self.carried is not None:

@@ -596,8 +596,3 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
             counts[source_table] = int(cur.fetchone()[0])
     return counts
 
-
-def position_reached(position: dict[str, Any], target: dict[str, Any]) -> bool:
-    """Whether binlog `position` (file and pos) is at or past `target`."""
-    return _file_order(str(position["file"]), int(position["pos"])) >= _file_order(str(target["file"]),
-                                                                                  int(target["pos"]))
