@@ -60,6 +60,7 @@ MIN_CHUNK_ROWS = 1_000
 FETCH_SIZE = 10_000
 _STAGING = "_cdc_bulk_staging"
 _POSITION_ALIAS = "_cdc_position"
+_LINE_ALIAS = "_cdc_line"
 _GEOMETRY_LOGICAL = "io.debezium.data.geometry.Geometry"
 
 
@@ -424,16 +425,26 @@ class BulkLoader:
 
     def _lines(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> DataFrame:
         """The chunks as a DataFrame of COPY lines, one partition per chunk in order (a table without a key:
-        one chunk whose first row carries its snapshot's binlog position)."""
+        one chunk whose first row carries its snapshot's binlog position).
+
+        Where the source can render a column's whole COPY text field (`copy_text_sql`), it does, and Spark takes
+        the field as it is; when it can render every column, it renders the whole line and Spark's tasks pass its
+        bytes to COPY without a per-column expression. Other columns are rendered as text by the source
+        (`select_text`) and turned into COPY text by Spark (`column_text`)."""
         aliases = [f"_cdc_{i}" for i in range(len(columns))]
-        renders = [f"{self.source.select_text(column.source, column.pg_type)} AS {alias}"
-                   for column, alias in zip(columns, aliases)]
+        fields = [self.source.copy_text_sql(column.source, column.pg_type) for column in columns]
         source = self.source.qualified(table.database, table.table)
         properties = {"user": self.connector.user, "password": self.connector.password.reveal(),
                       "driver": self.source.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
         if self.source.SESSION_INIT:
             properties["sessionInitStatement"] = self.source.SESSION_INIT
         url = self.source.jdbc_url(self.connector)
+        whole_lines = bool(columns) and all(field is not None for field in fields)
+        if whole_lines:
+            renders = [f"{self.source.copy_line_sql(fields)} AS {_LINE_ALIAS}"]
+        else:
+            renders = [f"{field or self.source.select_text(column.source, column.pg_type)} AS {alias}"
+                       for column, alias, field in zip(columns, aliases, fields)]
         if table.key_columns:
             keys = ", ".join(map(self.source.quote, table.key_columns))
             query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
@@ -441,15 +452,23 @@ class BulkLoader:
             frame = self.spark.read.jdbc(url, query, predicates=predicates, properties=properties)
             position = F.lit(None).cast("string")
         else:
-            query = (f"({self.source.snapshot_position_select(_POSITION_ALIAS, aliases)} UNION ALL "
+            selected = [_LINE_ALIAS] if whole_lines else aliases
+            query = (f"({self.source.snapshot_position_select(_POSITION_ALIAS, selected)} UNION ALL "
                      f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
             frame = self.spark.read.jdbc(url, query, properties={**properties,
                                                                  "sessionInitStatement": self.source.CONSISTENT_SNAPSHOT})
             position = F.col(_POSITION_ALIAS)
-        line = F.concat_ws("\t", *[self.source.column_text(F.col(alias), column.source, column.pg_type)
-                                   for alias, column in zip(aliases, columns)])
-        zero_dates = self.source.zero_dates({column.source.name: F.col(alias) for alias, column in zip(aliases, columns)},
-                                        [column.source for column in columns])
+        if whole_lines:
+            line = F.col(_LINE_ALIAS)
+            zero_dates = F.lit(0)  # only a TIMESTAMP column has zero dates counted, and Spark renders those
+        else:
+            line = F.concat_ws("\t", *[
+                F.col(alias) if field is not None else self.source.column_text(F.col(alias), column.source,
+                                                                               column.pg_type)
+                for alias, column, field in zip(aliases, columns, fields)])
+            zero_dates = self.source.zero_dates({column.source.name: F.col(alias)
+                                                 for alias, column in zip(aliases, columns)},
+                                                [column.source for column in columns])
         if not table.key_columns:
             line = F.when(F.col(_POSITION_ALIAS).isNull(), line)
         return frame.select(line.alias("line"), position.alias("position"), zero_dates.alias("zero_dates"))

@@ -433,6 +433,45 @@ def select_text(column: SourceColumn, pg_type: str) -> str:
     return f"CAST({name} AS CHAR)"
 
 
+def _utf8(*codes: int) -> str:
+    """A string of these characters in SQL that does not depend on the server's escape settings (sql_mode
+    NO_BACKSLASH_ESCAPES) and has the collation the converted values have."""
+    return f"CHAR({', '.join(map(str, codes))} USING utf8mb4)"
+
+
+# Backslash, newline, carriage return and tab in COPY text, as `copy_escape` writes them.
+_ESCAPES = ((92, (92, 92)), (10, (92, 110)), (13, (92, 114)), (9, (92, 116)))
+
+
+def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
+    """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as
+    `column_text` would from `select_text`'s value, or None where only Spark renders it (a SET as an array, a
+    TIMESTAMP, a geometry other than a point). A table whose columns all have one is read as ready COPY lines."""
+    value = select_text(column, pg_type)
+    kind = column.data_type
+    if kind == "set" and pg_type.endswith("[]") or kind == "timestamp" or (kind in GEOMETRY_TYPES
+                                                                           and pg_type != "point"):
+        return None
+    if kind in _STRING_TYPES:
+        text = f"REPLACE(CONVERT({value} USING utf8mb4), {_utf8(0)}, '')"
+        for char, escaped in _ESCAPES:
+            text = f"REPLACE({text}, {_utf8(char)}, {_utf8(*escaped)})"
+    elif kind in _BINARY_TYPES:
+        text = f"CONCAT({_utf8(92, 92, 120)}, LOWER({value}))"
+    elif kind == "bit" and column.bit_length > 1:
+        text = f"LPAD({value}, {column.bit_length}, '0')"
+    elif kind in ("date", "datetime"):
+        text = f"IF({value} LIKE '0000-00-00%', NULL, {value})"
+    else:
+        text = value
+    return f"COALESCE({text}, {_utf8(92, 78)})"
+
+
+def copy_line_sql(fields: Sequence[str]) -> str:
+    """One COPY text line from fields `copy_text_sql` rendered (tab-separated)."""
+    return f"CONCAT({f', {_utf8(9)}, '.join(fields)})"
+
+
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     """The COPY text of a value `select_text` rendered, for a destination column of type `pg_type` (`\\N` for
     NULL): Spark's part of the conversion, the same rules as the stream's (dml.py) for what Debezium sends."""

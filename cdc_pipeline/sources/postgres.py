@@ -375,6 +375,29 @@ def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     return F.coalesce(copy_escape(value), F.lit(NULL_TEXT))
 
 
+# Backslash, newline, carriage return and tab in COPY text, as `copy_escape` writes them (PostgreSQL's text holds
+# no NUL).
+_ESCAPES = ((92, (92, 92)), (10, (92, 110)), (13, (92, 114)), (9, (92, 116)))
+
+
+def _chars(*codes: int) -> str:
+    return " || ".join(f"chr({code})" for code in codes)
+
+
+def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
+    """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as
+    `column_text` would from `select_text`'s value."""
+    text = select_text(column, pg_type)
+    for char, escaped in _ESCAPES:
+        text = f"replace({text}, {_chars(char)}, {_chars(*escaped)})"
+    return f"coalesce({text}, {_chars(92, 78)})"
+
+
+def copy_line_sql(fields: Sequence[str]) -> str:
+    """One COPY text line from fields `copy_text_sql` rendered (tab-separated)."""
+    return " || chr(9) || ".join(f"({field})" for field in fields)
+
+
 def zero_dates(values: dict[str, Column], columns: Sequence[SourceColumn]) -> Column:
     """PostgreSQL has no zero dates."""
     return F.lit(0)
