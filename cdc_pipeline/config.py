@@ -65,12 +65,11 @@ DEFAULT_CONTROL_SCHEMA = "cdc"
 DEFAULT_SCHEDULE = "* * * * *"
 DEFAULT_BATCH_SIZE = 2048
 MAX_BATCH_SIZE = 100_000
-DEFAULT_MAX_EVENTS_PER_RUN = 100_000
 # Consecutive Debezium batches are joined up to this many events into one Spark job and one transaction.
 DEFAULT_APPLY_BATCH_EVENTS = 20_000
 MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
-DEFAULT_IDLE_TIMEOUT_SECONDS = 5.0
+DEFAULT_IDLE_TIMEOUT_SECONDS = 1.0
 DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 60.0
 # Dagster run retries of a failed sync run: by default only under error_strategy retry.
 DEFAULT_RUN_RETRIES = {"retry": 2}
@@ -456,7 +455,8 @@ class ConnectorConfig:
     # check_interval_seconds) or "schedule" (the cron `schedule`).
     trigger: Trigger = "changes"
     check_interval_seconds: _between(1, 3600) = DEFAULT_CHECK_INTERVAL_SECONDS
-    max_events_per_run: _between(1) = DEFAULT_MAX_EVENTS_PER_RUN
+    # A run is bounded by time (max_seconds_per_run); memory is bounded per group, so a count of events is optional.
+    max_events_per_run: Optional[_between(1)] = None
     max_seconds_per_run: PositiveNumber = DEFAULT_MAX_SECONDS_PER_RUN
     idle_timeout_seconds: PositiveNumber = DEFAULT_IDLE_TIMEOUT_SECONDS
     # A run whose streaming connection to the source is lost and not regained for this long fails.

@@ -63,6 +63,7 @@ class CycleStats:
     finished_at: float | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
     bulk_snapshot_pending: bool = False  # the connector's bulk snapshot goes on in a later run
+    budget_spent: bool = False  # the run ended at its budget with the stream not idle: the backlog goes on later
 
     @property
     def seconds(self) -> float:
@@ -99,6 +100,7 @@ class CycleStats:
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),
             **({"bulk_snapshot_pending": True} if self.bulk_snapshot_pending else {}),
+            **({"budget_spent": True} if self.budget_spent else {}),
             **{f"{phase}_seconds": round(value, 3) for phase, value in self.phase_seconds.items()},
         }
 

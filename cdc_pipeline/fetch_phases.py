@@ -163,6 +163,7 @@ class FetchCycle:
             if self.budget_spent and not continues:
                 # The run's budget was spent at the last batch. A batch fetched now is not applied (nor marked
                 # complete): the engine gives it to the next run.
+                session.cycle_stats.budget_spent = True
                 break
             if batch is not None:
                 faults.pause_point(faults.FETCHED)
@@ -174,8 +175,8 @@ class FetchCycle:
                 if not streamed and session.streams:
                     # Also while batches keep coming (a backlog), so that a source lost right after it counts as lost.
                     streamed = runner.is_streaming()
-                if self.events >= connector.max_events_per_run and not session.in_data_snapshot() \
-                        and not self.budget_spent:
+                if connector.max_events_per_run is not None and self.events >= connector.max_events_per_run \
+                        and not session.in_data_snapshot() and not self.budget_spent:
                     log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                     self.budget_spent = True
             elif self.group:

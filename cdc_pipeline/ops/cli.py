@@ -66,6 +66,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"set aside as dead letters {summary.get('bad_events', 0)}) "
         f"in {summary['seconds']:.1f} s ({summary['events_per_second']:.0f} events/s)"
         + ("; the bulk snapshot goes on in the next run" if summary.get("bulk_snapshot_pending") else "")
+        + ("; the run's budget was spent, the stream goes on in the next run" if summary.get("budget_spent")
+           else "")
     )
 
 
