@@ -310,3 +310,22 @@ def test_decimals_in_both_decimal_handling_modes(pipeline, mode):
 
     assert_same_values(pipeline, "decimals", kinds)
     assert len(_source_rows(pipeline, "decimals")) == 2 * len(DECIMAL_ROWS)
+
+
+# Every column but a TIMESTAMP or a geometry other than a POINT has its COPY text rendered by the source
+# (`copy_text_sql`): a table of only those is read by the bulk load as whole COPY lines.
+WHOLE_LINE_COLUMNS = [column for column in COLUMNS if column[2] not in ("timestamp", "geometry") or column[0] == "pt"]
+
+
+def test_a_table_the_source_renders_as_whole_copy_lines(pipeline):
+    names = [name for name, _, _ in WHOLE_LINE_COLUMNS]
+    create = "CREATE TABLE line_types (" + ", ".join(f"`{name}` {ddl}" for name, ddl, _ in WHOLE_LINE_COLUMNS) + ")"
+    values = ", ".join("(" + ", ".join([str(row_id)] + [row.get(name, "DEFAULT") for name in names[1:]]) + ")"
+                       for row_id, row in SNAPSHOT_ROWS.items())
+    pipeline.source([*SESSION, create, f"INSERT INTO line_types ({', '.join(names)}) VALUES {values}"])
+
+    summary = pipeline.sync()
+
+    assert summary["snapshot_rows"] == len(SNAPSHOT_ROWS)
+    compared = assert_same_values(pipeline, "line_types", {name: kind for name, _, kind in WHOLE_LINE_COLUMNS})
+    assert compared == len(SNAPSHOT_ROWS) * len(names)

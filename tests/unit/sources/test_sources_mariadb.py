@@ -11,8 +11,10 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig, parse_config
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.mariadb import (
+    SourceColumn,
     before_snapshot,
     chunk_predicate,
+    copy_text_sql,
     debezium_properties,
     key_value,
     literal,
@@ -105,3 +107,20 @@ def test_the_database_include_list_matches_the_name_as_spelled():
     # Debezium reads it as a regular expression: `$` would end the name, `.` match any character.
     connector = dataclasses.replace(_connector("mariadb"), database="shop$1.a")
     assert debezium_properties(connector)["database.include.list"] == "shop\\$1\\.a"
+
+
+@pytest.mark.parametrize("data_type, column_type, pg_type, rendered", [
+    ("varchar", "varchar(10)", "varchar(10)", True), ("longblob", "longblob", "bytea", True),
+    ("bit", "bit(10)", "bit(10)", True), ("datetime", "datetime(3)", "timestamp(3)", True),
+    ("decimal", "decimal(12,2)", "numeric(12,2)", True), ("point", "point", "point", True),
+    ("set", "set('a','b')", "text", True),
+    # Spark renders these: a TIMESTAMP (its zero dates are counted), a SET as an array, other geometries.
+    ("timestamp", "timestamp", "timestamptz", False), ("set", "set('a','b')", "text[]", False),
+    ("geometry", "geometry", "geometry", False),
+])
+def test_the_source_renders_a_copy_text_field_where_spark_adds_nothing(data_type, column_type, pg_type, rendered):
+    column = SourceColumn("c", data_type, column_type, True)
+    field = copy_text_sql(column, pg_type)
+    assert (field is not None) == rendered
+    if rendered:
+        assert field.startswith("COALESCE(") and field.endswith("CHAR(92, 78 USING utf8mb4))")  # NULL as \N
