@@ -48,7 +48,7 @@ def submit_request(context: OpExecutionContext, config: ControlRequestConfig, de
 
 
 @job(name="cdc_control", executor_def=in_process_executor,
-     description="Asks a connector to pause, resume, move its offset, restart with a snapshot mode or reload its "
-                 "rules (launch it with its run config).")
+     description="Asks a connector to pause, resume, move its offset, restart with a snapshot mode, reload its "
+                 "rules or copy tables again (launch it with its run config).")
 def control_job():
     submit_request()

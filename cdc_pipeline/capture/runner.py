@@ -68,16 +68,16 @@ _ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compi
      "`password` names"),
     (r"no longer available on the server|could not find (first|next) log file|binlog .* (purged|not found)|"
      r"requested WAL segment .* has already been removed",
-     "the source no longer has the log at the stored offset (purged): take a new snapshot: run once with "
-     "snapshot_mode always, then set it back (when_needed does not notice a purged MariaDB GTID position); the "
+     "the source no longer has the log at the stored offset (purged): take a new snapshot with `cdc-pipeline "
+     "restart NAME always` (when_needed does not notice a purged MariaDB GTID position); the "
      "snapshot replaces each table's rows"),
     (r"replication slot .* does not exist|slot .* has been invalidated",
-     "the replication slot is gone: take a new snapshot: run once with snapshot_mode always, then set it back"),
+     "the replication slot is gone: take a new snapshot with `cdc-pipeline restart NAME always`"),
     (r"schema history .* (missing|corrupt)|db history topic (is missing|or its content is fully or partially missing)",
-     "the schema history in the control schema is missing or incomplete: run once with snapshot_mode recovery, "
-     "then set it back (it rebuilds the history from the tables as they are now and streams on from the stored "
-     "offset; if a table's schema changed since that offset, remove the connector's offsets and take a new "
-     "snapshot instead)"),
+     "the schema history in the control schema is missing or incomplete: `cdc-pipeline restart NAME recovery` "
+     "(its next run rebuilds the history from the tables as they are now and streams on from the stored offset; "
+     "if a table's schema changed since that offset, remove the connector's offsets and take a new snapshot "
+     "instead)"),
     (r"communications link failure|connection refused|unknown host|could not connect|unable to connect|"
      r"connect timed out|no route to host|name or service not known",
      "the source is not reachable: check that it runs and that `hostname` and `port` point at it from this "

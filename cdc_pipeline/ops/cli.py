@@ -364,29 +364,44 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
+CONFIG_HELP = "connectors file (default: $CDC_PIPELINE_CONFIG or dagster_home/connectors.yaml)"
+
+
+def _config_option() -> argparse.ArgumentParser:
+    """The parent parser of every subcommand: `--config` may follow the subcommand as well as precede it. Its
+    default is SUPPRESS, so a subcommand without it keeps the value given before the subcommand."""
+    option = argparse.ArgumentParser(add_help=False)
+    option.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    return option
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-pipeline", description=__doc__)
-    parser.add_argument("--config", help="connectors file (default: $CDC_PIPELINE_CONFIG or dagster_home/connectors.yaml)")
+    parser.add_argument("--config", help=CONFIG_HELP)
+    config = _config_option()
     commands = parser.add_subparsers(dest="command", required=True)
-    sync = commands.add_parser("sync", help="run one fetch cycle of a connector in this process (its Dagster job's "
-                                            "steps, without Dagster)")
+    sync = commands.add_parser("sync", parents=[config], help="run one fetch cycle of a connector in this process "
+                                                              "(its Dagster job's steps, without Dagster)")
     sync.add_argument("name")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument("-v", "--verbose", action="store_true", help="show the run's log")
     sync.add_argument("--start-offset", metavar="JSON", help="replay from this Debezium offset (a backfill)")
     sync.set_defaults(handler=_cmd_sync)
-    state = commands.add_parser("state", help="show each connector's state, stage, running phase and offsets")
+    state = commands.add_parser("state", parents=[config],
+                                help="show each connector's state, stage, running phase and offsets")
     state.add_argument("name", nargs="?")
     state.add_argument("--json", action="store_true")
     state.add_argument("-v", "--verbose", action="store_true", help="also the runner JVM's memory use")
     state.set_defaults(handler=_cmd_state)
     pending_command = commands.add_parser(
-        "pending", help="whether each connector has work (changes at the source, a load to finish), as the change "
-                        "sensor checks it, without a JVM; exit status 0 if one has")
+        "pending", parents=[config],
+        help="whether each connector has work (changes at the source, a load to finish), as the change sensor checks "
+             "it, without a JVM; exit status 0 if one has")
     pending_command.add_argument("name", nargs="?")
     pending_command.add_argument("--json", action="store_true")
     pending_command.set_defaults(handler=_cmd_pending)
-    stats_command = commands.add_parser("stats", help="show each connector's cumulative stats, or reset them")
+    stats_command = commands.add_parser("stats", parents=[config],
+                                        help="show each connector's cumulative stats, or reset them")
     stats_command.add_argument("name", nargs="?")
     stats_command.add_argument("--json", action="store_true")
     stats_command.add_argument("--reset", action="store_true", help="zero the named connector's stats")
@@ -401,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
          "tables"),
     )
     for command, kind, help_text, argument in request_commands:
-        sub = commands.add_parser(command, help=f"request: {help_text}")
+        sub = commands.add_parser(command, parents=[config], help=f"request: {help_text}")
         sub.add_argument("name")
         if argument == "snapshot_mode":
             sub.add_argument(argument, choices=SNAPSHOT_MODES)
@@ -413,41 +428,45 @@ def build_parser() -> argparse.ArgumentParser:
                          help="wait this long for the request to be served and print its outcome")
         sub.set_defaults(handler=lambda args, kind=kind, argument=argument: _submit(
             args, kind, _request_argument(getattr(args, argument)) if argument else None))
-    listing = commands.add_parser("requests", help="list the latest requests with their outcome")
+    listing = commands.add_parser("requests", parents=[config], help="list the latest requests with their outcome")
     listing.add_argument("name", nargs="?")
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--serve", action="store_true",
                          help="first serve the pending requests here, as the Dagster sensor would (no run is launched)")
     listing.set_defaults(handler=_cmd_requests)
-    objmap_parser = commands.add_parser("objmap",
+    objmap_parser = commands.add_parser("objmap", parents=[config],
                                         help="object mapping rules of a connector: add, del, list, show, reload")
     actions = objmap_parser.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", help="add (or replace) a rule: KIND table|column|datatype|transform")
+    add = actions.add_parser("add", parents=[config],
+                             help="add (or replace) a rule: KIND table|column|datatype|transform")
     add.add_argument("name")
     add.add_argument("kind")
     add.add_argument("source", help="db.table, db.table.column, or TYPE|autoincrement (datatype)")
     add.add_argument("destination", help="[schema.]table, column, pgtype|length, or a SQL expression with %%d")
-    delete = actions.add_parser("del", help="delete a rule")
+    delete = actions.add_parser("del", parents=[config], help="delete a rule")
     delete.add_argument("name")
     delete.add_argument("kind")
     delete.add_argument("source")
-    listing = actions.add_parser("list", help="list the rules (of one connector)")
+    listing = actions.add_parser("list", parents=[config], help="list the rules (of one connector)")
     listing.add_argument("name", nargs="?")
     listing.add_argument("--json", action="store_true")
-    show = actions.add_parser("show", help="each source column beside its destination column, type and transform")
+    show = actions.add_parser("show", parents=[config],
+                              help="each source column beside its destination column, type and transform")
     show.add_argument("name")
     show.add_argument("--json", action="store_true")
-    reload = actions.add_parser("reload", help="apply changed rules now: rename tables and columns, retype columns")
+    reload = actions.add_parser("reload", parents=[config],
+                                help="apply changed rules now: rename tables and columns, retype columns")
     reload.add_argument("name")
     objmap_parser.set_defaults(handler=_cmd_objmap)
-    bench = commands.add_parser("bench", help="measure capture and pipeline rates on throwaway servers (slow)",
-                                add_help=False)
+    bench = commands.add_parser("bench", parents=[config], add_help=False,
+                                help="measure capture and pipeline rates on throwaway servers (slow)")
     bench.set_defaults(handler=_cmd_bench)
-    archive = commands.add_parser("jvm-archive", help="build the driver JVM's class archive, which shortens every "
-                                                      "run's start (make setup runs it)")
+    archive = commands.add_parser("jvm-archive", parents=[config],
+                                  help="build the driver JVM's class archive, which shortens every run's start (make "
+                                       "setup runs it)")
     archive.set_defaults(handler=_cmd_jvm_archive)
-    _add_dead_letter_commands(commands)
+    _add_dead_letter_commands(commands, config)
     return parser
 
 
@@ -460,15 +479,16 @@ def _cmd_jvm_archive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_dead_letter_commands(commands: Any) -> None:
-    letters = commands.add_parser("dead-letters", help="events the skip error strategy set aside: list, show, "
-                                  "retry (after fixing the cause) or discard them")
+def _add_dead_letter_commands(commands: Any, config: argparse.ArgumentParser) -> None:
+    letters = commands.add_parser("dead-letters", parents=[config],
+                                  help="events the skip error strategy set aside: list, show, retry (after fixing the "
+                                       "cause) or discard them")
     actions = letters.add_subparsers(dest="action", required=True)
     for action, text in (("list", "list the connector's dead letters (pending ones unless --all)"),
                          ("show", "show dead letters whole: error, position, raw event"),
                          ("retry", "apply pending dead letters again, in order (all unless ids are given)"),
                          ("discard", "give up on dead letters (they stay listed as discarded)")):
-        command = actions.add_parser(action, help=text)
+        command = actions.add_parser(action, parents=[config], help=text)
         command.add_argument("name")
         command.add_argument("ids", nargs="*" if action in ("list", "retry") else "+", type=int)
         if action == "list":

@@ -13,8 +13,9 @@ has not applied:
   `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
-A paused connector has none; nor has one whose last run failed, under error_strategy exit until it is resumed,
-under retry and skip until its backoff has passed (`control.failure_hold`).
+A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has
+none. `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
+is resumed, and under retry and skip until its backoff has passed (`control.failure_hold`).
 """
 
 from __future__ import annotations

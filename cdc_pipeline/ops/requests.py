@@ -1,5 +1,5 @@
 """State-change requests: how an operator asks a connector to pause, resume, move its offset, restart with a
-snapshot mode or reload its rules, and the rules that accept or reject each request.
+snapshot mode, reload its rules or copy tables again, and the rules that accept or reject each request.
 
 A request is a row of the `requests` table, written by `cdc-pipeline pause|resume|...`, by the Dagster control
 job or by a plain `INSERT` from psql. The request sensor serves pending requests in id order: each is done (the
