@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import hmac
+import json
 import logging
 import math
 import os
@@ -516,6 +518,12 @@ class ConnectorConfig:
     def replication_slot(self) -> str:
         """A PostgreSQL source's replication slot (and publication): one per connector."""
         return f"cdc_{self.name}"
+
+    def fingerprint(self, destination: "DestinationConfig") -> str:
+        """A digest of what a run of this connector runs with (its fields and the destination's, secrets left
+        out): a run asked for under another one may have work the change check cannot see."""
+        settings = {"connector": self.redacted(), "destination": destination.redacted()}
+        return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
     def redacted(self) -> dict[str, Any]:
         """Return all fields as plain data, the password and password-like Debezium properties shown as '***'."""

@@ -174,6 +174,9 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS last_failed_at timestamptz",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz",
+    # The configuration the last successful run ran with (ConnectorConfig.fingerprint): a sync finds nothing to do
+    # without a JVM only under the same one.
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS config_fingerprint text",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the
@@ -714,6 +717,12 @@ def clear_failures(conn: psycopg.Connection, schema: str, connector: str) -> Non
     """A run succeeded, or an operator resumed the connector: no failure in a row any more."""
     conn.execute(sql.SQL("UPDATE {} SET failures = 0, next_attempt_at = NULL WHERE connector = %s").format(
         sql.Identifier(schema, "connector_state")), (connector,))
+
+
+def record_config_fingerprint(conn: psycopg.Connection, schema: str, connector: str, fingerprint: str) -> None:
+    """A run succeeded under the configuration `fingerprint` names."""
+    conn.execute(sql.SQL("UPDATE {} SET config_fingerprint = %s WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (fingerprint, connector))
 
 
 def failure_hold(state: dict[str, Any] | None, connector: "ConnectorConfig",

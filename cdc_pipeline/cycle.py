@@ -351,6 +351,8 @@ class ConnectorSession:
                         else:
                             self._set_state(control.SYNCING, clear_error=True, unless_in=keep)
                         control.clear_failures(self.conn, self.control_schema, self.connector.name)
+                        control.record_config_fingerprint(self.conn, self.control_schema, self.connector.name,
+                                                          self.connector.fingerprint(self.destination))
                         if self._requested_mode:
                             control.clear_next_snapshot_mode(self.conn, self.control_schema, self.connector.name,
                                                              self._requested_mode)

@@ -45,7 +45,8 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
-    Dagster); returns its summary.
+    Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
+    (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
 
     With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
     """
@@ -54,6 +55,18 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
 
     config = load_config()
     connector = config.connector(name)
+    if start_offset is None:
+        from cdc_pipeline.ops import pending
+
+        started = time.monotonic()
+        try:
+            idle = pending.nothing_to_do(connector, config.destination)
+        except Exception as exc:  # noqa: BLE001 - the cycle meets the same trouble, and records it as a failure
+            logging.getLogger(__name__).info("%s: the change check failed (%s); a cycle runs", name, exc)
+            idle = None
+        if idle is not None:
+            return {"connector": name, "batches": 0, **control.BatchCounts().as_dict(),
+                    "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle}
     return run_cycle(connector, config.destination, build_spark_session(config.spark), start_offset=start_offset)
 
 
@@ -66,6 +79,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"set aside as dead letters {summary.get('bad_events', 0)}) "
         f"in {summary['seconds']:.1f} s ({summary['events_per_second']:.0f} events/s)"
         + ("; the bulk snapshot goes on in the next run" if summary.get("bulk_snapshot_pending") else "")
+        + (f"; nothing to do: {summary['nothing_to_do']}" if summary.get("nothing_to_do") else "")
         + ("; the run's budget was spent, the stream goes on in the next run" if summary.get("budget_spent")
            else "")
     )

@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 
 from cdc_pipeline import bulk_load, control
+from cdc_pipeline.mapping import rule_store
 from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.sources import mariadb, postgres
@@ -43,6 +44,7 @@ class Pending:
 
     work: bool
     reason: str
+    known: bool = True  # False: no run is asked for, though the source could not be checked (a slot in use)
 
 
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
@@ -68,6 +70,42 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
     return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
 
 
+def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:
+    """Why a run of the connector asked for now would find nothing to do, told without a JVM, or None when it
+    may find work: `cdc-pipeline sync` then ends without starting Spark or Debezium.
+
+    Only a connector whose last run succeeded, under the same configuration, and that has nothing pending
+    qualifies: no restart or snapshot request, no bulk snapshot running or to reconcile, an engine offset outside a snapshot, and no change of its
+    tables in the source (the change check above). The mapping rules are re-read as a run does (renames and
+    retypes are applied), under the run lock."""
+    schema, name = destination.control_schema, connector.name
+    if connector.type not in ("mariadb", "mysql", "postgres"):
+        return None
+    with destination.connect(name) as conn:
+        control.ensure_control_schema(conn, schema)
+        control.acquire_run_lock(conn, name)
+        try:
+            state = control.read_state(conn, schema, name)
+            if not state or state["state"] != control.SYNCING or state.get("next_snapshot_mode") \
+                    or state.get("config_fingerprint") != connector.fingerprint(destination) \
+                    or not control.has_offset(conn, schema, name) \
+                    or control.offset_in_snapshot(conn, schema, name) \
+                    or bulk_load.running_load(conn, schema, name) is not None \
+                    or bulk_load.unreconciled_end(conn, schema, name) is not None:
+                return None
+            if connector.type == "postgres":
+                applied = control.read_applied_offset(conn, schema, name) or {}
+                found = _slot(connector, int(applied.get("lsn") or 0))
+            else:
+                found = _binlog(conn, schema, connector, state.get("source_checked"))
+            if found.work or not found.known:
+                return None
+            rule_store.reload_mapping(conn, schema, connector)
+            return found.reason
+        finally:
+            control.release_run_lock(conn, name)
+
+
 def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, checked: Any) -> Pending:
     if not checked:
         return Pending(True, "no source position is recorded as applied yet (the last run did not end idle)")
@@ -90,7 +128,7 @@ def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
     if peeked is None:
         return Pending(True, f"replication slot {slot} does not exist yet")
     if peeked.active:
-        return Pending(False, f"replication slot {slot} is in use")
+        return Pending(False, f"replication slot {slot} is in use", known=False)
     if peeked.changes or peeked.messages >= postgres.SLOT_PEEK_MESSAGES:
         return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
     unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20

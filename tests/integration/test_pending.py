@@ -134,3 +134,25 @@ def test_state_shows_the_wal_a_postgresql_connector_slot_retains(pg_pipeline: Po
         assert job.execute_in_process(instance=instance).success
         event = instance.get_latest_materialization_event(AssetKey(["cdc", pg_pipeline.name]))
     assert event.asset_materialization.metadata["source_slot/retained_wal_mb"].value >= 0
+
+
+def test_a_sync_with_nothing_to_do_starts_no_jvm_and_one_with_work_runs(pipeline: Pipeline):
+    pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v TEXT)", "CREATE TABLE other (id INT PRIMARY KEY)",
+                     "INSERT INTO items VALUES (1, 'a')"])
+    pipeline.write_config(tables=[f"{pipeline.source_db}.items"])
+    assert "nothing_to_do" not in pipeline.sync()
+
+    # Nothing changed, or only a table it does not capture: the sync ends at the change check.
+    pipeline.source(["INSERT INTO other VALUES (1)"])
+    idle = pipeline.sync()
+    assert idle["events"] == 0 and "no change of the connector's tables" in idle["nothing_to_do"]
+
+    # Another configuration may have work the check cannot see (a setting changed): a cycle runs.
+    pipeline.write_config(tables=[f"{pipeline.source_db}.items"], batch_size=1000)
+    assert "nothing_to_do" not in pipeline.sync()
+    assert "nothing_to_do" in pipeline.sync()
+
+    pipeline.source(["UPDATE items SET v = 'b' WHERE id = 1"])
+    changed = pipeline.sync()
+    assert "nothing_to_do" not in changed and changed["updates"] == 1
+    pipeline.assert_same("items")

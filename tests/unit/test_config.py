@@ -102,9 +102,9 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     assert connector.error_strategy == "exit"
     assert (connector.retry_attempts, connector.retry_backoff_seconds) == (3, 1.0)
     assert connector.schedule == "* * * * *"
-    assert connector.max_events_per_run == 100000
+    assert connector.max_events_per_run is None  # a run is bounded by time
     assert connector.max_seconds_per_run == 300.0
-    assert connector.idle_timeout_seconds == 5.0
+    assert connector.idle_timeout_seconds == 1.0
     assert (connector.run_retries, connector.source_lost_timeout_seconds) == (0, 60.0)
     assert connector.letter_casing == "lowercase"
     assert connector.destination_schema is None
