@@ -27,9 +27,8 @@ from typing import Any
 import psycopg
 
 from cdc_pipeline import bulk_load, control
-from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
-from cdc_pipeline.sources import mariadb, postgres
+from cdc_pipeline.sources import captures, mariadb, postgres
 
 log = logging.getLogger(__name__)
 

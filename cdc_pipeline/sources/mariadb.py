@@ -195,6 +195,13 @@ _BINLOG_TLS_MODES = {
 TRUSTSTORE_PASSWORD = "cdc-pipeline"  # the trust store holds public certificates only
 
 
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a table (`db.table`) is one the connector may replicate: one of its database (the binlog, and so
+    Debezium's schema history, holds every database of the server)."""
+    container, _ = connector.split_table(source_table)
+    return container == connector.database
+
+
 def _binlog_tls(connector: ConnectorConfig) -> dict[str, str]:
     """The TLS properties of a MariaDB/MySQL connector: its mode, and for a verifying mode a trust store made of
     `tls_ca_file` (the binlog client reads a Java key store, not PEM)."""

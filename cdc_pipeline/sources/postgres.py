@@ -146,7 +146,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         props["database.sslrootcert"] = connector.tls_ca_file
     if connector.tables:
         # The heartbeat table is captured (so in the publication, which Debezium keeps to its include list), its
-        # rows never applied (`sink.plan.captures`).
+        # rows never applied (`replicates`).
         watched = (*connector.tables, connector.heartbeat_table)
         schemas = dict.fromkeys(connector.split_table(table)[0] for table in watched)
         props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
@@ -156,6 +156,12 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     # The runner commits a batch of heartbeats itself when nothing waits before it (its own property).
     props[HEARTBEAT_TOPICS_PROPERTY] = f"{connector.name}.{connector.heartbeat_table}"
     return props
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a table (`schema.table`) is one the connector may replicate: any but its heartbeat table, which
+    Debezium's heartbeat writes so that the slot is confirmed (it is no data)."""
+    return source_table != connector.heartbeat_table
 
 
 def heartbeat_query(connector: ConnectorConfig) -> str:

@@ -20,3 +20,9 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """The connector properties of a SQL Server source (the engine's own are the runner's); TLS through
     `debezium:` properties."""
     return {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false"}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Every table a SQL Server connector reports may be replicated: Debezium reads only the change tables of the
+    connector's database (`database.names`)."""
+    return True
