@@ -195,13 +195,6 @@ _BINLOG_TLS_MODES = {
 TRUSTSTORE_PASSWORD = "cdc-pipeline"  # the trust store holds public certificates only
 
 
-def replicates(connector: ConnectorConfig, source_table: str) -> bool:
-    """Whether a table (`db.table`) is one the connector may replicate: one of its database (the binlog, and so
-    Debezium's schema history, holds every database of the server)."""
-    container, _ = connector.split_table(source_table)
-    return container == connector.database
-
-
 def _binlog_tls(connector: ConnectorConfig) -> dict[str, str]:
     """The TLS properties of a MariaDB/MySQL connector: its mode, and for a verifying mode a trust store made of
     `tls_ca_file` (the binlog client reads a Java key store, not PEM)."""
@@ -237,6 +230,18 @@ def truststore(ca_file: Path) -> Path:
 def _server_id(name: str) -> str:
     # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
     return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a table (`db.table`) is one the connector may replicate: one of its database (the binlog, and so
+    Debezium's schema history, holds every database of the server)."""
+    container, _ = connector.split_table(source_table)
+    return container == connector.database
 
 
 def quote_mysql(identifier: str) -> str:

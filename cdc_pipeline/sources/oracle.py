@@ -24,3 +24,8 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:
     """Every table an Oracle connector reports may be replicated: the connector's `tables` list is the only filter."""
     return True
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}

@@ -158,6 +158,11 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     return props
 
 
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}
+
+
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:
     """Whether a table (`schema.table`) is one the connector may replicate: any but its heartbeat table, which
     Debezium's heartbeat writes so that the slot is confirmed (it is no data)."""
