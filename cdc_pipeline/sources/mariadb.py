@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
+from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
@@ -594,6 +595,28 @@ def scan_binlog(cur: Any, start: dict[str, Any], captured: Any, database: str,
         if scanned >= limit:
             break
     return None, {"file": file, "pos": pos}
+
+
+BINLOG_EVENTS_PER_CHECK = 20_000
+
+
+def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
+                  captured: Callable[[str], bool]) -> ChangeCheck:
+    """The change check: whether the binlog holds, after `checked` (the binlog position a run that ended idle
+    recorded: everything before it was read), a row event of a table `captured` accepts or a schema change of the
+    connector's database. It reads at most BINLOG_EVENTS_PER_CHECK events; when these are only of other tables and
+    databases it says how far it read, so that writes elsewhere on the server launch nothing."""
+    if not checked:
+        return ChangeCheck(True, "no source position is recorded as applied yet (the last run did not end idle)")
+    start = checked if isinstance(checked, dict) else json.loads(checked)
+    with connect(connector) as source, source.cursor() as cur:
+        if binlog_position(cur) == start:
+            return ChangeCheck(False, f"no binlog event since {start['file']}:{start['pos']}")
+        found, reached = scan_binlog(cur, start, captured, connector.database, BINLOG_EVENTS_PER_CHECK)
+    if found:
+        return ChangeCheck(True, found)
+    return ChangeCheck(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}",
+                       checked=reached if reached != start else None)
 
 
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.copy_text import NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
@@ -519,3 +520,26 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
 
 def _lsn_text(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
+                  captured: Callable[[str], bool]) -> ChangeCheck:
+    """The change check: whether the connector's slot holds a change of its publication after the last one
+    `applied` (peeked, nothing consumed), or more WAL after its confirmed position than `retained_wal_run_mb` (a run
+    confirms the slot past it). Decoding reads the WAL flushed: with `synchronous_commit=off` a change shows within
+    `wal_writer_delay`."""
+    slot = connector.replication_slot
+    peeked = peek_slot(connector, int(applied.get("lsn") or 0))
+    if peeked is None:
+        return ChangeCheck(True, f"replication slot {slot} does not exist yet")
+    if peeked.active:
+        return ChangeCheck(False, f"replication slot {slot} is in use")
+    if peeked.changes or peeked.messages >= SLOT_PEEK_MESSAGES:
+        return ChangeCheck(True, f"replication slot {slot} holds changes of publication {slot}")
+    unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20
+    if unconfirmed_mb >= connector.retained_wal_run_mb:
+        # Only other tables were written: a run confirms the slot past their WAL (the heartbeat), and the source
+        # may remove it.
+        return ChangeCheck(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
+                                 f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
+    return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")
