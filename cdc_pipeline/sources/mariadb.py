@@ -31,6 +31,7 @@ from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.type_choice import TypeChoice, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -162,6 +163,54 @@ TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
         ("anything else", "text (logged as a warning)"),
     ],
 }
+
+
+TYPE_MAPS: dict[str, dict[str, str]] = {"mariadb": MARIADB_TYPE_MAP, "mysql": MYSQL_TYPE_MAP}
+# A NOT NULL column added without a DEFAULT gives the rows already there its type's implicit default (0, '', the
+# first ENUM value...), which the destination column takes while it is added (`ColumnDef.implicit_default_sql`).
+IMPLICIT_DEFAULTS = True
+
+
+def column_type(source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None:
+    """The destination type of a MariaDB/MySQL column of `source_type` (Debezium's typeName), by the connector type's
+    map; None when the map does not know it. `column` is the Debezium column description, read for its length,
+    scale and typeExpression: unsigned integers widen to the next type that holds their range."""
+    type_map = TYPE_MAPS[connector_type]
+    words = source_type.split("(", 1)[0].upper().split()
+    expression_words = re.findall(r"[A-Z]+", str(column.get("typeExpression") or "").upper())
+    unsigned = any(word in ("UNSIGNED", "ZEROFILL") for word in words + expression_words)
+    base = " ".join(word for word in words if word not in ("UNSIGNED", "SIGNED", "ZEROFILL"))
+    base = MYSQL_TYPE_ALIASES.get(base, base)
+    if base.endswith(" UNSIGNED"):
+        base, unsigned = base.removesuffix(" UNSIGNED"), True
+    length = column_number(column.get("length"))
+    if base == "BIT" and (length is None or length == 1):
+        return TypeChoice("boolean")
+    if base == "FLOAT" and length is not None and length > 24 and column.get("scale") is None:
+        return TypeChoice("double precision")
+    template = type_map.get(f"{base} UNSIGNED" if unsigned else base) or type_map.get(base)
+    if template is None:
+        return None
+    if template == "character(n)" and length is None:
+        return TypeChoice("character(1)")
+    return TypeChoice(template, _fractional_digits(length))
+
+
+def _fractional_digits(length: int | None) -> int:
+    """Debezium gives DATETIME(3) a length of 3; a display width (19 + 1 + digits) is also understood."""
+    if length is None or length < 0:
+        return 0
+    if length <= 6:
+        return length
+    if length >= 19:
+        return min(max(length - 20, 0), 6)
+    return 6
+
+
+def always_nullable(source_type: str) -> bool:
+    """Whether a column of `source_type` stays nullable whatever its definition: a TIMESTAMP, which may hold the zero
+    date, replicated as NULL."""
+    return source_type.split("(", 1)[0].strip().upper() == "TIMESTAMP"
 
 
 def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
