@@ -100,6 +100,9 @@ def test_the_installed_wheel_syncs_a_connector(python: str, wheel: Path, mariadb
 
     found = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", _WHERE_FROM], cwd=outside, env=env,
                                       check=True, capture_output=True, text=True).stdout)
+    wanted = subprocess.run([python, "-c", "import sys; print(list(sys.version_info[:2]))"], check=True,
+                            capture_output=True, text=True).stdout
+    assert found["version"] == json.loads(wanted), found
     assert Path(found["package"]).is_relative_to(venv), found
     assert found["classpath"] and all(Path(jar).is_relative_to(venv) for jar in found["classpath"]), found
     assert found["layers"] == [], "the wheel installs no `assets` or `resources` package"
