@@ -4,8 +4,8 @@ Each source type's map is a module-level table of its source module (`sources.ma
 `sources.postgres.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`, and the module reads a column
 of its own by it (`column_type`: unsigned integers, arrays, fractional-second digits). A template may carry one
 placeholder that the column fills in here: `(n)` a length, `(p,s)` precision and scale, `(fsp)` fractional-second
-digits. Every type produced is spelled the way PostgreSQL's `format_type()`
-spells it, so a later ALTER can compare the destination's types with the ones wanted.
+digits. Every type produced is spelled the way PostgreSQL's `format_type()` spells it, so a later ALTER can compare
+the destination's types with the ones wanted.
 """
 
 from __future__ import annotations
