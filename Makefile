@@ -8,7 +8,7 @@ RUNNER_DIR := cdc_pipeline/capture/debezium_runner
 RUNNER_JAR := $(RUNNER_DIR)/target/debezium-runner.jar
 RUNNER_SOURCES := $(RUNNER_DIR)/pom.xml $(shell find $(RUNNER_DIR)/src -name '*.java')
 
-.PHONY: setup system-packages runner demo demo-stop test unit-test dagster-ui clean
+.PHONY: setup system-packages runner demo demo-stop test unit-test wheel wheel-test dagster-ui clean
 
 setup: system-packages $(VENV)/.installed $(RUNNER_JAR) $(VENV)/.jvm-archive
 
@@ -56,8 +56,22 @@ test: setup
 unit-test: setup
 	$(PY) -m pytest -m "not integration"
 
+# The wheel (in dist/): the engine with the Debezium runner's jars. assets/ and resources/ stay in the checkout,
+# where workspace.yaml loads them.
+wheel: $(RUNNER_JAR) $(VENV)/.installed
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
+# The wheel in a fresh virtual environment of each Python 3.11 to 3.13 found (on the PATH, else pyenv's), its
+# dependencies from the package index, syncing a connector against throwaway servers. `make test` runs the same
+# test on the venv's Python alone, with the venv's dependencies.
+WHEEL_PYTHONS ?= $(shell for v in 3.11 3.12 3.13; do for p in $$(command -v python$$v) $$HOME/.pyenv/versions/$$v*/bin/python$$v; do \
+                   "$$p" -c '' 2>/dev/null && echo "$$p" && break; done; done)
+
+wheel-test: setup
+	CDC_WHEEL_PYTHONS="$(WHEEL_PYTHONS)" $(PY) -m pytest tests/packaging/test_wheel.py
+
 dagster-ui: setup
 	set -a; . .demo/env; set +a; $(VENV)/bin/dagster dev -w workspace.yaml
 
 clean: demo-stop
-	rm -rf $(VENV) $(RUNNER_DIR)/target .demo
+	rm -rf $(VENV) $(RUNNER_DIR)/target .demo build dist

@@ -41,7 +41,6 @@ from cdc_pipeline import faults
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 from cdc_pipeline.sink import deferred_keys
 from cdc_pipeline.sink.apply import staging_table_sql
-from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
@@ -49,7 +48,7 @@ from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
-from cdc_pipeline.sources import mariadb, module_for
+from cdc_pipeline.sources import captures, mariadb, module_for
 
 log = logging.getLogger(__name__)
 

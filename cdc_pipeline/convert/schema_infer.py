@@ -22,14 +22,12 @@ from cdc_pipeline.convert.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.convert.typemap import (
-    POSTGRES_TYPE_ALIASES,
-    POSTGRES_TYPE_MAP,
     ColumnDef,
     canonical_pg_type,
     column_def_from_source,
     default_table_name,
     dest_identifier,
-    postgres_array_element,
+    knows_source_type,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +97,7 @@ def key_fields_of(fields: Sequence[FieldSpec]) -> list[str]:
 def column_def_from_field(spec: FieldSpec, *, connector_type: str, letter_casing: str) -> ColumnDef:
     """The destination column of one row-image field: the source type when known, else the Connect type."""
     source_type = spec.parameters.get(SOURCE_TYPE_PARAMETER)
-    if connector_type == "postgres" and source_type and _known_postgres_type(source_type):
+    if connector_type in SCHEMA_FROM_EVENTS_TYPES and source_type and knows_source_type(source_type, connector_type):
         return column_def_from_source(
             {
                 "name": spec.name,
@@ -255,13 +253,6 @@ def _differs(wanted: TableDef, existing: DestinationTable) -> bool:
         or (column.nullable and column.name in existing.not_null and column.name not in key)
         for column in wanted.columns
     )
-
-
-def _known_postgres_type(source_type: str) -> bool:
-    if postgres_array_element(source_type) is not None:
-        return True
-    base = " ".join(source_type.strip().strip('"').lower().split())
-    return base in POSTGRES_TYPE_MAP or POSTGRES_TYPE_ALIASES.get(base) in POSTGRES_TYPE_MAP
 
 
 def _int_or_none(value: object) -> int | None:

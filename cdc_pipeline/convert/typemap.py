@@ -1,10 +1,11 @@
 """Source column types to PostgreSQL column types, and the destination column definition built from them.
 
 Each source type's map is a module-level table of its source module (`sources.mariadb.MYSQL_TYPE_MAP`,
-`sources.postgres.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`. A template
-may carry one placeholder that the column fills in: `(n)` a length, `(p,s)` precision and scale,
-`(fsp)` fractional-second digits. Every type produced is spelled the way PostgreSQL's `format_type()`
-spells it, so a later ALTER can compare the destination's types with the ones wanted.
+`sources.postgres.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`, and the module reads a column
+of its own by it (`column_type`: unsigned integers, arrays, fractional-second digits). A template may carry one
+placeholder that the column fills in here: `(n)` a length, `(p,s)` precision and scale, `(fsp)` fractional-second
+digits. Every type produced is spelled the way PostgreSQL's `format_type()` spells it, so a later ALTER can compare
+the destination's types with the ones wanted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from types import ModuleType
 from typing import Any
 
 from psycopg import sql
@@ -21,25 +23,15 @@ from psycopg import sql
 # The destination spelling of names and the default mapping live in the config module, which checks the file's
 # connectors by them (two connectors, one destination table); the convert stage takes them from here.
 from cdc_pipeline.config import ConnectorConfig, default_table_name, dest_identifier  # noqa: F401
+from cdc_pipeline import sources
 from cdc_pipeline.errors import ConversionError
-from cdc_pipeline.sources import mariadb, postgres
-from cdc_pipeline.sources.mariadb import MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES, MYSQL_TYPE_MAP
-from cdc_pipeline.sources.postgres import POSTGRES_TYPE_ALIASES, POSTGRES_TYPE_MAP
+from cdc_pipeline.sources.type_choice import column_length, column_number
 
 logger = logging.getLogger(__name__)
 
 INTEGER_PG_TYPES = frozenset({"smallint", "integer", "bigint"})
 
-_MAX_VARCHAR_LENGTH = 10_485_760
 _MAX_NUMERIC_PRECISION = 1000
-
-_TYPE_MAPS: dict[str, dict[str, str]] = {
-    "mariadb": MARIADB_TYPE_MAP,
-    "mysql": MYSQL_TYPE_MAP,
-    "postgres": POSTGRES_TYPE_MAP,
-}
-
-_SPECIAL_ROWS: dict[str, list[tuple[str, str]]] = {**mariadb.TYPE_MAP_NOTES, "postgres": postgres.TYPE_MAP_NOTES}
 
 _CURRENT_TIMESTAMP_DEFAULT = re.compile(
     r"(current_timestamp|now|localtimestamp|localtime)\s*(\(\s*\d*\s*\))?", re.IGNORECASE
@@ -87,25 +79,40 @@ class ColumnDef:
 def pg_type_for(source_type: str, column: dict[str, Any], connector_type: str) -> str:
     """Return the PostgreSQL type for a source column of `source_type` (Debezium's typeName).
 
-    `column` is the Debezium column description, read for length, scale and typeExpression. MySQL and
-    MariaDB unsigned integers widen to the next type that holds their range; types the map does not know
-    become text, with a warning.
+    `column` is the Debezium column description, read for length, scale and typeExpression by the source type's
+    module (`column_type`: MySQL and MariaDB unsigned integers widen to the next type that holds their range), and
+    here to fill the template it chose; types the map does not know become text, with a warning.
     """
-    if connector_type in ("mariadb", "mysql"):
-        return _mysql_pg_type(source_type, column, _TYPE_MAPS[connector_type])
-    if connector_type == "postgres":
-        return _postgres_pg_type(source_type, column)
-    raise ConversionError(f"no type map for connector type {connector_type!r}")
+    choice = _type_map_source(connector_type).column_type(source_type, column, connector_type)
+    if choice is None:
+        logger.warning("Unknown source type %r of column %r: mapped to text", source_type, column.get("name"))
+        return "text"
+    return _fill_template(choice.template, column, choice.fractional_digits)
+
+
+def knows_source_type(source_type: str, connector_type: str) -> bool:
+    """Whether the connector type's map knows `source_type` (a PostgreSQL array of any type: text[] at worst)."""
+    return _type_map_source(connector_type).column_type(source_type, {}, connector_type) is not None
 
 
 def type_map_rows(connector_type: str) -> list[tuple[str, str]]:
     """Return (source type, PostgreSQL type) rows describing the map of one connector type, for the README."""
-    if connector_type not in _TYPE_MAPS:
-        raise ConversionError(f"no type map for connector type {connector_type!r}")
+    source = _type_map_source(connector_type)
     rows = [
-        (_display_source_type(source, template), template) for source, template in _TYPE_MAPS[connector_type].items()
+        (_display_source_type(name, template), template) for name, template in source.TYPE_MAPS[connector_type].items()
     ]
-    return rows + _SPECIAL_ROWS[connector_type]
+    return rows + source.TYPE_MAP_NOTES[connector_type]
+
+
+def _type_map_source(connector_type: str) -> ModuleType:
+    """The source module holding the connector type's map (`TYPE_MAPS`)."""
+    try:
+        source = sources.module_for(connector_type)
+    except KeyError:
+        source = None
+    if source is None or connector_type not in getattr(source, "TYPE_MAPS", {}):
+        raise ConversionError(f"no type map for connector type {connector_type!r}")
+    return source
 
 
 def canonical_pg_type(type_name: str) -> str:
@@ -140,123 +147,39 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
     source_type = column.get("typeName")
     if not source_name or not source_type:
         raise ConversionError(f"column description without name or typeName: {column!r}")
+    source = _type_map_source(connector_type)
     pg_type = pg_type_for(source_type, column, connector_type)
     return ColumnDef(
         name=dest_identifier(source_name, letter_casing),
         source_name=source_name,
         pg_type=pg_type,
-        nullable=bool(column.get("optional", True)) or _holds_zero_dates(source_type, connector_type),
+        nullable=bool(column.get("optional", True)) or source.always_nullable(source_type),
         default_sql=_default_sql(column.get("defaultValueExpression"), pg_type, source_name),
         identity=bool(column.get("autoIncremented", False)),
         source_type=source_type,
-        implicit_default_sql=(
-            _implicit_default_sql(pg_type, source_type, column) if connector_type in ("mariadb", "mysql") else None
-        ),
-        source_length=_int_or_none(column.get("length")),
-        source_scale=_int_or_none(column.get("scale")),
+        implicit_default_sql=_implicit_default_sql(pg_type, source_type, column) if source.IMPLICIT_DEFAULTS else None,
+        source_length=column_number(column.get("length")),
+        source_scale=column_number(column.get("scale")),
     )
 
 
-def _holds_zero_dates(source_type: str, connector_type: str) -> bool:
-    """A MariaDB/MySQL TIMESTAMP may hold the zero date, which replicates as NULL: its column stays nullable."""
-    return connector_type in ("mariadb", "mysql") and source_type.split("(", 1)[0].strip().upper() == "TIMESTAMP"
-
-
-def _mysql_pg_type(source_type: str, column: dict[str, Any], type_map: dict[str, str]) -> str:
-    words = source_type.split("(", 1)[0].upper().split()
-    expression_words = re.findall(r"[A-Z]+", str(column.get("typeExpression") or "").upper())
-    unsigned = any(word in ("UNSIGNED", "ZEROFILL") for word in words + expression_words)
-    base = " ".join(word for word in words if word not in ("UNSIGNED", "SIGNED", "ZEROFILL"))
-    base = MYSQL_TYPE_ALIASES.get(base, base)
-    if base.endswith(" UNSIGNED"):
-        base, unsigned = base.removesuffix(" UNSIGNED"), True
-    length = _int_or_none(column.get("length"))
-    if base == "BIT" and (length is None or length == 1):
-        return "boolean"
-    if base == "FLOAT" and length is not None and length > 24 and column.get("scale") is None:
-        return "double precision"
-    template = type_map.get(f"{base} UNSIGNED" if unsigned else base) or type_map.get(base)
-    if template is None:
-        logger.warning("Unknown source type %r of column %r: mapped to text", source_type, column.get("name"))
-        return "text"
-    if template == "character(n)" and length is None:
-        return "character(1)"
-    return _fill_template(template, column, fsp=_mysql_fractional_digits(length), fsp_default=0)
-
-
-def postgres_array_element(source_type: str) -> str | None:
-    """The element type of a PostgreSQL array type as Debezium names it (`_int4` -> `int4`), or None."""
-    base = " ".join(source_type.strip().strip('"').lower().split())
-    if base.startswith("_"):
-        return base[1:]
-    if base.endswith("[]"):
-        return base[:-2].rstrip()
-    return None
-
-
-def _postgres_pg_type(source_type: str, column: dict[str, Any]) -> str:
-    element = postgres_array_element(source_type)
-    if element is not None:
-        known = POSTGRES_TYPE_MAP.get(element) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(element, ""))
-        return (_postgres_pg_type(element, column) if known else "text") + "[]"
-    base = " ".join(source_type.strip().strip('"').lower().split())
-    template = POSTGRES_TYPE_MAP.get(base) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(base, ""))
-    if template is None:
-        logger.warning("Unknown source type %r of column %r: mapped to text", source_type, column.get("name"))
-        return "text"
-    if template == "character(n)" and _valid_length(column.get("length")) is None:
-        return "bpchar"
-    scale = _int_or_none(column.get("scale"))
-    fsp = scale if scale is not None and 0 <= scale <= 6 else None
-    return _fill_template(template, column, fsp=fsp, fsp_default=None)
-
-
-
-def _fill_template(template: str, column: dict[str, Any], *, fsp: int | None, fsp_default: int | None) -> str:
+def _fill_template(template: str, column: dict[str, Any], fractional_digits: int | None) -> str:
     if "(n)" in template:
-        length = _valid_length(column.get("length"))
+        length = column_length(column.get("length"))
         return template.replace("(n)", f"({length})" if length is not None else "")
     if "(p,s)" in template:
         return template.replace("(p,s)", _numeric_modifiers(column))
     if "(fsp)" in template:
-        digits = fsp if fsp is not None else fsp_default
-        return template.replace("(fsp)", f"({digits})" if digits is not None else "")
+        return template.replace("(fsp)", f"({fractional_digits})" if fractional_digits is not None else "")
     return template
 
 
 def _numeric_modifiers(column: dict[str, Any]) -> str:
-    precision = _int_or_none(column.get("length"))
-    scale = _int_or_none(column.get("scale")) or 0
+    precision = column_number(column.get("length"))
+    scale = column_number(column.get("scale")) or 0
     if precision is None or not 1 <= precision <= _MAX_NUMERIC_PRECISION or not 0 <= scale <= precision:
         return ""
     return f"({precision},{scale})"
-
-
-def _mysql_fractional_digits(length: int | None) -> int:
-    """Debezium gives DATETIME(3) a length of 3; a display width (19 + 1 + digits) is also understood."""
-    if length is None or length < 0:
-        return 0
-    if length <= 6:
-        return length
-    if length >= 19:
-        return min(max(length - 20, 0), 6)
-    return 6
-
-
-def _valid_length(value: Any) -> int | None:
-    length = _int_or_none(value)
-    if length is None or not 1 <= length <= _MAX_VARCHAR_LENGTH:
-        return None
-    return length
-
-
-def _int_or_none(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _display_source_type(source: str, template: str) -> str:

@@ -60,11 +60,9 @@ def parse_offset(text: str, connector: str, connector_type: str) -> dict[str, An
 
 
 def offset_key(connector: str, connector_type: str, database: str) -> str:
-    """The key Kafka Connect stores a connector's offset under: the engine name and Debezium's source partition,
-    as its JSON converter writes them."""
-    partition: dict[str, str] = {"server": connector}
-    if connector_type == "sqlserver":
-        partition["database"] = database
+    """The key Kafka Connect stores a connector's offset under: the engine name and Debezium's source partition
+    (`source_partition` of the source type's module), as its JSON converter writes them."""
+    partition = sources.module_for(connector_type).source_partition(connector, database)
     return json.dumps([connector, partition], separators=(",", ":"))
 
 

@@ -2,7 +2,7 @@
 launches a run (`cdc-pipeline pending NAME` asks the same).
 
 A connector has work when it never ran, when its bulk snapshot is not finished, or when its source holds changes it
-has not applied:
+has not applied, which its source type's module tells (`check_changes`):
 - MariaDB/MySQL: a run that ends idle records the source's binlog position from the start of its idle wait
   (`connector_state.source_checked`: everything before it was read). The check reads the binlog from there
   (`SHOW BINLOG EVENTS`, a bounded number of events per check) for a row event of a captured table or a schema
@@ -12,7 +12,7 @@ has not applied:
   consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
   `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
-- SQL Server and Oracle have no such check here: every check says there is work (the schedule's behaviour).
+- SQL Server and Oracle have no such check: every check says there is work (the schedule's behaviour).
 A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has
 none. `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
 is resumed, and under retry and skip until its backoff has passed (`control.failure_hold`).
@@ -20,22 +20,17 @@ is resumed, and under retry and skip until its backoff has passed (`control.fail
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from cdc_pipeline import bulk_load, control
+from cdc_pipeline import bulk_load, control, sources
 from cdc_pipeline.mapping import rule_store
-from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
-from cdc_pipeline.sources import mariadb, postgres
 
 log = logging.getLogger(__name__)
-
-BINLOG_EVENTS_PER_CHECK = 20_000
 
 
 @dataclass(frozen=True)
@@ -62,12 +57,22 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
             return Pending(False, held)
         if bulk_load.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
-        if connector.type in ("mariadb", "mysql"):
-            return _binlog(conn, schema, connector, state.get("source_checked"))
-        if connector.type == "postgres":
-            applied = control.read_applied_offset(conn, schema, name) or {}
-            return _slot(connector, int(applied.get("lsn") or 0))
-    return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
+        return _source_check(conn, schema, connector, state)
+
+
+def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, state: dict[str, Any]) -> Pending:
+    """The source type's change check from where the connector's state says it applied (records how far a binlog
+    was read when only other tables' changes were found)."""
+    name = connector.name
+    source = sources.module_for(connector.type)
+    if not hasattr(source, "check_changes"):
+        return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
+    found = source.check_changes(connector, state.get("source_checked"),
+                                 control.read_applied_offset(conn, schema, name) or {},
+                                 lambda table: sources.captures(connector, table))
+    if found.checked is not None:
+        control.record_source_checked(conn, schema, name, found.checked)
+    return Pending(found.changes, found.reason, found.known)
 
 
 def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:
@@ -75,11 +80,11 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
     may find work: `cdc-pipeline sync` then ends without starting Spark or Debezium.
 
     Only a connector whose last run succeeded, under the same configuration, and that has nothing pending
-    qualifies: no restart or snapshot request, no bulk snapshot running or to reconcile, an engine offset outside a snapshot, and no change of its
-    tables in the source (the change check above). The mapping rules are re-read as a run does (renames and
-    retypes are applied), under the run lock."""
+    qualifies: no restart or snapshot request, no bulk snapshot running or to reconcile, an engine offset outside a
+    snapshot, and no change of its tables in the source (the change check above). The mapping rules are re-read as
+    a run does (renames and retypes are applied), under the run lock."""
     schema, name = destination.control_schema, connector.name
-    if connector.type not in ("mariadb", "mysql", "postgres"):
+    if not hasattr(sources.module_for(connector.type), "check_changes"):
         return None
     with destination.connect(name) as conn:
         control.ensure_control_schema(conn, schema)
@@ -93,48 +98,10 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
                     or bulk_load.running_load(conn, schema, name) is not None \
                     or bulk_load.unreconciled_end(conn, schema, name) is not None:
                 return None
-            if connector.type == "postgres":
-                applied = control.read_applied_offset(conn, schema, name) or {}
-                found = _slot(connector, int(applied.get("lsn") or 0))
-            else:
-                found = _binlog(conn, schema, connector, state.get("source_checked"))
+            found = _source_check(conn, schema, connector, state)
             if found.work or not found.known:
                 return None
             rule_store.reload_mapping(conn, schema, connector)
             return found.reason
         finally:
             control.release_run_lock(conn, name)
-
-
-def _binlog(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, checked: Any) -> Pending:
-    if not checked:
-        return Pending(True, "no source position is recorded as applied yet (the last run did not end idle)")
-    start = checked if isinstance(checked, dict) else json.loads(checked)
-    with mariadb.connect(connector) as source, source.cursor() as cur:
-        if mariadb.binlog_position(cur) == start:
-            return Pending(False, f"no binlog event since {start['file']}:{start['pos']}")
-        found, reached = mariadb.scan_binlog(cur, start, lambda table: captures(connector, table),
-                                             connector.database, BINLOG_EVENTS_PER_CHECK)
-    if found:
-        return Pending(True, found)
-    if reached != start:
-        control.record_source_checked(conn, schema, connector.name, reached)
-    return Pending(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}")
-
-
-def _slot(connector: ConnectorConfig, applied_lsn: int) -> Pending:
-    slot = connector.replication_slot
-    peeked = postgres.peek_slot(connector, applied_lsn)
-    if peeked is None:
-        return Pending(True, f"replication slot {slot} does not exist yet")
-    if peeked.active:
-        return Pending(False, f"replication slot {slot} is in use", known=False)
-    if peeked.changes or peeked.messages >= postgres.SLOT_PEEK_MESSAGES:
-        return Pending(True, f"replication slot {slot} holds changes of publication {slot}")
-    unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20
-    if unconfirmed_mb >= connector.retained_wal_run_mb:
-        # Only other tables were written: a run confirms the slot past their WAL (the heartbeat), and the source
-        # may remove it.
-        return Pending(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
-                             f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
-    return Pending(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")

@@ -23,7 +23,7 @@ from cdc_pipeline import bulk_load, control
 from cdc_pipeline.decode import offsets
 
 from cdc_pipeline.mapping import rule_store
-from cdc_pipeline.sink.plan import captures
+from cdc_pipeline.sources import captures
 from cdc_pipeline.config import SNAPSHOT_MODES, ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 

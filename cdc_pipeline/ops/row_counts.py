@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline.sink.plan import captures
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline import sources
@@ -58,4 +57,4 @@ def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
     if not hasattr(source, "row_counts"):
         raise CdcError(f"row counts of {connector.type} sources are not available: the project ships no "
                        f"{connector.type} client driver for Python", connector=connector.name)
-    return source.row_counts(connector, lambda table: captures(connector, table))
+    return source.row_counts(connector, lambda table: sources.captures(connector, table))

@@ -60,10 +60,10 @@ from cdc_pipeline.sink.plan import (
     DmlStep,
     SnapshotStep,
     TruncateStep,
-    captures,
     snapshot_reads,
 )
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
+from cdc_pipeline.sources import captures
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from cdc_pipeline.decode.events import (
     redelivery_test,
 )
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sources import before_snapshot, stream_passed
+from cdc_pipeline.sources import before_snapshot, captures, stream_passed
 
 log = logging.getLogger(__name__)
 
@@ -262,20 +262,6 @@ def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
         return ""
     source_table = f"{database}.{table}"
     return source_table if captures(connector, source_table) else ""
-
-
-def captures(connector: ConnectorConfig, source_table: str) -> bool:
-    """Whether a source table (`db.table`, or `schema.table` for PostgreSQL) belongs to the connector.
-
-    Debezium keeps every table of the source server in its schema history, and may report schema changes
-    of tables it does not capture: those must never reach the destination.
-    """
-    container, _ = connector.split_table(source_table)
-    if connector.type in ("mariadb", "mysql") and container != connector.database:
-        return False
-    if connector.type == "postgres" and source_table == connector.heartbeat_table:
-        return False  # Debezium's heartbeat writes it so that the slot is confirmed: it is no data
-    return not connector.tables or source_table in connector.tables
 
 
 def is_heartbeat(connector: ConnectorConfig, ref: EventRef) -> bool:

@@ -22,6 +22,18 @@ def module_for(connector_type: str) -> ModuleType:
     return _MODULES[connector_type]
 
 
+def captures(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a source table (`db.table`, or `schema.table` for PostgreSQL) belongs to the connector: one its
+    source type replicates (`replicates` of the source module) and, when the connector lists `tables`, one of them.
+
+    Debezium keeps every table of the source server in its schema history, and may report schema changes
+    of tables it does not capture: those must never reach the destination.
+    """
+    if not module_for(connector.type).replicates(connector, source_table):
+        return False
+    return not connector.tables or source_table in connector.tables
+
+
 def prepare_capture(connector: ConnectorConfig) -> None:
     """What the source needs before the connector's engine starts: a PostgreSQL source's heartbeat table."""
     if connector.type == "postgres":

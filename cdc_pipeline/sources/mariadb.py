@@ -29,7 +29,9 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
+from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.type_choice import TypeChoice, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -163,6 +165,54 @@ TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
 }
 
 
+TYPE_MAPS: dict[str, dict[str, str]] = {"mariadb": MARIADB_TYPE_MAP, "mysql": MYSQL_TYPE_MAP}
+# A NOT NULL column added without a DEFAULT gives the rows already there its type's implicit default (0, '', the
+# first ENUM value...), which the destination column takes while it is added (`ColumnDef.implicit_default_sql`).
+IMPLICIT_DEFAULTS = True
+
+
+def column_type(source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None:
+    """The destination type of a MariaDB/MySQL column of `source_type` (Debezium's typeName), by the connector type's
+    map; None when the map does not know it. `column` is the Debezium column description, read for its length,
+    scale and typeExpression: unsigned integers widen to the next type that holds their range."""
+    type_map = TYPE_MAPS[connector_type]
+    words = source_type.split("(", 1)[0].upper().split()
+    expression_words = re.findall(r"[A-Z]+", str(column.get("typeExpression") or "").upper())
+    unsigned = any(word in ("UNSIGNED", "ZEROFILL") for word in words + expression_words)
+    base = " ".join(word for word in words if word not in ("UNSIGNED", "SIGNED", "ZEROFILL"))
+    base = MYSQL_TYPE_ALIASES.get(base, base)
+    if base.endswith(" UNSIGNED"):
+        base, unsigned = base.removesuffix(" UNSIGNED"), True
+    length = column_number(column.get("length"))
+    if base == "BIT" and (length is None or length == 1):
+        return TypeChoice("boolean")
+    if base == "FLOAT" and length is not None and length > 24 and column.get("scale") is None:
+        return TypeChoice("double precision")
+    template = type_map.get(f"{base} UNSIGNED" if unsigned else base) or type_map.get(base)
+    if template is None:
+        return None
+    if template == "character(n)" and length is None:
+        return TypeChoice("character(1)")
+    return TypeChoice(template, _fractional_digits(length))
+
+
+def _fractional_digits(length: int | None) -> int:
+    """Debezium gives DATETIME(3) a length of 3; a display width (19 + 1 + digits) is also understood."""
+    if length is None or length < 0:
+        return 0
+    if length <= 6:
+        return length
+    if length >= 19:
+        return min(max(length - 20, 0), 6)
+    return 6
+
+
+def always_nullable(source_type: str) -> bool:
+    """Whether a column of `source_type` stays nullable whatever its definition: a TIMESTAMP, which may hold the zero
+    date, replicated as NULL."""
+    return source_type.split("(", 1)[0].strip().upper() == "TIMESTAMP"
+
+
 def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """The connector properties of a MariaDB or MySQL source (the engine's own are the runner's)."""
     return {
@@ -230,6 +280,18 @@ def truststore(ca_file: Path) -> Path:
 def _server_id(name: str) -> str:
     # Binlog clients need a server id unique among the source's replicas; derive a stable one from the name.
     return str(5_400 + zlib.crc32(name.encode()) % 1_000_000)
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a table (`db.table`) is one the connector may replicate: one of its database (the binlog, and so
+    Debezium's schema history, holds every database of the server)."""
+    container, _ = connector.split_table(source_table)
+    return container == connector.database
 
 
 def quote_mysql(identifier: str) -> str:
@@ -621,6 +683,28 @@ def scan_binlog(cur: Any, start: dict[str, Any], captured: Any, database: str,
         if scanned >= limit:
             break
     return None, {"file": file, "pos": pos}
+
+
+BINLOG_EVENTS_PER_CHECK = 20_000
+
+
+def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
+                  captured: Callable[[str], bool]) -> ChangeCheck:
+    """The change check: whether the binlog holds, after `checked` (the binlog position a run that ended idle
+    recorded: everything before it was read), a row event of a table `captured` accepts or a schema change of the
+    connector's database. It reads at most BINLOG_EVENTS_PER_CHECK events; when these are only of other tables and
+    databases it says how far it read, so that writes elsewhere on the server launch nothing."""
+    if not checked:
+        return ChangeCheck(True, "no source position is recorded as applied yet (the last run did not end idle)")
+    start = checked if isinstance(checked, dict) else json.loads(checked)
+    with connect(connector) as source, source.cursor() as cur:
+        if binlog_position(cur) == start:
+            return ChangeCheck(False, f"no binlog event since {start['file']}:{start['pos']}")
+        found, reached = scan_binlog(cur, start, captured, connector.database, BINLOG_EVENTS_PER_CHECK)
+    if found:
+        return ChangeCheck(True, found)
+    return ChangeCheck(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}",
+                       checked=reached if reached != start else None)
 
 
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:

@@ -19,3 +19,13 @@ DDL_EVENTS = True
 def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """The connector properties of an Oracle source (the engine's own are the runner's)."""
     return {"connector.class": CONNECTOR_CLASS, "database.dbname": connector.database}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Every table an Oracle connector reports may be replicated: the connector's `tables` list is the only filter."""
+    return True
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}

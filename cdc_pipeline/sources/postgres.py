@@ -28,7 +28,9 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.copy_text import NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -116,14 +118,56 @@ POSTGRES_TYPE_ALIASES: dict[str, str] = {
 }
 
 # The rules the map above does not show, as the docs print them beside it.
-TYPE_MAP_NOTES: list[tuple[str, str]] = [
-    ("numeric without precision", "numeric"),
-    ("time types without precision", "PostgreSQL's default (6 digits)"),
-    ("arrays of the types above (`_int4` ...)", "the element's type, as an array (`integer[]` ...)"),
-    ("arrays of other types", "text[]"),
-    ("enum types", "text"),
-    ("anything else", "text (logged as a warning)"),
-]
+TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
+    "postgres": [
+        ("numeric without precision", "numeric"),
+        ("time types without precision", "PostgreSQL's default (6 digits)"),
+        ("arrays of the types above (`_int4` ...)", "the element's type, as an array (`integer[]` ...)"),
+        ("arrays of other types", "text[]"),
+        ("enum types", "text"),
+        ("anything else", "text (logged as a warning)"),
+    ],
+}
+TYPE_MAPS: dict[str, dict[str, str]] = {"postgres": POSTGRES_TYPE_MAP}
+# PostgreSQL emits no DDL: no column is added by a statement whose implicit default the destination would need.
+IMPLICIT_DEFAULTS = False
+
+
+def column_type(source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None:
+    """The destination type of a PostgreSQL column of `source_type` (Debezium's type name), or None when the map does
+    not know it. `column` is the Debezium column description, read for its length and scale. An array of a type the
+    map knows is an array of that type's destination type, of another type `text[]`."""
+    element = array_element(source_type)
+    if element is None:
+        return _scalar_type(source_type, column)
+    choice = _scalar_type(element, column)
+    return TypeChoice("text[]") if choice is None else TypeChoice(choice.template + "[]", choice.fractional_digits)
+
+
+def _scalar_type(source_type: str, column: dict[str, Any]) -> TypeChoice | None:
+    base = " ".join(source_type.strip().strip('"').lower().split())
+    template = POSTGRES_TYPE_MAP.get(base) or POSTGRES_TYPE_MAP.get(POSTGRES_TYPE_ALIASES.get(base, ""))
+    if template is None:
+        return None
+    if template == "character(n)" and column_length(column.get("length")) is None:
+        return TypeChoice("bpchar")
+    scale = column_number(column.get("scale"))
+    return TypeChoice(template, scale if scale is not None and 0 <= scale <= 6 else None)
+
+
+def array_element(source_type: str) -> str | None:
+    """The element type of a PostgreSQL array type as Debezium names it (`_int4` -> `int4`), or None."""
+    base = " ".join(source_type.strip().strip('"').lower().split())
+    if base.startswith("_"):
+        return base[1:]
+    if base.endswith("[]"):
+        return base[:-2].rstrip()
+    return None
+
+
+def always_nullable(source_type: str) -> bool:
+    """No PostgreSQL type holds a value that replicates as NULL: a column's nullability is its definition's."""
+    return False
 
 
 def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
@@ -146,7 +190,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         props["database.sslrootcert"] = connector.tls_ca_file
     if connector.tables:
         # The heartbeat table is captured (so in the publication, which Debezium keeps to its include list), its
-        # rows never applied (`sink.plan.captures`).
+        # rows never applied (`replicates`).
         watched = (*connector.tables, connector.heartbeat_table)
         schemas = dict.fromkeys(connector.split_table(table)[0] for table in watched)
         props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
@@ -156,6 +200,17 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     # The runner commits a batch of heartbeats itself when nothing waits before it (its own property).
     props[HEARTBEAT_TOPICS_PROPERTY] = f"{connector.name}.{connector.heartbeat_table}"
     return props
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
+    return {"server": connector}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Whether a table (`schema.table`) is one the connector may replicate: any but its heartbeat table, which
+    Debezium's heartbeat writes so that the slot is confirmed (it is no data)."""
+    return source_table != connector.heartbeat_table
 
 
 def heartbeat_query(connector: ConnectorConfig) -> str:
@@ -531,3 +586,26 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
 
 def _lsn_text(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
+                  captured: Callable[[str], bool]) -> ChangeCheck:
+    """The change check: whether the connector's slot holds a change of its publication after the last one
+    `applied` (peeked, nothing consumed), or more WAL after its confirmed position than `retained_wal_run_mb` (a run
+    confirms the slot past it). Decoding reads the WAL flushed: with `synchronous_commit=off` a change shows within
+    `wal_writer_delay`."""
+    slot = connector.replication_slot
+    peeked = peek_slot(connector, int(applied.get("lsn") or 0))
+    if peeked is None:
+        return ChangeCheck(True, f"replication slot {slot} does not exist yet")
+    if peeked.active:
+        return ChangeCheck(False, f"replication slot {slot} is in use", known=False)
+    if peeked.changes or peeked.messages >= SLOT_PEEK_MESSAGES:
+        return ChangeCheck(True, f"replication slot {slot} holds changes of publication {slot}")
+    unconfirmed_mb = peeked.unconfirmed_wal_bytes >> 20
+    if unconfirmed_mb >= connector.retained_wal_run_mb:
+        # Only other tables were written: a run confirms the slot past their WAL (the heartbeat), and the source
+        # may remove it.
+        return ChangeCheck(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
+                                 f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
+    return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")

@@ -20,3 +20,15 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """The connector properties of a SQL Server source (the engine's own are the runner's); TLS through
     `debezium:` properties."""
     return {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false"}
+
+
+def replicates(connector: ConnectorConfig, source_table: str) -> bool:
+    """Every table a SQL Server connector reports may be replicated: Debezium reads only the change tables of the
+    connector's database (`database.names`)."""
+    return True
+
+
+def source_partition(connector: str, database: str) -> dict[str, str]:
+    """Debezium's source partition of the connector's offsets: one per database (`database.names` may list several),
+    named by the connector's name (its topic prefix) and the database."""
+    return {"server": connector, "database": database}

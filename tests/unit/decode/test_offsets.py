@@ -31,4 +31,6 @@ def test_offset_shapes_per_connector_type():
 
 def test_offset_keys_name_the_engine_and_the_source_partition():
     assert offset_key("inventory", "mariadb", "shop") == '["inventory",{"server":"inventory"}]'
+    assert offset_key("pg", "postgres", "shop") == '["pg",{"server":"pg"}]'
+    assert offset_key("ora", "oracle", "ORCLPDB1") == '["ora",{"server":"ora"}]'
     assert json.loads(offset_key("mssql", "sqlserver", "sales")) == ["mssql", {"server": "mssql", "database": "sales"}]

@@ -4,8 +4,7 @@ list) and never replicated."""
 from __future__ import annotations
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.sink.plan import captures
-from cdc_pipeline.sources import postgres
+from cdc_pipeline.sources import captures, postgres
 
 
 def _connector(**fields) -> ConnectorConfig:
