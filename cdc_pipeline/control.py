@@ -719,8 +719,8 @@ def clear_failures(conn: psycopg.Connection, schema: str, connector: str) -> Non
         sql.Identifier(schema, "connector_state")), (connector,))
 
 
-def record_config_fingerprint(conn: psycopg.Connection, schema: str, connector: str, fingerprint: str) -> None:
-    """A run succeeded under the configuration `fingerprint` names."""
+def record_config_fingerprint(conn: psycopg.Connection, schema: str, connector: str, fingerprint: str | None) -> None:
+    """A run succeeded under the configuration `fingerprint` names (None: a run began and has not succeeded yet)."""
     conn.execute(sql.SQL("UPDATE {} SET config_fingerprint = %s WHERE connector = %s").format(
         sql.Identifier(schema, "connector_state")), (fingerprint, connector))
 

@@ -178,6 +178,8 @@ class ConnectorSession:
         stage = control.STAGE_SCHEMA_SYNC if self.snapshot_mode == "schemasync" else None
         if not self._set_state(control.INITIALIZING, stage=stage, clear_error=True):
             self._refuse_if_halted(control.PAUSED)
+        # Recorded again when the cycle succeeds: a cycle killed or failed leaves none, so the next sync runs a cycle.
+        control.record_config_fingerprint(self.conn, self.control_schema, name, None)
         # A snapshot taken now starts over: none of its events is a re-delivery of what was applied before it
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
         # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
