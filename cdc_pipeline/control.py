@@ -5,6 +5,7 @@ other. Everything here survives restarts of every process: the destination is th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -174,9 +175,9 @@ _MIGRATIONS = (
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS last_failed_at timestamptz",
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz",
-    # The configuration the last successful run ran with (ConnectorConfig.fingerprint): a sync finds nothing to do
-    # without a JVM only under the same one.
-    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS config_fingerprint text",
+    # What the last run, once it succeeded, ran with and left (`run_digest`): a sync finds nothing to do without a
+    # JVM only when the configuration and the positions are the same now.
+    "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS run_digest text",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the
@@ -719,10 +720,21 @@ def clear_failures(conn: psycopg.Connection, schema: str, connector: str) -> Non
         sql.Identifier(schema, "connector_state")), (connector,))
 
 
-def record_config_fingerprint(conn: psycopg.Connection, schema: str, connector: str, fingerprint: str | None) -> None:
-    """A run succeeded under the configuration `fingerprint` names (None: a run began and has not succeeded yet)."""
-    conn.execute(sql.SQL("UPDATE {} SET config_fingerprint = %s WHERE connector = %s").format(
-        sql.Identifier(schema, "connector_state")), (fingerprint, connector))
+def run_digest(conn: psycopg.Connection, schema: str, connector: str, config_digest: str) -> str:
+    """A digest of the connector's configuration (`ConnectorConfig.fingerprint`) and of its positions: the engine's
+    stored offsets and the applied position. An offset set, moved or lost since changes it."""
+    offsets = conn.execute(sql.SQL("SELECT offset_key, offset_value FROM {} WHERE connector = %s ORDER BY offset_key")
+                           .format(sql.Identifier(schema, "debezium_offsets")), (connector,)).fetchall()
+    applied = conn.execute(sql.SQL("SELECT source_position::text, debezium_offset::text FROM {} WHERE connector = %s")
+                           .format(sql.Identifier(schema, "applied_positions")), (connector,)).fetchall()
+    text = json.dumps([config_digest, offsets, applied], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def record_run_digest(conn: psycopg.Connection, schema: str, connector: str, digest: str | None) -> None:
+    """A run succeeded and left `run_digest` (None: a run began and has not succeeded yet)."""
+    conn.execute(sql.SQL("UPDATE {} SET run_digest = %s WHERE connector = %s").format(
+        sql.Identifier(schema, "connector_state")), (digest, connector))
 
 
 def failure_hold(state: dict[str, Any] | None, connector: "ConnectorConfig",

@@ -179,7 +179,7 @@ class ConnectorSession:
         if not self._set_state(control.INITIALIZING, stage=stage, clear_error=True):
             self._refuse_if_halted(control.PAUSED)
         # Recorded again when the cycle succeeds: a cycle killed or failed leaves none, so the next sync runs a cycle.
-        control.record_config_fingerprint(self.conn, self.control_schema, name, None)
+        control.record_run_digest(self.conn, self.control_schema, name, None)
         # A snapshot taken now starts over: none of its events is a re-delivery of what was applied before it
         # (the last row of an earlier snapshot has the same binlog position as the first rows of this one).
         # An offset taken inside a snapshot makes Debezium take that snapshot again from its start.
@@ -353,8 +353,10 @@ class ConnectorSession:
                         else:
                             self._set_state(control.SYNCING, clear_error=True, unless_in=keep)
                         control.clear_failures(self.conn, self.control_schema, self.connector.name)
-                        control.record_config_fingerprint(self.conn, self.control_schema, self.connector.name,
-                                                          self.connector.fingerprint(self.destination))
+                        control.record_run_digest(self.conn, self.control_schema, self.connector.name,
+                                                  control.run_digest(self.conn, self.control_schema,
+                                                                     self.connector.name,
+                                                                     self.connector.fingerprint(self.destination)))
                         if self._requested_mode:
                             control.clear_next_snapshot_mode(self.conn, self.control_schema, self.connector.name,
                                                              self._requested_mode)

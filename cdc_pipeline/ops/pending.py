@@ -79,8 +79,8 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
     """Why a run of the connector asked for now would find nothing to do, told without a JVM, or None when it
     may find work: `cdc-pipeline sync` then ends without starting Spark or Debezium.
 
-    Only a connector whose last run succeeded, under the same configuration, and that has nothing pending
-    qualifies: no restart or snapshot request, no bulk snapshot running or to reconcile, an engine offset outside a
+    Only a connector whose last run succeeded, under the same configuration, with the positions it left (no offset
+    set or moved since: `control.run_digest`), and that has nothing pending qualifies: no restart or snapshot request, no bulk snapshot running or to reconcile, an engine offset outside a
     snapshot, and no change of its tables in the source (the change check above). The mapping rules are re-read as
     a run does (renames and retypes are applied), under the run lock."""
     schema, name = destination.control_schema, connector.name
@@ -92,7 +92,8 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
         try:
             state = control.read_state(conn, schema, name)
             if not state or state["state"] != control.SYNCING or state.get("next_snapshot_mode") \
-                    or state.get("config_fingerprint") != connector.fingerprint(destination) \
+                    or state.get("run_digest") != control.run_digest(conn, schema, name,
+                                                                      connector.fingerprint(destination)) \
                     or not control.has_offset(conn, schema, name) \
                     or control.offset_in_snapshot(conn, schema, name) \
                     or bulk_load.running_load(conn, schema, name) is not None \

@@ -557,6 +557,9 @@ class SlotPeek:
     messages: int  # messages peeked, at most SLOT_PEEK_MESSAGES
     changes: int  # of which changes of the publication after the applied LSN
     unconfirmed_wal_bytes: int = 0  # WAL after the slot's confirmed position (what a run can let the source remove)
+    # The WAL written before the peek was all flushed, so the peek decoded it (a commit under synchronous_commit=off
+    # may wait up to wal_writer_delay): else a change committed just before may not have been seen.
+    flushed: bool = True
 
 
 def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
@@ -570,6 +573,7 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
             return None
         if row[0]:
             return SlotPeek(active=True, messages=0, changes=0)
+        flushed = source.execute("SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()").fetchone()[0]
         # A change message names its table's oid in bytes 2-5; the heartbeat table's changes are no work.
         peeked = source.execute(
             "SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = ANY(%s) AND lsn > %s::pg_lsn "
@@ -581,7 +585,7 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots "
             "WHERE slot_name = %s", (slot,)).fetchone()
     return SlotPeek(active=False, messages=int(peeked[0]), changes=int(peeked[1]),
-                    unconfirmed_wal_bytes=int(unconfirmed[0] or 0) if unconfirmed else 0)
+                    unconfirmed_wal_bytes=int(unconfirmed[0] or 0) if unconfirmed else 0, flushed=bool(flushed))
 
 
 def _lsn_text(lsn: int) -> str:
@@ -608,4 +612,7 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         # may remove it.
         return ChangeCheck(True, f"replication slot {slot} holds {unconfirmed_mb} MB of unconfirmed WAL "
                                  f"(retained_wal_run_mb {connector.retained_wal_run_mb})")
+    if not peeked.flushed:
+        return ChangeCheck(False, f"replication slot {slot} holds no change of the WAL flushed; WAL written since is "
+                                  "not flushed yet (synchronous_commit=off)", known=False)
     return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")
