@@ -10,15 +10,19 @@ from pyspark.sql import functions as F
 NULL_TEXT = "\\N"
 
 
+# The characters COPY text escapes and their escapes, in the order they are replaced (the backslash first). The
+# sources that render COPY text in their own SQL (`copy_text_sql`) replace the same ones.
+ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
+
+
 def copy_escape(text: Column) -> Column:
     """Escapes a text value for COPY text format (backslash, newline, carriage return, tab), and takes out NUL
     characters: PostgreSQL's text types cannot hold them (a MariaDB/MySQL string may), and a value with one would
     stop the connector on every run."""
     escaped = F.replace(text, F.lit("\u0000"), F.lit(""))
-    escaped = F.replace(escaped, F.lit("\\"), F.lit("\\\\"))
-    escaped = F.replace(escaped, F.lit("\n"), F.lit("\\n"))
-    escaped = F.replace(escaped, F.lit("\r"), F.lit("\\r"))
-    return F.replace(escaped, F.lit("\t"), F.lit("\\t"))
+    for char, escape in ESCAPES:
+        escaped = F.replace(escaped, F.lit(char), F.lit(escape))
+    return escaped
 
 
 _EWKB_SRID_FLAG = 0x20000000

@@ -27,7 +27,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
+from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
@@ -501,10 +501,6 @@ def _utf8(*codes: int) -> str:
     return f"CHAR({', '.join(map(str, codes))} USING utf8mb4)"
 
 
-# Backslash, newline, carriage return and tab in COPY text, as `copy_escape` writes them.
-_ESCAPES = ((92, (92, 92)), (10, (92, 110)), (13, (92, 114)), (9, (92, 116)))
-
-
 def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
     """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as
     `column_text` would from `select_text`'s value, or None where only Spark renders it (a SET as an array, a
@@ -516,8 +512,8 @@ def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
         return None
     if kind in _STRING_TYPES:
         text = f"REPLACE(CONVERT({value} USING utf8mb4), {_utf8(0)}, '')"
-        for char, escaped in _ESCAPES:
-            text = f"REPLACE({text}, {_utf8(char)}, {_utf8(*escaped)})"
+        for char, escape in ESCAPES:  # as `copy_escape` replaces them
+            text = f"REPLACE({text}, {_utf8(ord(char))}, {_utf8(*map(ord, escape))})"
     elif kind in _BINARY_TYPES:
         text = f"CONCAT({_utf8(92, 92, 120)}, LOWER({value}))"
     elif kind == "bit" and column.bit_length > 1:

@@ -26,7 +26,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
-from cdc_pipeline.copy_text import NULL_TEXT, copy_escape
+from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.table import SourceTable
@@ -430,11 +430,6 @@ def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:
     return F.coalesce(copy_escape(value), F.lit(NULL_TEXT))
 
 
-# Backslash, newline, carriage return and tab in COPY text, as `copy_escape` writes them (PostgreSQL's text holds
-# no NUL).
-_ESCAPES = ((92, (92, 92)), (10, (92, 110)), (13, (92, 114)), (9, (92, 116)))
-
-
 def _chars(*codes: int) -> str:
     return " || ".join(f"chr({code})" for code in codes)
 
@@ -443,8 +438,8 @@ def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
     """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as
     `column_text` would from `select_text`'s value."""
     text = select_text(column, pg_type)
-    for char, escaped in _ESCAPES:
-        text = f"replace({text}, {_chars(char)}, {_chars(*escaped)})"
+    for char, escape in ESCAPES:  # as `copy_escape` replaces them (PostgreSQL's text holds no NUL)
+        text = f"replace({text}, {_chars(ord(char))}, {_chars(*map(ord, escape))})"
     return f"coalesce({text}, {_chars(92, 78)})"
 
 
@@ -505,7 +500,6 @@ def load_end_position(cur: Any) -> dict[str, Any]:
     """Where the source is now, as `stream_passed` compares it: a snapshot of its transactions."""
     cur.execute("SELECT pg_current_snapshot()::text")
     return {"snapshot": cur.fetchone()[0]}
-
 
 
 # A slot that keeps more WAL than this is shown with a warning (a paused or stopped connector keeps it all).
