@@ -28,6 +28,11 @@ DEFAULT_CONF = {
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# The driver JVM lives for one run (seconds to minutes) on a few cores: the client compiler alone and the serial
+# collector cost far less CPU than C2's compilations and G1's threads return in so short a life (docs/decisions.md,
+# "The driver JVM's compiler and collector"). Options of the connectors file's spark.driver.extraJavaOptions come
+# after these, so the JVM takes theirs; executors of a cluster keep their own.
+DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 DRIVER_CLASSPATH = "spark.driver.extraClassPath"
 JARS = "spark.jars"
 APP_NAME = "cdc-pipeline"
@@ -37,13 +42,16 @@ def spark_settings(spark: SparkConfig | None = None, conf: Mapping[str, str] | N
     """The whole Spark configuration of a run: the pipeline's defaults, the connectors file's `spark:` section (its
     master and conf), `conf`, and what the pipeline adds to them: the runner's jars on the driver classpath (set when
     the driver JVM starts), the jars executors need (`spark.jars`: the runner's COPY writers and the two JDBC
-    drivers, so any master works) and the class archive's JVM options (a shorter start).
+    drivers, so any master works), the driver's compiler and collector (`DRIVER_JIT_OPTIONS`, before any given
+    options, which win) and the class archive's JVM options (a shorter start).
 
     The CLI and Dagster's Spark resource both start their session from it. Raises RunnerError when the runner is
     not built."""
     spark = spark or SparkConfig()
     jars = runner_classpath()
     settings = {**DEFAULT_CONF, "spark.master": spark.master, "spark.app.name": APP_NAME, **spark.conf, **(conf or {})}
+    settings[DRIVER_JAVA_OPTIONS] = " ".join(part for part in (DRIVER_JIT_OPTIONS, settings.get(DRIVER_JAVA_OPTIONS))
+                                             if part)
     additions = {
         DRIVER_CLASSPATH: (os.pathsep.join(str(jar) for jar in jars), os.pathsep),
         JARS: (",".join(str(jar) for jar in executor_jars()), ","),

@@ -477,7 +477,7 @@ def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
             "type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
             "tables": ["public.items"]})
     load_rate = bulk["rows"] / bulk["load_seconds"] if bulk.get("load_seconds") else 0.0
-    return {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate), "ceiling_seconds": round(ceiling.seconds, 2),
+    return {"source": "postgres", "rows": rows, "ceiling_rows_per_second": round(ceiling.rate), "ceiling_seconds": round(ceiling.seconds, 2),
             "bulk": bulk, "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
             "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
 
@@ -705,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def print_initial_load(load: dict[str, Any]) -> None:
     bulk = load["bulk"]
     print(f"initial load of {load['rows']} rows (a fresh `cdc-pipeline sync` process, its start included):")
-    pipe = "psql COPY TO | psql COPY" if "load_to_ceiling_ratio" in load else "mariadb | psql COPY"
+    pipe = "psql COPY TO | psql COPY" if load.get("source") == "postgres" else "mariadb | psql COPY"
     print(f"  (i) copy ceiling ({pipe}): {load['ceiling_rows_per_second']:>9} rows/s "
           f"({load['ceiling_seconds']} s)")
     print(f"  bulk snapshot engine (spark):           {bulk['rows_per_second']:>9} rows/s ({bulk['seconds']} s wall, "

@@ -8,7 +8,7 @@ from types import MappingProxyType
 import pytest
 
 from cdc_pipeline.capture.runner import executor_jars, runner_classpath
-from cdc_pipeline.capture.spark import DEFAULT_CONF, spark_settings
+from cdc_pipeline.capture.spark import DEFAULT_CONF, DRIVER_JIT_OPTIONS, spark_settings
 from cdc_pipeline.config import SparkConfig
 
 
@@ -24,7 +24,7 @@ def test_the_file_s_master_and_conf_win_over_the_defaults(monkeypatch: pytest.Mo
     assert settings["spark.sql.session.timeZone"] == DEFAULT_CONF["spark.sql.session.timeZone"]
     assert settings["spark.driver.extraClassPath"] == os.pathsep.join(map(str, runner_classpath()))
     assert settings["spark.jars"] == ",".join(map(str, executor_jars()))
-    assert "spark.driver.extraJavaOptions" not in settings
+    assert settings["spark.driver.extraJavaOptions"] == DRIVER_JIT_OPTIONS
 
 
 def test_the_pipeline_adds_its_jars_and_options_to_the_file_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,5 +37,26 @@ def test_the_pipeline_adds_its_jars_and_options_to_the_file_s_own(monkeypatch: p
 
     assert settings["spark.jars"] == ",".join(["/opt/udfs.jar", *map(str, executor_jars())])
     assert settings["spark.driver.extraClassPath"] == os.pathsep.join(["/opt/agent.jar", *map(str, runner_classpath())])
-    assert settings["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
+    assert settings["spark.driver.extraJavaOptions"] == f"{DRIVER_JIT_OPTIONS} -Duser.timezone=UTC"
     assert settings["spark.app.name"] == "a-test"
+
+
+def test_the_file_s_compiler_and_collector_options_come_last_so_the_jvm_takes_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    spark = SparkConfig(conf=MappingProxyType({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4 -XX:+UseG1GC"}))
+
+    options = spark_settings(spark)["spark.driver.extraJavaOptions"].split()
+
+    assert options.index("-XX:TieredStopAtLevel=4") > options.index("-XX:TieredStopAtLevel=1")
+    assert options.index("-XX:+UseG1GC") > options.index("-XX:+UseSerialGC")
+
+
+@pytest.mark.integration
+def test_the_driver_jvm_runs_with_the_client_compiler_and_the_serial_collector(spark) -> None:
+    jvm = spark._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    collectors = [bean.getName() for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()]
+
+    assert "-XX:TieredStopAtLevel=1" in arguments
+    assert collectors == ["Copy", "MarkSweepCompact"]
