@@ -477,8 +477,8 @@ def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
             "type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
             "tables": ["public.items"]})
     load_rate = bulk["rows"] / bulk["load_seconds"] if bulk.get("load_seconds") else 0.0
-    return {"source": "postgres", "rows": rows, "ceiling_rows_per_second": round(ceiling.rate), "ceiling_seconds": round(ceiling.seconds, 2),
-            "bulk": bulk, "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
+    return {"source": "postgres", "rows": rows, "ceiling_rows_per_second": round(ceiling.rate),
+            "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk, "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
             "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
 
 
