@@ -118,7 +118,7 @@ def _session_findings(cur: psycopg.Cursor, user: str, database: str) -> list[Fin
         if milliseconds > 0:
             findings.append(_warning(
                 name, f"{name} is {milliseconds} ms ({source} default): a batch's transaction waits, idle, while "
-                      "Spark's tasks stage its rows, and a longer wait ends it (the run fails and is retried)",
+                      "Spark's tasks stage its rows, and a longer wait ends it (the run fails)",
                 _reset_statement(name, "0", source, user, database)))
     return findings
 

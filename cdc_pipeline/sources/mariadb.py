@@ -792,12 +792,12 @@ def _privilege_findings(cur: Any, connector: ConnectorConfig, account: str) -> l
     if missing:
         findings.append(source_error(
             "privileges", f"the capture user {user}@{host} lacks {', '.join(missing)}",
-            f"GRANT {', '.join(missing)} ON *.* {to_user}"))
+            f"GRANT {', '.join(missing)} ON *.* {to_user};"))
     if "LOCK TABLES" not in held:
         findings.append(source_warning(
             "privileges", f"the capture user {user}@{host} lacks LOCK TABLES, which Debezium's snapshot uses where "
                           "the server refuses it a global read lock (managed servers)",
-            f"GRANT LOCK TABLES ON *.* {to_user}"))
+            f"GRANT LOCK TABLES ON *.* {to_user};"))
     return findings
 
 

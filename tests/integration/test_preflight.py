@@ -92,7 +92,7 @@ def test_a_capture_user_with_only_select_lacks_the_replication_privileges(source
     assert errors[0]["problem"] == (f"the capture user {user}@% lacks RELOAD, SHOW DATABASES, "
                                     "REPLICATION SLAVE, REPLICATION CLIENT")
     assert errors[0]["fix"] == (f"GRANT RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO "
-                                f"'{user}'@'%'")
+                                f"'{user}'@'%';")
     # The statement it gives is the fix.
     source.mariadb.execute(errors[0]["fix"])
     assert [f["level"] for f in check(source.name, capsys)[1]] == ["warning"]  # LOCK TABLES, not granted here
