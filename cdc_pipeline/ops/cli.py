@@ -45,18 +45,18 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
-    Dagster); returns its summary. A connector's first run is checked first (`preflight.require_ready`: it does not
-    start when its source or the destination lacks a setting or privilege). A connector with nothing to do, as the change check tells without a JVM
+    Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
 
-    With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
+    A connector's first cycle is checked before it starts (`preflight.require_ready`: it does not start when its
+    source or the destination lacks a setting or privilege). With `start_offset` (a Debezium offset as JSON) the
+    cycle replays from that offset.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import build_spark_session
 
     config = load_config()
     connector = config.connector(name)
-    preflight.require_ready(connector, config.destination)
     if start_offset is None:
         from cdc_pipeline.ops import pending
 
@@ -69,6 +69,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
         if idle is not None:
             return {"connector": name, "batches": 0, **control.BatchCounts().as_dict(),
                     "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle}
+    preflight.require_ready(connector, config.destination)
     return run_cycle(connector, config.destination, build_spark_session(config.spark), start_offset=start_offset)
 
 

@@ -702,21 +702,35 @@ def _captured_tables(cur: Any, connector: ConnectorConfig) -> list[tuple[str, bo
 
 def _publication_findings(cur: Any, connector: ConnectorConfig, role: str, superuser: bool, create_db: bool,
                           tables: list[tuple[str, bool, bool]]) -> list[Finding]:
-    """The connector's publication (named as its slot): Debezium creates it when it starts (FOR TABLE, its
-    `filtered` mode), which needs CREATE on the database and owning the tables, and sets its table list again on
-    later starts, which needs owning it."""
+    """The connector's publication (named as its slot), by Debezium's `publication.autocreate.mode`: `filtered` (the
+    pipeline's) creates it FOR TABLE when the connector starts, which needs CREATE on the database and owning the
+    tables, and sets its table list again on later starts, which needs owning it; `all_tables` creates it FOR ALL
+    TABLES, which needs a superuser; `disabled` needs it to exist."""
     name = connector.replication_slot
+    mode = connector.debezium.get("publication.autocreate.mode", "filtered")
     cur.execute("SELECT pg_has_role(pubowner, 'USAGE') FROM pg_publication WHERE pubname = %s", (name,))
     row = cur.fetchone()
-    if superuser:
+    publication = sql.Identifier(name).as_string()
+    listed = [table for table, _, _ in tables] + [connector.heartbeat_table]
+    create = (f"CREATE PUBLICATION {publication} FOR TABLE "
+              f"{', '.join(_quoted(table, connector) for table in listed)};")
+    if row is None and mode == "disabled":
+        return [source_error("publication", f"the publication {name} does not exist, and Debezium does not create it "
+                                            "(publication.autocreate.mode is disabled)",
+                             f"as the tables' owner or a superuser: {create}")]
+    if superuser or mode not in ("filtered", "all_tables"):
         return []
     if row is not None:
-        if row[0]:
+        if row[0] or mode != "filtered":
             return []
         return [source_warning(
             "publication", f"the publication {name} exists and the capture role does not own it: Debezium sets its "
                            "table list when the connector starts, which only its owner may",
-            f"ALTER PUBLICATION {sql.Identifier(name).as_string()} OWNER TO {role};")]
+            f"ALTER PUBLICATION {publication} OWNER TO {role};")]
+    if mode == "all_tables":
+        return [source_error("publication", f"the publication {name} does not exist, and only a superuser may create "
+                                            "it FOR ALL TABLES (publication.autocreate.mode is all_tables)",
+                             f"as a superuser: CREATE PUBLICATION {publication} FOR ALL TABLES;")]
     findings = []
     if not create_db:
         findings.append(source_error(
@@ -728,9 +742,7 @@ def _publication_findings(cur: Any, connector: ConnectorConfig, role: str, super
         findings.append(source_error(
             "publication", f"the publication {name} does not exist and the capture role may not add "
                            f"{_listed(foreign)} to it (a publication's tables must be the role's own)",
-            f"as their owner or a superuser: CREATE PUBLICATION {sql.Identifier(name).as_string()} FOR TABLE "
-            f"{', '.join(_quoted(table, connector) for table, _, _ in tables)}; ALTER PUBLICATION "
-            f"{sql.Identifier(name).as_string()} OWNER TO {role};"))
+            f"as their owner or a superuser: {create} ALTER PUBLICATION {publication} OWNER TO {role};"))
     return findings
 
 

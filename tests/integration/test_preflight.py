@@ -119,6 +119,24 @@ def test_a_postgres_role_without_replication_is_named_with_its_grants(pg_source:
     assert "wal_level" not in by_setting and "max_replication_slots" not in by_setting
 
 
+def test_a_postgres_superuser_passes_with_the_unbounded_wal_warning(pg_source: PostgresPipeline, capsys) -> None:
+    pg_source.source("CREATE TABLE items (id int PRIMARY KEY)")
+
+    exit_code, findings = check(pg_source.name, capsys)
+
+    assert exit_code == 0
+    assert [(f["level"], f["setting"]) for f in findings] == [("warning", "max_slot_wal_keep_size")]
+    assert findings[0]["fix"].startswith("ALTER SYSTEM SET max_slot_wal_keep_size = ")
+
+    pg_source.write_config(debezium={"publication.autocreate.mode": "disabled"})
+    exit_code, findings = check(pg_source.name, capsys)
+
+    assert exit_code == 1
+    publication = next(f for f in findings if f["setting"] == "publication")
+    assert publication["fix"] == (f'as the tables\' owner or a superuser: CREATE PUBLICATION "cdc_{pg_source.name}" '
+                                  'FOR TABLE "public"."items", "public"."cdc_heartbeat";')
+
+
 def test_a_read_only_destination_default_is_an_error_the_session_does_not_override(source: Pipeline,
                                                                                      capsys) -> None:
     database = sql.Identifier(source.dest_db)
