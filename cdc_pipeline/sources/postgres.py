@@ -617,8 +617,8 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
 def preflight(connector: ConnectorConfig) -> list[Finding]:
     """What the source lacks for the connector to run: `wal_level = logical`, a capture role with REPLICATION (or a
     superuser), a free replication slot unless the connector's own exists, a free WAL sender, the publication (or
-    the right to create it: CREATE on the database and owning the captured tables, as Debezium's `filtered` mode
-    creates it FOR TABLE), the heartbeat table (or CREATE on its schema) and SELECT on the captured tables; a warning
+    the right to create it as Debezium's `publication.autocreate.mode` does: `_publication_findings`), the
+    heartbeat table (or CREATE on its schema) and SELECT on the captured tables; a warning
     when `max_slot_wal_keep_size` leaves the slot's WAL unbounded. Each finding carries the statement that fixes it.
     Raises CdcError when the source cannot be reached."""
     with connect(connector) as source, source.cursor() as cur:
