@@ -708,7 +708,7 @@ def _refuse_shared_destinations(connectors: list[ConnectorConfig], path: Path) -
                     "`tables` lists that do not overlap", connector=second.name)
 
 
-def _destination_tables(connector: ConnectorConfig) -> tuple[frozenset[str] | None, frozenset[tuple[str, str]] | None]:
+def destination_tables(connector: ConnectorConfig) -> tuple[frozenset[str] | None, frozenset[tuple[str, str]] | None]:
     """The destination schemas and tables the connector's default mapping writes, as far as the file tells: schemas
     None when they are its source's (a PostgreSQL source without `tables` or `destination_schema`), tables None
     when every table of those schemas may be written."""
@@ -722,8 +722,8 @@ def _destination_tables(connector: ConnectorConfig) -> tuple[frozenset[str] | No
 
 def _shared_destination(first: ConnectorConfig, second: ConnectorConfig) -> str | None:
     """What both connectors' default mapping writes ("table s.t", "every table of schema s"), or None."""
-    first_schemas, first_tables = _destination_tables(first)
-    second_schemas, second_tables = _destination_tables(second)
+    first_schemas, first_tables = destination_tables(first)
+    second_schemas, second_tables = destination_tables(second)
     if first_schemas is None or second_schemas is None or not first_schemas & second_schemas:
         return None
     schemas = first_schemas & second_schemas

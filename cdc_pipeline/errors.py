@@ -68,3 +68,8 @@ class MappingRuleError(CdcError):
 
 class TableOwnerError(CdcError):
     """A connector would write a destination table that another connector writes."""
+
+
+class PreflightError(CdcError):
+    """The source or the destination lacks a setting or privilege a connector's first run needs (`cdc-pipeline
+    check NAME` lists each with its fix)."""

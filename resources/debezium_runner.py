@@ -9,6 +9,7 @@ from pydantic import Field, PrivateAttr
 
 from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
+from cdc_pipeline.ops import preflight
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
@@ -16,7 +17,9 @@ from resources.spark_session import SparkSessionResource
 class DebeziumRunnerResource(ConfigurableResource):
     """Starts the connector's embedded Debezium engine in the Spark driver JVM when the run starts.
 
-    The first step of a run connects to the destination, takes the connector's run lock and starts the engine;
+    The first step of a run checks a connector that never ran (`preflight.require_ready`: a source or destination
+    that lacks a setting or privilege fails the run before the JVM starts), connects to the destination, takes the
+    connector's run lock and starts the engine;
     teardown stops the engine (flushing the offsets of completed batches), records the connector's final state
     and the run's error if any, and releases the lock, also when the run fails. Nothing starts at setup: Dagster
     also initializes a run's resources where no step runs (the `dagster job execute` command does so again after
@@ -41,8 +44,10 @@ class DebeziumRunnerResource(ConfigurableResource):
         """The run's connector session, opened (engine started) on first use."""
         if self._session is None:
             config = load_config(self.config_path)
-            session = ConnectorSession(config.connector(self.connector), config.destination,
-                                       self.spark.get_session(), start_offset=self.replay.start_offset)
+            connector = config.connector(self.connector)
+            preflight.require_ready(connector, config.destination)
+            session = ConnectorSession(connector, config.destination, self.spark.get_session(),
+                                       start_offset=self.replay.start_offset)
             try:
                 session.open()
             except BaseException as exc:

@@ -1,5 +1,5 @@
-"""The `cdc-pipeline` command: run a fetch cycle of a connector (the steps of its Dagster job, in this process and
-without Dagster); ask a connector to pause,
+"""The `cdc-pipeline` command: check a connector's source and destination before its first run; run a fetch cycle
+of a connector (the steps of its Dagster job, in this process and without Dagster); ask a connector to pause,
 resume, move its offset, restart or reload its rules; show its state, requests and stats."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cdc_pipeline import bulk_load, control
 
 from cdc_pipeline.mapping import objmap, rule_store
 
-from cdc_pipeline.ops import requests, stats
+from cdc_pipeline.ops import preflight, requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, THIRD_PARTY_WARNINGS_ENV, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
 
@@ -48,7 +48,9 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
 
-    With `start_offset` (a Debezium offset as JSON) the cycle replays from that offset.
+    A connector's first cycle is checked before it starts (`preflight.require_ready`: it does not start when its
+    source or the destination lacks a setting or privilege). With `start_offset` (a Debezium offset as JSON) the
+    cycle replays from that offset.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import build_spark_session
@@ -67,6 +69,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
         if idle is not None:
             return {"connector": name, "batches": 0, **control.BatchCounts().as_dict(),
                     "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle}
+    preflight.require_ready(connector, config.destination)
     return run_cycle(connector, config.destination, build_spark_session(config.spark), start_offset=start_offset)
 
 
@@ -372,6 +375,18 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     return 0 if any(item.work for item in found.values()) else 1
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    config = load_config()
+    names = [args.name] if args.name else list(config.connectors)
+    reports = [preflight.check(config.connector(name), config.destination) for name in names]
+    if args.json:
+        _print_json([report.as_dict() for report in reports])
+    else:
+        print("\n".join(preflight.format_report(report) for report in reports))
+    # Exit status 1 when an error-level finding exists: a first run would not start.
+    return 1 if any(report.errors for report in reports) else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from cdc_pipeline.testing.bench import main as bench_main
 
@@ -401,6 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("-v", "--verbose", action="store_true", help="show the run's log")
     sync.add_argument("--start-offset", metavar="JSON", help="replay from this Debezium offset (a backfill)")
     sync.set_defaults(handler=_cmd_sync)
+    check = commands.add_parser(
+        "check", parents=[config],
+        help="what the connector's source and the destination lack before a first run (settings, privileges), each "
+             "with the statement that fixes it; exit status 1 on an error")
+    check.add_argument("name", nargs="?")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(handler=_cmd_check)
     state = commands.add_parser("state", parents=[config],
                                 help="show each connector's state, stage, running phase and offsets")
     state.add_argument("name", nargs="?")

@@ -1,7 +1,8 @@
 """What the pipeline knows of MariaDB and MySQL sources: the Debezium connector's properties (its class, server id,
 TLS trust store, binlog keep-alive and value handling), connecting, quoting, the binlog (positions, the change
 check's scan), and reading tables for the bulk snapshot (their columns and keys, chunk boundaries, the SQL that
-renders each column as text, and the binlog position of a consistent snapshot).
+renders each column as text, and the binlog position of a consistent snapshot), and the preflight check of a source (its binlog settings and the
+capture user's privileges).
 
 A bulk read renders every column in the source as text in a form the destination's COPY reads back exactly (numbers
 and dates as MariaDB writes them, binaries and geometry as hex, TIMESTAMP as UTC microseconds), so no value passes
@@ -30,6 +31,7 @@ from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.table import SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
@@ -715,3 +717,90 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
             counts[source_table] = int(cur.fetchone()[0])
     return counts
 
+
+
+# The binlog settings Debezium's connector needs, with the value each must have.
+REQUIRED_BINLOG_SETTINGS = {"binlog_format": "ROW", "binlog_row_image": "FULL"}
+# The global privileges Debezium's MariaDB/MySQL connector needs (its snapshot's FLUSH TABLES and SHOW DATABASES, the
+# binlog client's), which the bulk snapshot's consistent reads and the change check's SHOW BINLOG EVENTS need too,
+# each with the names information_schema.USER_PRIVILEGES may give it: MariaDB 10.5 and later name REPLICATION CLIENT
+# "BINLOG MONITOR" (REPLICATION CLIENT is an alias it still takes in GRANT).
+CAPTURE_PRIVILEGES = {
+    "SELECT": ("SELECT",),
+    "RELOAD": ("RELOAD",),
+    "SHOW DATABASES": ("SHOW DATABASES",),
+    "REPLICATION SLAVE": ("REPLICATION SLAVE",),
+    "REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONITOR"),
+}
+
+
+def preflight(connector: ConnectorConfig) -> list[Finding]:
+    """What the source lacks for the connector to run: the binary log on, in ROW format with FULL row images, GTID
+    mode when the connector's `debezium` properties filter GTIDs (MySQL), and the capture user's privileges (global
+    ones as Debezium's documentation lists them; SELECT on the database is enough for the reads). Each finding
+    carries the statement that fixes it. Raises CdcError when the source cannot be reached."""
+    with connect(connector) as source, source.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image, CURRENT_USER()")
+        log_bin, binlog_format, row_image, account = cur.fetchone()
+        findings = _binlog_findings(bool(int(log_bin)), {"binlog_format": binlog_format, "binlog_row_image": row_image})
+        if connector.type == "mysql" and any(key.startswith("gtid.") for key in connector.debezium):
+            cur.execute("SELECT @@GLOBAL.gtid_mode")
+            findings += _gtid_findings(str(cur.fetchone()[0]))
+        findings += _privilege_findings(cur, connector, account)
+    return findings
+
+
+def _binlog_findings(log_bin: bool, settings: dict[str, str]) -> list[Finding]:
+    if not log_bin:
+        return [source_error("log_bin", "the server writes no binary log (log_bin is OFF), which Debezium reads",
+                             "add `log_bin = mysql-bin` (and a `server_id` unique among the servers) under [mysqld] in "
+                             "the server's my.cnf, then restart the server: log_bin cannot be set at runtime")]
+    findings = []
+    for name, wanted in REQUIRED_BINLOG_SETTINGS.items():
+        if str(settings[name]).upper() != wanted:
+            findings.append(source_error(
+                name, f"{name} is {settings[name]}, and Debezium needs {wanted}",
+                f"SET GLOBAL {name} = '{wanted}'; and `{name} = {wanted}` under [mysqld] in my.cnf, so that a "
+                "restart keeps it (sessions open before SET GLOBAL keep the old value until they reconnect)"))
+    return findings
+
+
+def _gtid_findings(gtid_mode: str) -> list[Finding]:
+    if gtid_mode.upper() == "ON":
+        return []
+    return [source_error("gtid_mode", f"gtid_mode is {gtid_mode}, and the connector's debezium properties filter "
+                                      "GTIDs (gtid.source.*)",
+                         "SET GLOBAL enforce_gtid_consistency = ON; then SET GLOBAL gtid_mode = OFF_PERMISSIVE, "
+                         "ON_PERMISSIVE and ON, one step at a time; and `gtid_mode = ON`, "
+                         "`enforce_gtid_consistency = ON` under [mysqld] in my.cnf")]
+
+
+def _privilege_findings(cur: Any, connector: ConnectorConfig, account: str) -> list[Finding]:
+    """The capture user's missing privileges. Privileges granted through a role are not seen (a finding then names
+    one the user has)."""
+    user, _, host = account.rpartition("@")
+    grantee = f"'{user}'@'{host}'"
+    cur.execute("SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = %s", (grantee,))
+    held = {str(row[0]).upper() for row in cur.fetchall()}
+    cur.execute("SELECT 1 FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = %s AND PRIVILEGE_TYPE = 'SELECT' "
+                "AND %s LIKE TABLE_SCHEMA", (grantee, connector.database))
+    if cur.fetchone() is not None:
+        held.add("SELECT")
+    missing = [name for name, aliases in CAPTURE_PRIVILEGES.items() if not held.intersection(aliases)]
+    to_user = f"TO {_account_literal(user)}@{_account_literal(host)}"
+    findings = []
+    if missing:
+        findings.append(source_error(
+            "privileges", f"the capture user {user}@{host} lacks {', '.join(missing)}",
+            f"GRANT {', '.join(missing)} ON *.* {to_user};"))
+    if "LOCK TABLES" not in held:
+        findings.append(source_warning(
+            "privileges", f"the capture user {user}@{host} lacks LOCK TABLES, which Debezium's snapshot uses where "
+                          "the server refuses it a global read lock (managed servers)",
+            f"GRANT LOCK TABLES ON *.* {to_user};"))
+    return findings
+
+
+def _account_literal(text: str) -> str:
+    """A user or host name as a quoted string of MariaDB/MySQL's GRANT."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"

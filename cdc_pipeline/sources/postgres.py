@@ -1,6 +1,7 @@
 """What the pipeline knows of PostgreSQL sources: the Debezium connector's properties (pgoutput, the connector's
 slot and publication), connecting, quoting, the slot's state, and reading tables for the bulk snapshot (their columns and primary keys, chunk boundaries, the SQL that renders each column as text, the
-destination table a source table's catalog entry describes, and the transaction snapshot a chunk was read under).
+destination table a source table's catalog entry describes, and the transaction snapshot a chunk was read under),
+and the preflight check of a source (logical decoding, the capture role, slots, senders, the publication).
 
 A bulk read renders every column with PostgreSQL's own text output (`::text`), which the destination's COPY reads
 back exactly into the same type: the session pins the settings that output depends on (`bytea_output`,
@@ -29,6 +30,7 @@ from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.table import SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
@@ -610,3 +612,167 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         return ChangeCheck(False, f"replication slot {slot} holds no change of the WAL flushed; WAL written since is "
                                   "not flushed yet (synchronous_commit=off)", known=False)
     return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")
+
+
+def preflight(connector: ConnectorConfig) -> list[Finding]:
+    """What the source lacks for the connector to run: `wal_level = logical`, a capture role with REPLICATION (or a
+    superuser), a free replication slot unless the connector's own exists, a free WAL sender, the publication (or
+    the right to create it as Debezium's `publication.autocreate.mode` does: `_publication_findings`), the
+    heartbeat table (or CREATE on its schema) and SELECT on the captured tables; a warning
+    when `max_slot_wal_keep_size` leaves the slot's WAL unbounded. Each finding carries the statement that fixes it.
+    Raises CdcError when the source cannot be reached."""
+    with connect(connector) as source, source.cursor() as cur:
+        cur.execute("SELECT current_user, rolsuper, rolreplication, current_setting('wal_level'), "
+                    "current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int, "
+                    "current_setting('max_slot_wal_keep_size', true), "
+                    "has_database_privilege(current_database(), 'CREATE') "
+                    "FROM pg_roles WHERE rolname = current_user")
+        user, superuser, replication, wal_level, max_slots, max_senders, keep_size, create_db = cur.fetchone()
+        role = sql.Identifier(user).as_string()
+        findings = []
+        if wal_level != "logical":
+            findings.append(source_error(
+                "wal_level", f"wal_level is {wal_level}, and logical decoding needs logical",
+                "ALTER SYSTEM SET wal_level = logical; then restart the server"))
+        if not (superuser or replication):
+            findings.append(source_error(
+                "replication", f"the capture role {user} has neither REPLICATION nor superuser",
+                f"ALTER ROLE {role} WITH REPLICATION; (and a `replication` line for it in pg_hba.conf if the server "
+                "restricts replication connections)"))
+        findings += _slot_findings(cur, connector, max_slots, max_senders)
+        if keep_size in ("-1", None):
+            findings.append(source_warning(
+                "max_slot_wal_keep_size", "max_slot_wal_keep_size is -1: a paused or stopped connector's slot "
+                                          "keeps WAL without bound, until the source's disk is full",
+                "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB'; SELECT pg_reload_conf(); (a size the source's "
+                "disk holds; a slot that falls further behind is lost and the connector needs a new snapshot)"))
+        tables = _captured_tables(cur, connector)
+        findings += _publication_findings(cur, connector, role, superuser, create_db, tables)
+        findings += _heartbeat_findings(cur, connector, role)
+        unreadable = [table for table, readable, _ in tables if not readable]
+        if unreadable:
+            findings.append(source_error(
+                "privileges", f"the capture role {user} cannot SELECT {_listed(unreadable)}, which the snapshot reads",
+                f"GRANT SELECT ON {', '.join(_quoted(table, connector) for table in unreadable)} TO {role};"))
+    return findings
+
+
+def _slot_findings(cur: Any, connector: ConnectorConfig, max_slots: int, max_senders: int) -> list[Finding]:
+    """A slot for the connector (its own, in this database, or a free one) and a WAL sender to stream from it."""
+    slot = connector.replication_slot
+    cur.execute("SELECT database, plugin FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    own = cur.fetchone()
+    findings = []
+    if own is not None and (own[0] != connector.database or own[1] != "pgoutput"):
+        findings.append(source_error(
+            "replication slot", f"a slot named {slot} exists for database {own[0]} with plugin {own[1]}, and the "
+                                f"connector needs one of database {connector.database} with pgoutput",
+            f"SELECT pg_drop_replication_slot({sql.Literal(slot).as_string()}); (if nothing else uses it)"))
+    if own is None:
+        cur.execute("SELECT count(*) FROM pg_replication_slots")
+        used = int(cur.fetchone()[0])
+        if used >= max_slots:
+            findings.append(source_error(
+                "max_replication_slots", f"max_replication_slots is {max_slots} and {used} slots exist: the "
+                                         f"connector cannot create its slot {slot}",
+                f"ALTER SYSTEM SET max_replication_slots = {used + 1}; then restart the server (or drop a slot "
+                "nothing uses: SELECT pg_drop_replication_slot('name');)"))
+    cur.execute("SELECT count(*) FROM pg_stat_replication")
+    senders = int(cur.fetchone()[0])
+    if senders >= max_senders:
+        findings.append(source_error(
+            "max_wal_senders", f"max_wal_senders is {max_senders} and {senders} are in use: the connector's "
+                               "stream gets none",
+            f"ALTER SYSTEM SET max_wal_senders = {senders + 1}; then restart the server"))
+    return findings
+
+
+def _captured_tables(cur: Any, connector: ConnectorConfig) -> list[tuple[str, bool, bool]]:
+    """The connector's tables that exist on the source (`schema.table`), each with whether the capture role may
+    SELECT it and whether it owns it."""
+    wanted = set(connector.tables)
+    cur.execute("SELECT n.nspname || '.' || c.relname, has_table_privilege(c.oid, 'SELECT'), "
+                "pg_has_role(c.relowner, 'USAGE') "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind IN ('r', 'p') AND n.nspname <> ALL(%s) AND n.nspname NOT LIKE 'pg\\_temp\\_%%' "
+                "ORDER BY 1", (list(_SYSTEM_SCHEMAS),))
+    return [(name, readable, owned) for name, readable, owned in cur.fetchall()
+            if (not wanted or name in wanted) and name != connector.heartbeat_table]
+
+
+def _publication_findings(cur: Any, connector: ConnectorConfig, role: str, superuser: bool, create_db: bool,
+                          tables: list[tuple[str, bool, bool]]) -> list[Finding]:
+    """The connector's publication (named as its slot), by Debezium's `publication.autocreate.mode`: `filtered` (the
+    pipeline's) creates it FOR TABLE when the connector starts, which needs CREATE on the database and owning the
+    tables, and sets its table list again on later starts, which needs owning it; `all_tables` creates it FOR ALL
+    TABLES, which needs a superuser; `disabled` needs it to exist."""
+    name = connector.replication_slot
+    mode = connector.debezium.get("publication.autocreate.mode", "filtered")
+    cur.execute("SELECT pg_has_role(pubowner, 'USAGE') FROM pg_publication WHERE pubname = %s", (name,))
+    row = cur.fetchone()
+    publication = sql.Identifier(name).as_string()
+    listed = [table for table, _, _ in tables] + [connector.heartbeat_table]
+    create = (f"CREATE PUBLICATION {publication} FOR TABLE "
+              f"{', '.join(_quoted(table, connector) for table in listed)};")
+    if row is None and mode == "disabled":
+        return [source_error("publication", f"the publication {name} does not exist, and Debezium does not create it "
+                                            "(publication.autocreate.mode is disabled)",
+                             f"as the tables' owner or a superuser: {create}")]
+    if superuser or mode not in ("filtered", "all_tables"):
+        return []
+    if row is not None:
+        if row[0] or mode != "filtered":
+            return []
+        return [source_warning(
+            "publication", f"the publication {name} exists and the capture role does not own it: Debezium sets its "
+                           "table list when the connector starts, which only its owner may",
+            f"ALTER PUBLICATION {publication} OWNER TO {role};")]
+    if mode == "all_tables":
+        return [source_error("publication", f"the publication {name} does not exist, and only a superuser may create "
+                                            "it FOR ALL TABLES (publication.autocreate.mode is all_tables)",
+                             f"as a superuser: CREATE PUBLICATION {publication} FOR ALL TABLES;")]
+    findings = []
+    if not create_db:
+        findings.append(source_error(
+            "publication", f"the publication {name} does not exist and the capture role may not create it "
+                           f"(no CREATE on database {connector.database})",
+            f"GRANT CREATE ON DATABASE {sql.Identifier(connector.database).as_string()} TO {role};"))
+    foreign = [table for table, _, owned in tables if not owned]
+    if foreign:
+        findings.append(source_error(
+            "publication", f"the publication {name} does not exist and the capture role may not add "
+                           f"{_listed(foreign)} to it (a publication's tables must be the role's own)",
+            f"as their owner or a superuser: {create} ALTER PUBLICATION {publication} OWNER TO {role};"))
+    return findings
+
+
+def _heartbeat_findings(cur: Any, connector: ConnectorConfig, role: str) -> list[Finding]:
+    """The heartbeat table (`ensure_heartbeat_table` creates it), which the capture role writes."""
+    schema, table = connector.split_table(connector.heartbeat_table)
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL, has_schema_privilege(%s, 'CREATE') "
+                "FROM pg_namespace WHERE nspname = %s", (qualified(schema, table), schema, schema))
+    row = cur.fetchone()
+    target = sql.Identifier(schema, table).as_string()
+    if row is not None and row[0]:
+        cur.execute("SELECT has_table_privilege(%s, 'INSERT, UPDATE')", (qualified(schema, table),))
+        if cur.fetchone()[0]:
+            return []
+        return [source_error("heartbeat table", f"the capture role may not write the heartbeat table "
+                                                f"{connector.heartbeat_table}",
+                             f"GRANT SELECT, INSERT, UPDATE ON {target} TO {role};")]
+    if row is not None and row[1]:
+        return []
+    return [source_error(
+        "heartbeat table", f"the heartbeat table {connector.heartbeat_table} does not exist and the capture role may "
+                           f"not create it in schema {schema}",
+        f"CREATE TABLE {target} (slot_name text PRIMARY KEY, beat_at timestamptz NOT NULL); "
+        f"GRANT SELECT, INSERT, UPDATE ON {target} TO {role};")]
+
+
+def _listed(tables: list[str], shown: int = 5) -> str:
+    more = f" and {len(tables) - shown} more" if len(tables) > shown else ""
+    return ", ".join(tables[:shown]) + more
+
+
+def _quoted(table: str, connector: ConnectorConfig) -> str:
+    return sql.Identifier(*connector.split_table(table)).as_string()
