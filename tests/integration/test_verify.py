@@ -1,0 +1,120 @@
+"""`cdc-pipeline verify`: rows changed, deleted or added in the destination behind the pipeline's back are found by
+key and repaired; every MariaDB type's edge values, copied by the bulk snapshot and by the stream, compare equal;
+a source taking writes while the pipeline syncs raises no false alarm."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from cdc_pipeline.config import load_config
+from cdc_pipeline.ops import verify
+from cdc_pipeline.ops.cli import main
+from tests.helpers.mariadb_source import Pipeline
+from tests.integration import test_types_mariadb as types
+
+pytestmark = pytest.mark.integration
+
+ITEMS = ("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), seen DATETIME(3), "
+         "at TIMESTAMP(6) NULL, data BLOB, weight DOUBLE)")
+ROWS = 3_000
+
+
+def _verify(pipeline: Pipeline, spark=None, repair: bool = False, **options) -> verify.VerifyReport:
+    config = load_config()
+    options = {"chunk_rows": 1_000, "rechecks": 1, "recheck_seconds": 0.2, **options}
+    return verify.verify_connector(config.connector(pipeline.name), config.destination, spark, repair=repair,
+                                   **options)
+
+
+def test_rows_changed_deleted_and_added_in_the_destination_are_named_and_repaired(pipeline: Pipeline, spark,
+                                                                                   monkeypatch, capsys):
+    monkeypatch.setattr(verify, "LIST_ROWS", 100)  # a differing chunk of 1,000 rows is split before its rows are read
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('item\\t', seq), seq / 7, "
+                            "'2024-01-01 10:00:00.5' + INTERVAL seq SECOND, "
+                            "'2024-01-01 10:00:00.123456' + INTERVAL seq MINUTE, UNHEX(HEX(seq)), seq / 3 "
+                            f"FROM seq_1_to_{ROWS}"])
+    pipeline.sync()
+    assert _verify(pipeline).exit_code == verify.EQUAL
+    table = f'"{pipeline.dest_schema}".items'
+    pipeline.dest_query(f"UPDATE {table} SET seen = seen + interval '1 millisecond' WHERE id = 1234 RETURNING id")
+    pipeline.dest_query(f"DELETE FROM {table} WHERE id = 2500 RETURNING id")
+    pipeline.dest_query(f"INSERT INTO {table} (id, name) VALUES (5000, 'not in the source') RETURNING id")
+
+    report = _verify(pipeline)
+
+    assert report.exit_code == verify.DIFFERS and report.unconfirmed is None
+    (items,) = report.tables
+    assert (items.keys("changed"), items.keys("missing"), items.keys("extra")) == \
+           ([[1234]], [[2500]], [[5000]])
+    assert items.chunks == 3 and items.source_rows == ROWS and items.destination_rows == ROWS
+    assert all(leaf.upper is None or int(leaf.upper[0]) - int(leaf.lower[0]) <= 300 for leaf in items.leaves[:2])
+    assert {column.source: column.left_out for column in items.columns if column.left_out} == {
+        "weight": "floating point: MariaDB and PostgreSQL write its digits differently"}
+    assert main(["verify", pipeline.name, pipeline.table_id("items"), "--rechecks", "0"]) == verify.DIFFERS
+    out = capsys.readouterr().out
+    assert "1 keys changed: 1234" in out and "1 keys missing in the destination: 2500" in out \
+        and "1 keys extra in the destination: 5000" in out and "column weight left out" in out
+
+    repaired = _verify(pipeline, spark, repair=True)
+
+    assert repaired.exit_code == verify.EQUAL
+    assert repaired.tables[0].repaired_rows >= 2 and repaired.tables[0].deleted_rows >= 2
+    assert pipeline.dest_query(f"SELECT id, seen::text FROM {table} WHERE id IN (1234, 2500, 5000) ORDER BY id") == [
+        (1234, "2024-01-01 10:20:34.5"), (2500, "2024-01-01 10:41:40.5")]
+    # The stream goes on over the repaired rows.
+    pipeline.source("UPDATE items SET name = 'after the repair' WHERE id = 1234")
+    pipeline.sync()
+    assert pipeline.dest_query(f"SELECT name FROM {table} WHERE id = 1234") == [("after the repair",)]
+    assert _verify(pipeline).exit_code == verify.EQUAL
+
+
+def test_every_mariadb_types_edge_values_compare_equal(pipeline: Pipeline):
+    pipeline.source([*types.SESSION, types._create_table(), types._insert(types.SNAPSHOT_ROWS)])
+    pipeline.sync()
+    pipeline.source([*types.SESSION, types._insert(types.STREAMED_ROWS), *types.STREAMED_CHANGES])
+    pipeline.sync()
+
+    report = _verify(pipeline)
+
+    (all_types,) = report.tables
+    assert not all_types.leaves, verify.format_report(report)
+    left_out = {column.source for column in all_types.columns if column.left_out}
+    assert left_out == {"f", "db", "g", "pt", "ls", "pg", "mpt", "gc"}
+    compared = {column.source: column.compared for column in all_types.columns if column.compared}
+    assert compared["ts6"] == "as UTC microseconds" and compared["dtm3"] == "as text"
+
+
+def test_a_busy_source_while_the_pipeline_syncs_raises_no_false_alarm(pipeline: Pipeline):
+    rows = 2_000
+    pipeline.source(["CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)",
+                     f"INSERT INTO accounts SELECT seq, seq FROM seq_1_to_{rows}"])
+    pipeline.sync()
+    pipeline.write_config(max_seconds_per_run=90, idle_timeout_seconds=60)
+    stop, written = threading.Event(), [0]
+
+    def write() -> None:
+        with pipeline.mariadb.connect(pipeline.source_db) as connection, connection.cursor() as cursor:
+            while not stop.is_set():
+                cursor.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (written[0] * 37 % rows + 1,))
+                written[0] += 1
+                time.sleep(0.01)
+
+    run = pipeline.sync_cli()
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        time.sleep(15)  # the run's engine is streaming
+        writer.start()
+        time.sleep(3)
+        before = written[0]
+        report = _verify(pipeline, chunk_rows=500, rechecks=4, recheck_seconds=2)
+        assert written[0] - before > 100, "the source took writes while verify ran"
+        assert report.tables[0].chunks == 4
+        assert report.exit_code != verify.DIFFERS, verify.format_report(report)
+    finally:
+        stop.set()
+        writer.join(10)
+        run.terminate()
+        run.communicate(timeout=120)
