@@ -48,6 +48,7 @@ CHUNK_ROWS = 10_000
 LIST_ROWS = 1_000  # a differing range of at most this many rows has its rows read and compared one by one
 UNRANGED_LIST_LIMIT = 100_000  # a table compared as one range has its keys named up to this many rows
 RECHECKS = 3
+CHANGED_COLUMNS_KEYS = 20  # the changed keys whose differing columns a report names
 RECHECK_SECONDS = 5.0
 LOCK_WAIT_SECONDS = 60.0
 _RANGED_TYPES = ("smallint", "integer", "bigint", "numeric")
@@ -94,6 +95,7 @@ class TableReport:
     columns: list[ColumnReport] = field(default_factory=list)
     leaves: list[Leaf] = field(default_factory=list)
     unlisted: str | None = None  # why a differing range's rows are not named
+    changed_columns: dict[str, list[str]] = field(default_factory=dict)  # a changed key: its columns that differ
     repaired_rows: int = 0
     deleted_rows: int = 0
     repair: str | None = None  # why a differing range was not repaired
@@ -114,7 +116,8 @@ class TableReport:
             "destination_rows": self.destination_rows, "differs": self.differs,
             "differing_ranges": [{"lower": leaf.lower, "upper": leaf.upper} for leaf in self.leaves if leaf.differs],
             "missing_keys": self.keys("missing"), "extra_keys": self.keys("extra"),
-            "changed_keys": self.keys("changed"), "unlisted": self.unlisted,
+            "changed_keys": self.keys("changed"), "changed_columns": self.changed_columns,
+            "unlisted": self.unlisted,
             "columns": [asdict(column) for column in self.columns],
             "left_out": {column.source: column.left_out for column in self.columns if column.left_out},
             "repaired_rows": self.repaired_rows, "deleted_rows": self.deleted_rows, "repair": self.repair,
@@ -322,6 +325,26 @@ class _TableCheck:
         leaf.changed = changed if first else leaf.changed & changed
         leaf.listed = True
 
+    def name_changed_columns(self) -> None:
+        """For the changed keys (up to CHANGED_COLUMNS_KEYS of them), the columns whose values differ."""
+        names = list(self.texts)
+        for leaf in self.report.leaves:
+            wanted = sorted(leaf.changed, key=str)[:CHANGED_COLUMNS_KEYS - len(self.report.changed_columns)]
+            if not wanted:
+                continue
+            fields = ", ".join(f"MD5({self.texts[name].source})" for name in names)
+            self.cur.execute(f"SELECT {self.source_key}, {fields} FROM {self.source.qualified(self.database, self.table)} "
+                             f"WHERE {self._source_where(leaf.lower, leaf.upper)}")
+            source = {self._key(row[0]): row[1:] for row in self.cur.fetchall()}
+            dest = {self._key(row[0]): row[1:] for row in self.conn.execute(sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
+                self.dest_key_text, sql.SQL(", ").join(sql.SQL("md5({})").format(_escaped(self.texts[name].destination))
+                                                       for name in names),
+                sql.Identifier(self.dest_schema, self.dest_table), self._dest_where(leaf.lower, leaf.upper))).fetchall()}
+            for key in wanted:
+                if key in source and key in dest:
+                    self.report.changed_columns[_key_text(key)] = [
+                        name for name, one, other in zip(names, source[key], dest[key]) if one != other]
+
     def recheck(self) -> None:
         for leaf in self.report.leaves:
             if leaf.differs:
@@ -375,6 +398,8 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
         report = VerifyReport(name, [check.report for check in checks])
         _recheck(checks, rechecks, recheck_seconds)
         if report.differs:
+            for check in checks:
+                check.name_changed_columns()
             report.unconfirmed = _unapplied_changes(connector, destination)
             report.applied_position = control.read_applied_offset(conn, schema, name)
         if repair and report.differs:
@@ -494,6 +519,8 @@ def format_report(report: VerifyReport) -> str:
             if keys:
                 shown = ", ".join(_key_text(key) for key in keys[:20])
                 lines.append(f"  {len(keys)} keys {label}: {shown}{' ...' if len(keys) > 20 else ''}")
+        for key, columns in table.changed_columns.items():
+            lines.append(f"  key {key}: columns {', '.join(columns)} differ")
         if table.unlisted and table.differs:
             lines.append(f"  rows not named: {table.unlisted}")
         if table.repaired_rows or table.deleted_rows:

@@ -752,6 +752,10 @@ def verify_text(column: SourceColumn, pg_type: str, value: Any) -> ColumnText:
     if source is None:
         return ColumnText(left_out=f"{kind} is rendered by Spark only")
     digits = _fraction_digits(column)
+    if kind in ("date", "datetime"):
+        # A date with a zero month or day (a zero date too) is written as NULL, as the stream writes it.
+        name = quote_mysql(column.name)
+        source = f"IF(MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0, {_utf8(92, 78)}, {source})"
     if pg_type == "boolean":
         return ColumnText(source, sql.SQL("CASE WHEN {0} THEN '1' WHEN NOT {0} THEN '0' END").format(value))
     if kind == "datetime" and pg_type.startswith("timestamp"):
@@ -762,7 +766,8 @@ def verify_text(column: SourceColumn, pg_type: str, value: Any) -> ColumnText:
     if kind == "time" and pg_type == "interval":
         micros = sql.SQL("abs(round(extract(epoch FROM {}) * 1000000)::bigint)").format(value)
         parts = [sql.SQL("CASE WHEN {} < interval '0' THEN '-' ELSE '' END").format(value),
-                 sql.SQL("lpad(({} / 3600000000)::text, 2, '0')").format(micros), sql.SQL("':'"),
+                 sql.SQL("CASE WHEN {0} < 36000000000 THEN '0' ELSE '' END || ({0} / 3600000000::bigint)::text").format(
+                     micros), sql.SQL("':'"),
                  sql.SQL("lpad(({} / 60000000 % 60)::text, 2, '0')").format(micros), sql.SQL("':'"),
                  sql.SQL("lpad(({} / 1000000 % 60)::text, 2, '0')").format(micros)]
         if digits:

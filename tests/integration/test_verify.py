@@ -71,10 +71,19 @@ def test_rows_changed_deleted_and_added_in_the_destination_are_named_and_repaire
     assert _verify(pipeline).exit_code == verify.EQUAL
 
 
+# The long texts shorter (MariaDB's REPLACE of COPY's escapes takes seconds over the 600,000 characters of LONGTEXT's).
+LONG_TEXTS = {"tx": f"REPEAT('{types.LONG_4_BYTE}', 50)", "mt": f"REPEAT('{types.LONG_4_BYTE}', 50)",
+              "lt": types.MAXIMUM["lt"].replace("30000)", "50)")}
+
+
+def _shorter(rows: dict[int, dict[str, str]]) -> dict[int, dict[str, str]]:
+    return {key: {**row, **LONG_TEXTS} if row is types.MAXIMUM else row for key, row in rows.items()}
+
+
 def test_every_mariadb_types_edge_values_compare_equal(pipeline: Pipeline):
-    pipeline.source([*types.SESSION, types._create_table(), types._insert(types.SNAPSHOT_ROWS)])
+    pipeline.source([*types.SESSION, types._create_table(), types._insert(_shorter(types.SNAPSHOT_ROWS))])
     pipeline.sync()
-    pipeline.source([*types.SESSION, types._insert(types.STREAMED_ROWS), *types.STREAMED_CHANGES])
+    pipeline.source([*types.SESSION, types._insert(_shorter(types.STREAMED_ROWS)), *types.STREAMED_CHANGES])
     pipeline.sync()
 
     report = _verify(pipeline)
