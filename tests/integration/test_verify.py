@@ -133,3 +133,37 @@ def test_a_busy_source_while_the_pipeline_syncs_raises_no_false_alarm(pipeline: 
         writer.join(10)
         run.terminate()
         drain.join(120)
+
+
+def test_a_postgresql_source_compares_by_ranges_whole_tables_and_repairs(pg_pipeline, spark):
+    pg_pipeline.write_config(tables=["public.items", "public.labels", "public.notes"])
+    pg_pipeline.source([
+        "CREATE TABLE items (id bigint PRIMARY KEY, name text, price numeric(12,3), at timestamptz, span interval, "
+        "data bytea, ratio float8, doc jsonb, flag boolean, tags text[])",
+        "INSERT INTO items SELECT seq, 'item' || chr(9) || seq, seq / 7.0, '2024-01-01 10:00:00.5+02'::timestamptz "
+        "+ seq * interval '1 second', seq * interval '1 minute', int4send(seq), seq / 3.0, "
+        "jsonb_build_object('n', seq), seq % 2 = 0, ARRAY['a', seq::text] FROM generate_series(1, 1500) AS seq",
+        "CREATE TABLE labels (code text PRIMARY KEY, label text)",
+        "INSERT INTO labels VALUES ('a', 'first'), ('B', 'second'), ('c d', 'third')",
+        "CREATE TABLE notes (note text)", "ALTER TABLE notes REPLICA IDENTITY FULL",
+        "INSERT INTO notes VALUES ('one'), ('two')"])
+    pg_pipeline.sync()
+    assert _verify(pg_pipeline).exit_code == verify.EQUAL
+    pg_pipeline.dest_query("UPDATE public.items SET ratio = ratio + 1e-9 WHERE id = 700 RETURNING id")
+    pg_pipeline.dest_query("UPDATE public.labels SET label = 'changed' WHERE code = 'B' RETURNING code")
+    pg_pipeline.dest_query("INSERT INTO public.notes VALUES ('three') RETURNING note")
+
+    report = _verify(pg_pipeline)
+
+    items, labels, notes = report.tables
+    assert (items.compared_by, items.chunks, items.keys("changed"), items.changed_columns) == (
+        "key ranges", 2, [[700]], {"700": ["ratio"]})
+    assert (labels.compared_by, labels.keys("changed")) == ("the whole table (its key is not of an integer type)",
+                                                           [["B"]])
+    assert (notes.compared_by, notes.differs, notes.unlisted) == ("the whole table (it has no key)", True,
+                                                                  "the table has no key")
+
+    repaired = _verify(pg_pipeline, spark, repair=True)
+
+    assert [table.differs for table in repaired.tables] == [False, False, True]
+    assert repaired.tables[2].repair.startswith("a table without a key is copied again whole")
