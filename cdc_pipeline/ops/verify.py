@@ -159,10 +159,6 @@ def _escaped(text: sql.Composable) -> sql.Composable:
     return sql.SQL("coalesce({}, {})").format(text, sql.Literal(NULL_TEXT))
 
 
-def _key_value(text: str) -> Any:
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
 class _TableCheck:
     """Compares one table: its ranges' hashes, then the rows of the ranges that differ."""
 
@@ -252,11 +248,12 @@ class _TableCheck:
             self._dest_where(lower, upper))).fetchall()
         return source_rows, {self._key(key): digest for key, digest in dest_rows}
 
-    @staticmethod
-    def _key(text: Any) -> tuple[Any, ...]:
+    def _key(self, text: Any) -> tuple[Any, ...]:
+        """A key as the report names it: its columns' COPY text (integers as numbers)."""
         if isinstance(text, (bytes, bytearray)):
             text = text.decode()
-        return tuple(_key_value(part) for part in str(text).split("\t"))
+        parts = str(text).split("\t")
+        return tuple(int(part) for part in parts) if self.ranged else tuple(parts)
 
     # The comparison.
 
@@ -388,14 +385,19 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
         if unknown:
             raise CdcError(f"verify names tables the connector does not replicate: {', '.join(unknown)}",
                            connector=name)
-        checks = []
+        checks, missing = [], []
         for source_table in [table for table in listed if not tables or table in tables]:
-            check = _TableCheck(source, cur, conn, connector, object_map, source_table, chunk_rows)
+            try:
+                check = _TableCheck(source, cur, conn, connector, object_map, source_table, chunk_rows)
+            except CdcError as exc:
+                schema_name, table_name = object_map.table_name(source_table)
+                missing.append(TableReport(source_table, f"{schema_name}.{table_name}", [], error=exc.message))
+                continue
             check.compare()
             checks.append(check)
             log.info("%s: verify %s: %d chunks, %d differing ranges", name, source_table, check.report.chunks,
                      sum(leaf.differs for leaf in check.report.leaves))
-        report = VerifyReport(name, [check.report for check in checks])
+        report = VerifyReport(name, [check.report for check in checks] + missing)
         _recheck(checks, rechecks, recheck_seconds)
         if report.differs:
             for check in checks:
@@ -405,6 +407,10 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
         if repair and report.differs:
             _repair(connector, destination, spark, object_map, cur, checks)
             _recheck(checks, 1, 0.0)
+            for check in checks:
+                changed = {_key_text(key) for key in check.report.keys("changed")}
+                check.report.changed_columns = {key: columns for key, columns in check.report.changed_columns.items()
+                                                if key in changed}
     report.seconds = time.monotonic() - started
     return report
 
@@ -501,7 +507,7 @@ def format_report(report: VerifyReport) -> str:
     """The report as text: per table, what was compared and what differs."""
     lines = []
     for table in report.tables:
-        state = "DIFFERS" if table.differs else "equal"
+        state = "NOT COMPARED" if table.error else "DIFFERS" if table.differs else "equal"
         lines.append(f"{table.source_table} -> {table.destination_table}: {state} ({table.source_rows} rows in the "
                      f"source, {table.destination_rows} in the destination; {table.chunks} chunks compared by "
                      f"{table.compared_by})")
@@ -527,6 +533,8 @@ def format_report(report: VerifyReport) -> str:
             lines.append(f"  repaired: {table.deleted_rows} rows deleted, {table.repaired_rows} copied again")
         if table.repair:
             lines.append(f"  not repaired: {table.repair}")
+        if table.error:
+            lines.append(f"  not compared: {table.error}")
     if report.differs and report.unconfirmed:
         lines.append(f"unconfirmed: the source holds changes the connector has not applied ({report.unconfirmed}); "
                      "verify again once it has")
