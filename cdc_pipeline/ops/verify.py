@@ -13,8 +13,9 @@ table without a key as one range whose rows cannot be named.
 
 A live source. The source moves on while verify reads, and the destination follows it a little later: a row that
 differs at the first look is read again, `rechecks` times, `recheck_seconds` apart, and is reported only if it
-differs every time. When rows still differ, the connector's change check (`pending.check`) says whether the source
-holds changes the connector has not applied; then the differences are reported as unconfirmed, not as differences.
+differs every time. When rows still differ, the connector's change check (`check_changes` of the source module, as
+`cdc-pipeline pending` runs it) says whether the source holds changes the connector has not applied; then the
+differences are reported as unconfirmed, not as differences.
 
 Repair. Under the connector's run lock (no fetch cycle runs meanwhile), each range that still differs is read from
 the source by the bulk snapshot's own reader (Spark, the same COPY lines and transforms), and in one destination
@@ -233,8 +234,9 @@ class _TableCheck:
                          f"WHERE {self._source_where(lower, upper)}")
         source_rows, source_sum = self.cur.fetchone()
         dest_hash = sql.SQL(postgres.row_hash_sql("{}")).format(self.dest_line)
-        dest_rows, dest_sum = self.conn.execute(sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} WHERE {}").format(
-            dest_hash, sql.Identifier(self.dest_schema, self.dest_table), self._dest_where(lower, upper))).fetchone()
+        query = sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} WHERE {}").format(
+            dest_hash, sql.Identifier(self.dest_schema, self.dest_table), self._dest_where(lower, upper))
+        dest_rows, dest_sum = self.conn.execute(query).fetchone()
         return (int(source_rows), int(source_sum)), (int(dest_rows), int(dest_sum))
 
     def rows(self, lower: list[Any] | None, upper: list[Any] | None) -> tuple[dict[tuple, str], dict[tuple, str]]:
@@ -330,13 +332,16 @@ class _TableCheck:
             if not wanted:
                 continue
             fields = ", ".join(f"MD5({self.texts[name].source})" for name in names)
-            self.cur.execute(f"SELECT {self.source_key}, {fields} FROM {self.source.qualified(self.database, self.table)} "
+            self.cur.execute(f"SELECT {self.source_key}, {fields} "
+                             f"FROM {self.source.qualified(self.database, self.table)} "
                              f"WHERE {self._source_where(leaf.lower, leaf.upper)}")
             source = {self._key(row[0]): row[1:] for row in self.cur.fetchall()}
-            dest = {self._key(row[0]): row[1:] for row in self.conn.execute(sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
-                self.dest_key_text, sql.SQL(", ").join(sql.SQL("md5({})").format(_escaped(self.texts[name].destination))
-                                                       for name in names),
-                sql.Identifier(self.dest_schema, self.dest_table), self._dest_where(leaf.lower, leaf.upper))).fetchall()}
+            digests = sql.SQL(", ").join(sql.SQL("md5({})").format(_escaped(self.texts[name].destination))
+                                         for name in names)
+            rows = self.conn.execute(sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
+                self.dest_key_text, digests, sql.Identifier(self.dest_schema, self.dest_table),
+                self._dest_where(leaf.lower, leaf.upper))).fetchall()
+            dest = {self._key(row[0]): row[1:] for row in rows}
             for key in wanted:
                 if key in source and key in dest:
                     self.report.changed_columns[_key_text(key)] = [
@@ -366,7 +371,8 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
     if not hasattr(source, "verify_text"):
         raise CdcError(f"verify of {connector.type} sources is not available", connector=connector.name)
     if repair and spark is None:
-        raise CdcError("verify --repair reads the source with Spark: it needs a Spark session", connector=connector.name)
+        raise CdcError("verify --repair reads the source with Spark: it needs a Spark session",
+                       connector=connector.name)
     started = time.monotonic()
     schema, name = destination.control_schema, connector.name
     with destination.connect(name) as conn, source.connect(connector) as source_conn, source_conn.cursor() as cur:
@@ -402,7 +408,7 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
         if report.differs:
             for check in checks:
                 check.name_changed_columns()
-            report.unconfirmed = _unapplied_changes(connector, destination)
+            report.unconfirmed = _unapplied_changes(conn, connector, schema)
             report.applied_position = control.read_applied_offset(conn, schema, name)
         if repair and report.differs:
             _repair(connector, destination, spark, object_map, cur, checks)
@@ -426,16 +432,21 @@ def _recheck(checks: list[_TableCheck], rechecks: int, recheck_seconds: float) -
             check.recheck()
 
 
-def _unapplied_changes(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:
-    """Why the differences are not confirmed: the source holds changes the connector has not applied (the change
-    check's reason), or None."""
-    from cdc_pipeline.ops import pending
-
+def _unapplied_changes(conn: psycopg.Connection, connector: ConnectorConfig, schema: str) -> str | None:
+    """Why the differences are not confirmed: the source holds changes the connector has not applied, or could not be
+    checked (the change check's reason, whatever the connector's state: a paused connector's changes are not
+    applied either), or None."""
+    state = control.read_state(conn, schema, connector.name)
+    if state is None:
+        return "the connector has not run yet"
+    source = sources.module_for(connector.type)
     try:
-        found = pending.check(connector, destination)
+        found = source.check_changes(connector, state.get("source_checked"),
+                                     control.read_applied_offset(conn, schema, connector.name) or {},
+                                     lambda table: sources.captures(connector, table))
     except CdcError as exc:
-        return f"the change check failed: {exc}"
-    return found.reason if found.work else None
+        return f"the change check failed: {exc.message}"
+    return found.reason if found.changes or not found.known else None
 
 
 def _acquire_run_lock(conn: psycopg.Connection, connector: str) -> None:
