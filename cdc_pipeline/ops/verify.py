@@ -26,6 +26,7 @@ after that read comes later in the stream, which replays whole rows: the range e
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -52,7 +53,7 @@ RECHECKS = 3
 CHANGED_COLUMNS_KEYS = 20  # the changed keys whose differing columns a report names
 RECHECK_SECONDS = 5.0
 LOCK_WAIT_SECONDS = 60.0
-_RANGED_TYPES = ("smallint", "integer", "bigint", "numeric")
+_RANGED_TYPE = re.compile(r"(smallint|integer|bigint|numeric\(\d+,0\))")  # keys both databases order alike
 EQUAL, DIFFERS, UNCONFIRMED = 0, 1, 3  # the command's exit codes
 
 
@@ -195,7 +196,7 @@ class _TableCheck:
         key = self.report.key
         self.dest_key = [object_map.column_name(source_table, name) for name in key]
         self.ranged = bool(key) and all(
-            name in self.texts and existing.columns.get(dest, "").startswith(_RANGED_TYPES)
+            name in self.texts and _RANGED_TYPE.fullmatch(existing.columns.get(dest, "")) is not None
             for name, dest in zip(key, self.dest_key))
         self.listable = bool(key) and all(name in self.texts for name in key)
         if not key:
