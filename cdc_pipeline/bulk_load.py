@@ -367,7 +367,7 @@ class BulkLoader:
         for column in self.source.list_columns(cur, table.database, table.table):
             dest_name = self.object_map.column_name(table.source_table, column.name)
             if dest_name in existing.columns:
-                columns.append(BulkColumn(column, dest_name, _input_type(existing, dest_name)))
+                columns.append(BulkColumn(column, dest_name, input_type(existing, dest_name)))
         return columns
 
     def _chunk_rows(self, cur: Any, table: TableLoad) -> int:
@@ -476,22 +476,8 @@ class BulkLoader:
         jvm: Any = self.spark._jvm
         gateway: Any = self.spark.sparkContext._gateway
         url, user, password = jdbc_target(self.destination)
-        target = _table(table.dest_schema, table.dest_table)
-        names = [column.dest_name for column in columns]
         chunks_table = _table(self.schema, "bulk_load_chunks")
-        plans = [_column_plan(column) for column in columns]
-        plans, transforms = self.object_map.transforms(table.source_table, plans)
-        before: list[sql.Composable] = []
-        after: list[sql.Composable] = []
-        into = target
-        if transforms:
-            into = sql.Identifier(_STAGING)
-            before.append(staging_table_sql(into, target, names, transforms))
-            values = transform_sql.staged_values(plans, transforms, "s")
-            after.append(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
-                target, sql.SQL(", ").join(map(sql.Identifier, names)),
-                sql.SQL(", ").join(values[name] for name in names), into))
-        copy = sql.SQL("COPY {} ({}) FROM STDIN").format(into, sql.SQL(", ").join(map(sql.Identifier, names)))
+        before, copy, after = copy_statements(self.object_map, table, columns)
         claim = sql.SQL("UPDATE {} SET done_at = now() WHERE id = ? AND done_at IS NULL").format(chunks_table)
         finish = sql.SQL(
             """WITH chunk AS (UPDATE {chunks} SET rows = ?, zero_dates = ?, snapshot_position = CAST(? AS jsonb)
@@ -520,6 +506,11 @@ class BulkLoader:
         for i, statement in enumerate(statements):
             array[i] = self._text(statement)
         return array
+
+    def repair_lines(self, cur: Any, table: TableLoad, chunks: list[Chunk]) -> tuple[list[BulkColumn], DataFrame]:
+        """The table's columns and the COPY lines of these key ranges, read as a load reads them (verify's repair)."""
+        columns = self._columns(cur, table)
+        return columns, self._lines(table, columns, chunks)
 
     def _finish_table(self, table: TableLoad) -> None:
         self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s AND source_table = %s "
@@ -553,7 +544,27 @@ class BulkLoader:
                 log.info("%s: bulk snapshot %s", self.connector.name, format_progress(row))
 
 
-def _input_type(existing: DestinationTable, column: str) -> str:
+def copy_statements(object_map: objmap.ObjectMap, table: TableLoad, columns: list[BulkColumn]) -> tuple[
+        list[sql.Composable], sql.Composable, list[sql.Composable]]:
+    """What writes a chunk's COPY lines into the table: the statements before the COPY, the COPY, and those after it
+    (a column with a transform: the lines go to a staging table, and an INSERT applies the transforms)."""
+    target = _table(table.dest_schema, table.dest_table)
+    names = [column.dest_name for column in columns]
+    plans, transforms = object_map.transforms(table.source_table, [_column_plan(column) for column in columns])
+    before: list[sql.Composable] = []
+    after: list[sql.Composable] = []
+    into = target
+    if transforms:
+        into = sql.Identifier(_STAGING)
+        before.append(staging_table_sql(into, target, names, transforms))
+        values = transform_sql.staged_values(plans, transforms, "s")
+        after.append(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
+            target, sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join(values[name] for name in names), into))
+    return before, sql.SQL("COPY {} ({}) FROM STDIN").format(into, sql.SQL(", ").join(map(sql.Identifier, names))), after
+
+
+def input_type(existing: DestinationTable, column: str) -> str:
     """The type whose text form a column receives: a domain over a built-in type takes its base type's."""
     column_type = existing.types.get(column)
     if column_type is not None and column_type.user_defined and column_type.builtin:

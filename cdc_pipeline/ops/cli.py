@@ -1,6 +1,6 @@
 """The `cdc-pipeline` command: check a connector's source and destination before its first run; run a fetch cycle
 of a connector (the steps of its Dagster job, in this process and without Dagster); ask a connector to pause,
-resume, move its offset, restart or reload its rules; show its state, requests and stats."""
+resume, move its offset, restart or reload its rules; show its state, requests and stats; verify its tables."""
 
 from __future__ import annotations
 
@@ -495,6 +495,22 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="apply changed rules now: rename tables and columns, retype columns")
     reload.add_argument("name")
     objmap_parser.set_defaults(handler=_cmd_objmap)
+    verify_command = commands.add_parser(
+        "verify", parents=[config],
+        help="compare a connector's tables in the source and the destination row by row (hashes of key ranges) and "
+             "name the keys that differ; exit status 0 if equal, 1 if not, 3 if the connector has changes to apply")
+    verify_command.add_argument("name")
+    verify_command.add_argument("tables", nargs="*", metavar="TABLE", help="db.table (default: every table)")
+    verify_command.add_argument("--repair", action="store_true",
+                                help="copy the differing ranges again from the source (Spark, under the run lock)")
+    verify_command.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_command.add_argument("--chunk-rows", type=int, default=10_000, metavar="N",
+                                help="rows per compared key range (default 10000)")
+    verify_command.add_argument("--rechecks", type=int, default=3, metavar="N",
+                                help="times a differing row is read again before it is reported (default 3)")
+    verify_command.add_argument("--recheck-seconds", type=float, default=5.0, metavar="SECONDS",
+                                help="the wait before each recheck (default 5)")
+    verify_command.set_defaults(handler=_cmd_verify)
     bench = commands.add_parser("bench", parents=[config], add_help=False,
                                 help="measure capture and pipeline rates on throwaway servers (slow)")
     bench.set_defaults(handler=_cmd_bench)
@@ -504,6 +520,23 @@ def build_parser() -> argparse.ArgumentParser:
     archive.set_defaults(handler=_cmd_jvm_archive)
     _add_dead_letter_commands(commands, config)
     return parser
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from cdc_pipeline.ops import verify
+
+    config = load_config()
+    connector = config.connector(args.name)
+    spark = None
+    if args.repair:
+        from cdc_pipeline.capture.spark import build_spark_session
+
+        spark = build_spark_session(config.spark)
+    report = verify.verify_connector(connector, config.destination, spark, args.tables or None, args.repair,
+                                     chunk_rows=args.chunk_rows, rechecks=args.rechecks,
+                                     recheck_seconds=args.recheck_seconds)
+    print(json.dumps(report.as_dict(), default=str, indent=2) if args.json else verify.format_report(report))
+    return report.exit_code
 
 
 def _cmd_jvm_archive(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
-from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
@@ -804,3 +804,75 @@ def _privilege_findings(cur: Any, connector: ConnectorConfig, account: str) -> l
 def _account_literal(text: str) -> str:
     """A user or host name as a quoted string of MariaDB/MySQL's GRANT."""
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+_FRACTION = re.compile(r"\((\d)\)")
+
+
+def _fraction_digits(column: SourceColumn) -> int:
+    match = _FRACTION.search(column.column_type)
+    return int(match.group(1)) if match else 0
+
+
+def verify_text(column: SourceColumn, pg_type: str, value: Any) -> ColumnText:
+    """How verify compares the column (`value`: the destination column, as psycopg SQL): the source renders the COPY
+    text field the bulk snapshot writes (`copy_text_sql`), the destination renders its value back to that text.
+    TIMESTAMP compares as UTC microseconds on both sides; geometry, a SET written as an array and a jsonb document
+    (its spacing and key order are normalized) are left out."""
+    from psycopg import sql
+
+    kind = column.data_type
+    if kind in GEOMETRY_TYPES:
+        return ColumnText(left_out="geometry: MariaDB's and PostGIS's renderings differ")
+    if kind == "set" and pg_type.endswith("[]"):
+        return ColumnText(left_out="a SET written as an array")
+    if pg_type == "jsonb":
+        return ColumnText(left_out="jsonb normalizes a document's spacing and key order")
+    if kind in ("float", "double"):
+        return ColumnText(left_out="floating point: MariaDB and PostgreSQL write its digits differently")
+    if kind == "timestamp":
+        name = quote_mysql(column.name)
+        micros = (f"IF(UNIX_TIMESTAMP({name}) = 0, NULL, "
+                  f"CAST(CAST(UNIX_TIMESTAMP({name}) * 1000000 AS SIGNED) AS CHAR))")
+        return ColumnText(f"COALESCE({micros}, {_utf8(92, 78)})",
+                          sql.SQL("round(extract(epoch FROM {}) * 1000000)::bigint::text").format(value),
+                          how="as UTC microseconds")
+    source = copy_text_sql(column, pg_type)
+    if source is None:
+        return ColumnText(left_out=f"{kind} is rendered by Spark only")
+    digits = _fraction_digits(column)
+    if kind in ("date", "datetime"):
+        # A date with a zero month or day (a zero date too) is written as NULL, as the stream writes it.
+        name = quote_mysql(column.name)
+        source = f"IF(MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0, {_utf8(92, 78)}, {source})"
+    if pg_type == "boolean":
+        return ColumnText(source, sql.SQL("CASE WHEN {0} THEN '1' WHEN NOT {0} THEN '0' END").format(value))
+    if kind == "datetime" and pg_type.startswith("timestamp"):
+        text = sql.SQL("to_char({}, 'YYYY-MM-DD HH24:MI:SS')").format(value)
+        if digits:
+            text = sql.SQL("{} || '.' || left(to_char({}, 'US'), {})").format(text, value, sql.Literal(digits))
+        return ColumnText(source, text)
+    if kind == "time" and pg_type == "interval":
+        micros = sql.SQL("abs(round(extract(epoch FROM {}) * 1000000)::bigint)").format(value)
+        parts = [sql.SQL("CASE WHEN {} < interval '0' THEN '-' ELSE '' END").format(value),
+                 sql.SQL("CASE WHEN {0} < 36000000000 THEN '0' ELSE '' END || ({0} / 3600000000::bigint)::text").format(
+                     micros), sql.SQL("':'"),
+                 sql.SQL("lpad(({} / 60000000 % 60)::text, 2, '0')").format(micros), sql.SQL("':'"),
+                 sql.SQL("lpad(({} / 1000000 % 60)::text, 2, '0')").format(micros)]
+        if digits:
+            parts += [sql.SQL("'.'"), sql.SQL("left(lpad(({} % 1000000)::text, 6, '0'), {})").format(
+                micros, sql.Literal(digits))]
+        return ColumnText(source, sql.SQL("CASE WHEN {} IS NOT NULL THEN {} END").format(
+            value, sql.SQL(" || ").join(parts)))
+    if pg_type == "bytea":
+        return ColumnText(source, sql.SQL("'\\x' || encode({}, 'hex')").format(value))
+    return ColumnText(source, sql.SQL("{}::text").format(value))
+
+
+def row_hash_sql(line: str) -> str:
+    """A row's hash for verify: the first 60 bits of the MD5 of its line (UTF-8), as an unsigned integer."""
+    return f"CAST(CONV(SUBSTR(MD5({line}), 1, 15), 16, 10) AS UNSIGNED)"
+
+
+def verify_session(cur: Any) -> None:
+    """Verify's source session: nothing its renderings depend on (TIMESTAMP is read in UTC by UNIX_TIMESTAMP)."""

@@ -31,7 +31,7 @@ from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import ChangeCheck
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
-from cdc_pipeline.sources.table import SourceTable
+from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 
@@ -776,3 +776,26 @@ def _listed(tables: list[str], shown: int = 5) -> str:
 
 def _quoted(table: str, connector: ConnectorConfig) -> str:
     return sql.Identifier(*connector.split_table(table)).as_string()
+
+
+def verify_text(column: SourceColumn, pg_type: str, value: Any) -> ColumnText:
+    """How verify compares the column (`value`: the destination column, as psycopg SQL): the source renders the COPY
+    text field the bulk snapshot writes (`copy_text_sql`), the destination its own text output of the value, under
+    the same session settings (`verify_session`)."""
+    return ColumnText(copy_text_sql(column, pg_type), sql.SQL("{}::text").format(value))
+
+
+def row_hash_sql(line: str) -> str:
+    """A row's hash for verify: the first 60 bits of the MD5 of its line (UTF-8), as an integer."""
+    return f"('x' || substr(md5({line}), 1, 15))::bit(60)::bigint"
+
+
+# The text output verify's renderings depend on, the same in the source's session and the destination's.
+VERIFY_SESSION = ("SET bytea_output = 'hex'", "SET IntervalStyle = 'postgres'", "SET extra_float_digits = 3",
+                  "SET TimeZone = 'UTC'", "SET DateStyle = 'ISO, YMD'")
+
+
+def verify_session(cur: Any) -> None:
+    """Pins the session's text output for verify's renderings (also run in the destination's session)."""
+    for statement in VERIFY_SESSION:
+        cur.execute(statement)

@@ -20,6 +20,8 @@ snapshot engine, beside two figures measured in the same run: (i) the machine's 
 from the source to the destination (the `mariadb` client in batch mode streaming the table into `psql`'s
 `COPY ... FROM STDIN`, no conversion), and (ii) the Debezium snapshot engine on the first `--debezium-load-rows`
 rows of the same table (it keeps a run's batches in memory, so a whole large table does not fit one run).
+`--verify-rows N` measures `cdc-pipeline verify` instead: the wall time of a fresh verify process over the same
+table of N rows, loaded by the bulk engine first.
 It is a command, not a test.
 """
 
@@ -307,8 +309,7 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config))
     (work / f"dagster_{name}").mkdir(exist_ok=True)
-    env = {**os.environ, "CDC_PIPELINE_CONFIG": str(path), "BENCH_DEST_DSN": destination.dsn(dest_database),
-           "BENCH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(work / f"dagster_{name}")}
+    env = _connector_env(work, name, destination, dest_database)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, "--json"], env=env,
@@ -329,6 +330,38 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
             "load_seconds": summary.get("load_seconds"), "cpu_seconds": round(
                 after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb, "cycle": summary}
+
+
+def _connector_env(work: Path, name: str, destination: PostgresServer, dest_database: str) -> dict[str, str]:
+    """The environment of a `cdc-pipeline` process of the connector `measure_sync_process` configured."""
+    return {**os.environ, "CDC_PIPELINE_CONFIG": str(work / f"{name}.yaml"),
+            "BENCH_DEST_DSN": destination.dsn(dest_database), "BENCH_SOURCE_PASSWORD": CAPTURE_PASSWORD,
+            "DAGSTER_HOME": str(work / f"dagster_{name}")}
+
+
+def run_verify(rows: int) -> dict[str, Any]:
+    """The cost of `cdc-pipeline verify`: a table of `rows` rows is loaded by the bulk engine, then a fresh verify
+    process compares it (no recheck: the source is quiet) and its wall time is measured."""
+    from cdc_pipeline.capture.runner import build_runner
+
+    build_runner()
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            load_source(source, rows, LOAD_DATABASE, "items")
+            load = measure_sync_process(source, destination, Path(work), LOAD_DATABASE, "spark", ["items"])
+            started = time.monotonic()
+            process = subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "verify", "load_spark", "--json",
+                                      "--rechecks", "0"],
+                                     env=_connector_env(Path(work), "load_spark", destination, f"{LOAD_DATABASE}_spark"),
+                                     capture_output=True, text=True)
+            seconds = time.monotonic() - started
+    if process.returncode not in (0, 1):
+        raise RuntimeError(f"cdc-pipeline verify failed: {process.stderr.strip()[-2000:]}")
+    report = json.loads(process.stdout)
+    (table,) = report["tables"]
+    return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds),
+            "chunks": table["chunks"], "equal": not report["differs"], "load_seconds": load["seconds"]}
 
 
 class _PeakMemory(threading.Thread):
@@ -665,8 +698,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-seconds", type=float, default=120, help="how long the light load lasts")
     parser.add_argument("--latency-rate", type=float, default=50, help="changes/s of the light load")
     parser.add_argument("--check-interval", type=int, default=15, help="the change sensor's interval (s)")
+    parser.add_argument("--verify-rows", type=int, default=0,
+                        help="only: the wall time of `cdc-pipeline verify` over a table of this many rows")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.verify_rows:
+        cost = run_verify(args.verify_rows)
+        print(json.dumps(cost, indent=2) if args.json else
+              f"verify of {cost['rows']} rows ({cost['chunks']} chunks) by a fresh `cdc-pipeline verify` process: "
+              f"{cost['seconds']} s, {cost['rows_per_second']} rows/s; tables equal: {cost['equal']}")
+        return 0
     if args.backlog_changes:
         backlog = run_backlog(args.backlog_changes)
         print(json.dumps(backlog, indent=2) if args.json else

@@ -38,3 +38,21 @@ def test_the_command_reads_the_file_given_after_the_subcommand(tmp_path, monkeyp
     assert main(["state", "--config", str(missing)]) == 2
 
     assert f"configuration file {missing} not found" in capsys.readouterr().err
+
+
+def test_verify_reports_exit_codes_and_names_keys():
+    from cdc_pipeline.ops.verify import DIFFERS, EQUAL, UNCONFIRMED, Leaf, TableReport, VerifyReport, format_report
+
+    table = TableReport("db.t", "db.t", ["id"], chunks=2, source_rows=10, destination_rows=10,
+                        leaves=[Leaf([1], [5], changed={(3,)}, missing={(4,)})], changed_columns={"3": ["name"]})
+    report = VerifyReport("c", [table])
+    assert report.exit_code == DIFFERS
+    assert report.as_dict()["tables"][0]["changed_keys"] == [[3]]
+    assert report.as_dict()["tables"][0]["differing_ranges"] == [{"lower": [1], "upper": [5]}]
+    text = format_report(report)
+    assert "1 keys changed: 3" in text and "1 keys missing in the destination: 4" in text
+    assert "key 3: columns name differ" in text and "range 1 .. 5 differs" in text
+    report.unconfirmed = "a change of db.t at mariadb-bin.000001:4"
+    assert report.exit_code == UNCONFIRMED
+    assert VerifyReport("c", [TableReport("db.t", "db.t", ["id"])]).exit_code == EQUAL
+    assert build_parser().parse_args(["verify", "c", "db.t", "--repair", "--json"]).tables == ["db.t"]
