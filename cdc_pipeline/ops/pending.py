@@ -40,6 +40,7 @@ class Pending:
     work: bool
     reason: str
     known: bool = True  # False: no run is asked for, though the source could not be checked (a slot in use)
+    caught_up: bool = False  # the source was checked and holds nothing the connector has not applied
 
 
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
@@ -72,7 +73,7 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
                                  lambda table: sources.captures(connector, table))
     if found.checked is not None:
         control.record_source_checked(conn, schema, name, found.checked)
-    return Pending(found.changes, found.reason, found.known)
+    return Pending(found.changes, found.reason, found.known, caught_up=not found.changes and found.known)
 
 
 def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:
