@@ -14,7 +14,8 @@ has not applied, which its source type's module tells (`check_changes`):
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check: every check says there is work (the schedule's behaviour).
 A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has
-none. `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
+none, and neither has one whose fetch cycle runs now (its run lock is held: a run the sensor did not launch, such
+as a materialization of its assets or `cdc-pipeline sync`). `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
 is resumed, and under retry and skip until its backoff has passed (`control.failure_hold`).
 """
 
@@ -56,6 +57,8 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
         held = control.failure_hold(state, connector)
         if held is not None:
             return Pending(False, held)
+        if control.run_lock_held(conn, name):
+            return Pending(False, "a fetch cycle of the connector is running (its run lock is held)", known=False)
         if bulk_load.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
         return _source_check(conn, schema, connector, state)

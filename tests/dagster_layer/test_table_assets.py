@@ -25,6 +25,7 @@ from dagster import (
 
 from assets.definitions import build_definitions
 from assets.table_assets import FRESH_CHECK, LAST_UPDATED
+from cdc_pipeline import control
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops import lag
 from resources.destination import DestinationResource
@@ -116,6 +117,12 @@ def test_the_change_sensor_records_lag_and_freshness_while_idle(pipeline):
         connector = {event.asset_key: event for event in behind.asset_events}[AssetKey(["cdc", pipeline.name])]
         assert connector.metadata["caught_up"].value is False
         assert connector.metadata["lag_bytes"].value > 0 and connector.metadata["lag_events"].value >= 4
+
+        # A cycle the sensor did not launch (a materialization of the assets, the CLI) holds the run lock: no run.
+        with psycopg.connect(pipeline.dest_dsn, autocommit=True) as holder:
+            control.acquire_run_lock(holder, pipeline.name)
+            busy = evaluate(instance)
+        assert not busy.run_requests and "run lock" in busy.skip_reason.skip_message
 
 
 def test_the_lag_of_a_postgres_connector_is_its_slot_wal_diff(pg_pipeline):

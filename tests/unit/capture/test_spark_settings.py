@@ -39,3 +39,20 @@ def test_the_pipeline_adds_its_jars_and_options_to_the_file_s_own(monkeypatch: p
     assert settings["spark.driver.extraClassPath"] == os.pathsep.join(["/opt/agent.jar", *map(str, runner_classpath())])
     assert settings["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC"
     assert settings["spark.app.name"] == "a-test"
+
+
+def test_the_spark_ui_is_turned_on_from_the_spark_section(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from cdc_pipeline.config import parse_config
+
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    document = {"destination": {"dsn": "postgresql://u@h/d"}, "connectors": {"c": {
+        "type": "mariadb", "hostname": "h", "user": "u", "password": "p", "database": "d"}}}
+
+    off = spark_settings(parse_config(document, tmp_path / "c.yaml").spark)
+    on = spark_settings(parse_config({**document, "spark": {"ui": True}}, tmp_path / "c.yaml").spark)
+    moved = spark_settings(parse_config({**document, "spark": {"ui": True, "ui_port": 4050}}, tmp_path / "c.yaml").spark)
+    conf_wins = spark_settings(SparkConfig(ui=True, conf=MappingProxyType({"spark.ui.port": "4099"})))
+
+    assert off["spark.ui.enabled"] == "false"
+    assert (on["spark.ui.enabled"], on["spark.ui.port"]) == ("true", "4040")
+    assert moved["spark.ui.port"] == "4050" and conf_wins["spark.ui.port"] == "4099"
