@@ -57,7 +57,8 @@ def lag_observation(instance: Any, connector: ConnectorConfig, found: Pending,
 def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[AssetKey],
                  found: Pending | None) -> list[AssetObservation | AssetCheckEvaluation]:
     """The caught-up observations of the tables (when `found` says the connector is caught up, at most every
-    TABLE_OBSERVATION_SECONDS), and the freshness results that changed (or were recorded last long ago)."""
+    TABLE_OBSERVATION_SECONDS), and the freshness results that changed, were recorded long ago, or precede the
+    table's latest materialization."""
     if not keys:
         return []
     now = time.time()
@@ -83,15 +84,17 @@ def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[Asset
         last = record.last_completed_check_execution_record if record is not None else None
         last_evaluation = last.event.asset_check_evaluation if last is not None and last.event is not None else None
         if last_evaluation is not None and last_evaluation.passed == passed \
-                and now - last.event.timestamp < TABLE_OBSERVATION_SECONDS:
+                and now - last.event.timestamp < TABLE_OBSERVATION_SECONDS \
+                and materialized.get(key, 0) < last.event.timestamp:
+            # The same result, recent, and about the table's latest materialization.
             continue
-        metadata: dict[str, Any] = {"freshness_minutes": MetadataValue.int(connector.freshness_minutes)}
+        metadata: dict[str, Any] = {}
         if updated is not None:
             metadata[LAST_UPDATED] = MetadataValue.timestamp(updated)
         events.append(AssetCheckEvaluation(
             asset_key=key, check_name=FRESH_CHECK, passed=passed, severity=AssetCheckSeverity.WARN,
             metadata=metadata,
-            description=("up to date within freshness_minutes" if passed else
+            description=(f"brought up to date within freshness_minutes ({connector.freshness_minutes})" if passed else
                          f"not brought up to date for more than {connector.freshness_minutes} minutes"
                          if updated is not None else "never brought up to date")))
     return events
