@@ -125,6 +125,18 @@ def test_the_change_sensor_records_lag_and_freshness_while_idle(pipeline):
         assert not busy.run_requests and "run lock" in busy.skip_reason.skip_message
 
 
+def test_a_table_renamed_by_a_rule_has_its_new_key_when_the_definitions_reload(pipeline):
+    from cdc_pipeline.ops.cli import main
+
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1)"])
+    pipeline.sync()
+    assert main(["objmap", "add", pipeline.name, "table", f"{pipeline.source_db}.t", "renamed.t2"]) == 0
+    assert main(["objmap", "reload", pipeline.name]) == 0
+
+    keys = {spec.key for spec in build_definitions(load_config()).resolve_all_asset_specs()}
+    assert keys == {AssetKey(["cdc", pipeline.name]), AssetKey(["renamed", "t2"])}
+
+
 def test_the_lag_of_a_postgres_connector_is_its_slot_wal_diff(pg_pipeline):
     pg_pipeline.source(["CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'x')"])
     pg_pipeline.sync()
