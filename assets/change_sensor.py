@@ -5,7 +5,6 @@ while a failed connector is held (stopped under error_strategy exit, backing off
 import json
 import logging
 import time
-
 from typing import Sequence
 
 import psycopg

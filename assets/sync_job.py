@@ -18,8 +18,8 @@ from dagster import (
     op,
 )
 
-from cdc_pipeline import cycle
 from assets.table_assets import cycle_materializations, log_spark_ui
+from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ops.tables import count_applied
 from resources.debezium_runner import DebeziumRunnerResource
