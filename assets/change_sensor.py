@@ -5,9 +5,11 @@ while a failed connector is held (stopped under error_strategy exit, backing off
 import json
 import logging
 import time
+from typing import Sequence
 
 import psycopg
 from dagster import (
+    AssetKey,
     DefaultSensorStatus,
     JobDefinition,
     RunRequest,
@@ -18,9 +20,10 @@ from dagster import (
     sensor,
 )
 
+from assets import observations
 from assets.schedules import active_run_skip
 from cdc_pipeline import control
-from cdc_pipeline.ops import pending
+from cdc_pipeline.ops import lag, pending
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from resources.destination import DestinationResource
@@ -30,11 +33,13 @@ log = logging.getLogger(__name__)
 TRIGGER_TAG = "cdc/trigger"
 
 
-def build_change_sensor(connector: ConnectorConfig, job: JobDefinition) -> SensorDefinition:
+def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
+                        table_keys: Sequence[AssetKey] = ()) -> SensorDefinition:
     """`sync_<name>_on_changes`, every `check_interval_seconds`.
 
     Its cursor counts the checks that failed in a row (the destination or the source did not answer): the first
     launches a run, whose failure the UI shows; the next ones launch one only after the same backoff as failed runs.
+    Every check also records the connector's lag, and the tables' freshness (`assets/observations.py`).
     """
 
     @sensor(name=f"{job.name}_on_changes", job=job, minimum_interval_seconds=connector.check_interval_seconds,
@@ -42,28 +47,46 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition) -> Senso
             else DefaultSensorStatus.STOPPED,
             description=f"Launches {job.name} when its source holds changes it has not applied (or its bulk snapshot "
                         "is not finished), checked without a JVM; skips while a run is in progress, the "
-                        "connector is paused, or a failed connector is stopped (error_strategy exit) or backing off.")
+                        "connector is paused, or a failed connector is stopped (error_strategy exit) or backing off. "
+                        "Records the connector's lag behind its source and its tables' freshness at every check.")
     def change_sensor(context: SensorEvaluationContext, destination: DestinationResource):
         busy = active_run_skip(context, job)
         if busy is not None:
-            return busy
+            return SensorResult(skip_reason=busy,
+                                asset_events=observations.table_events(context.instance, connector, table_keys, None))
         try:
             found = pending.check(connector, destination.destination())
         except (psycopg.Error, CdcError) as exc:
             log.warning("cannot check connector %s for changes: %s", connector.name, exc)
-            return _after_failed_check(context, connector, exc)
+            return _after_failed_check(context, connector, exc)._replace(
+                asset_events=observations.table_events(context.instance, connector, table_keys, None))
+        events = _check_events(context, connector, destination, found, table_keys)
         if not found.work:
             decision = SkipReason(found.reason)
         else:
             decision = RunRequest(run_key=f"changes-{time.time_ns()}", tags={TRIGGER_TAG: found.reason[:200]})
-        if not context.cursor:
-            return decision
         # A check that answers ends the failed checks' backoff.
+        cursor = "" if context.cursor else None
         if isinstance(decision, SkipReason):
-            return SensorResult(skip_reason=decision, cursor="")
-        return SensorResult(run_requests=[decision], cursor="")
+            return SensorResult(skip_reason=decision, cursor=cursor, asset_events=events)
+        return SensorResult(run_requests=[decision], cursor=cursor, asset_events=events)
 
     return change_sensor
+
+
+def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, destination: DestinationResource,
+                  found: pending.Pending, table_keys: Sequence[AssetKey]) -> list:
+    """The connector's lag (when its source can be measured) and its tables' observations and freshness."""
+    try:
+        measured = lag.measure(connector, destination.destination())
+    except (psycopg.Error, CdcError) as exc:
+        log.warning("cannot measure the lag of connector %s: %s", connector.name, exc)
+        measured = None
+    events: list = []
+    observation = observations.lag_observation(context.instance, connector, found, measured)
+    if observation is not None:
+        events.append(observation)
+    return events + observations.table_events(context.instance, connector, table_keys, found)
 
 
 def _after_failed_check(context: SensorEvaluationContext, connector: ConnectorConfig, error: Exception) -> SensorResult:

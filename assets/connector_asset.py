@@ -1,5 +1,6 @@
-"""Each connector's asset `cdc/<name>` (every sync run records a materialization of it with the run's numbers)
-and its check: row counts of every replicated table, source against destination."""
+"""Each connector's asset `cdc/<name>` (every fetch cycle records a materialization of it with the cycle's numbers,
+and the change sensor an observation of its lag) and its check: row counts of every replicated table, source
+against destination."""
 
 
 from dagster import (
@@ -23,7 +24,7 @@ def connector_asset_key(name: str) -> AssetKey:
 def build_connector_asset(connector: ConnectorConfig, config_path: str) -> tuple[AssetSpec, AssetChecksDefinition]:
     """The connector's asset (materialized by its `sync_<name>` runs) and its row-count check."""
     key = connector_asset_key(connector.name)
-    spec = AssetSpec(key=key, group_name="cdc", kinds={"postgres", connector.type},
+    spec = AssetSpec(key=key, group_name=connector.name, kinds={"postgres", connector.type},
                      description=f"The tables connector {connector.name} replicates from {connector.type} "
                                  f"{connector.hostname}:{connector.port}/{connector.database}; each sync_{connector.name} "
                                  "run records its numbers here.")

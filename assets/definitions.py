@@ -1,6 +1,8 @@
 """The Dagster definitions: per connector, a `sync_<name>` job, its change sensor and its schedule (one of the two
-running, by its `trigger`), its asset and row-count check; the
-`cdc_control` job and the `cdc_requests` sensor for state-change requests; the `cdc_run_failures` sensor."""
+running, by its `trigger`), its asset `cdc/<name>` with its row-count check and an asset per replicated table
+(as the destination's control schema records them when the definitions load) with its freshness check, in the
+connector's group; the `cdc_control` job and the `cdc_requests` sensor for state-change requests; the
+`cdc_run_failures` sensor."""
 
 import logging
 
@@ -13,6 +15,7 @@ from assets.request_sensor import build_request_sensor
 from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
+from assets.table_assets import build_connector_assets, load_replicated_tables, table_asset_key
 from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
 from resources.spark_session import SparkSessionResource
@@ -22,13 +25,15 @@ def build_definitions(config: PipelineConfig) -> Definitions:
     config_path = str(config.path)
     spark = SparkSessionResource(config_path=config_path)
     jobs, schedules, sensors, assets, checks = [], [], [], [], []
+    tables = load_replicated_tables(config)
     for connector in config.connectors.values():
         job = build_sync_job(connector, config_path, spark)
         jobs.append(job)
         schedules.append(build_sync_schedule(connector, job, config_path))
-        sensors.append(build_change_sensor(connector, job))
-        asset, check = build_connector_asset(connector, config_path)
-        assets.append(asset)
+        connector_tables = tables.get(connector.name, [])
+        sensors.append(build_change_sensor(connector, job, [table_asset_key(table) for table in connector_tables]))
+        spec, check = build_connector_asset(connector, config_path)
+        assets.append(build_connector_assets(connector, spec, connector_tables, config_path))
         checks.append(check)
     return Definitions(
         assets=assets,
@@ -36,7 +41,7 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         jobs=[*jobs, control_job],
         schedules=schedules,
         sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs)],
-        resources={"destination": DestinationResource(config_path=config_path)},
+        resources={"destination": DestinationResource(config_path=config_path), "spark": spark},
     )
 
 

@@ -67,6 +67,9 @@ def _sync_schedule_function(connector: ConnectorConfig, job: JobDefinition) -> A
         try:
             with destination.connect() as conn:
                 state = control.read_state(conn, destination.destination().control_schema, connector.name)
+                if control.run_lock_held(conn, connector.name):
+                    return SkipReason(f"a fetch cycle of connector {connector.name} is running (its run lock is "
+                                      "held: a materialization of its assets, or cdc-pipeline sync)")
         except (psycopg.Error, CdcError) as exc:
             # The run itself fails with the error, where the UI shows it; the schedule does not hide it.
             log.warning("cannot read the state of connector %s: %s", connector.name, exc)

@@ -8,9 +8,7 @@ of batches, and the apply op drives it, one group of batches at a time, while th
 from typing import Optional
 
 from dagster import (
-    AssetMaterialization,
     JobDefinition,
-    MetadataValue,
     OpExecutionContext,
     Out,
     Output,
@@ -20,8 +18,10 @@ from dagster import (
     op,
 )
 
+from assets.table_assets import cycle_materializations, log_spark_ui
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.ops.tables import count_applied
 from resources.debezium_runner import DebeziumRunnerResource
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
@@ -37,6 +37,7 @@ ALL_STEPS = "ALL_STEPS"
                 "the cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
 def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource):
     with debezium_runner.step() as session:
+        log_spark_ui(context, session)
         return cycle.fetch_batches(session)
 
 
@@ -66,7 +67,7 @@ def convert_dml(context: OpExecutionContext, debezium_runner: DebeziumRunnerReso
                 "key and the COPY and merge; drives the lazy steps before it, one group of batches at a time.")
 def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans) -> list:
     with debezium_runner.step() as session:
-        applied = cycle.apply_batches(session, plans)
+        applied = cycle.apply_batches(session, count_applied(plans, debezium_runner.table_changes))
         counts = session.cycle_stats.counts
         context.log.info(f"applied {session.cycle_stats.batches} batches: {counts.events} events, "
                          f"{counts.ddls} schema changes")
@@ -80,27 +81,13 @@ def mark_batches_complete(context: OpExecutionContext, debezium_runner: Debezium
         return cycle.mark_batches_complete(session, applied)
 
 
-@op(description="Records the cycle's numbers as a materialization of the connector's asset.",
+@op(description="Records the cycle's numbers as a materialization of the connector's asset, and of each table "
+                "asset the cycle changed (its changes by kind, rows and applied position).",
     out=Out(dict))
 def record_stats(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, marked: int):
     with debezium_runner.step() as session:
         summary = cycle.cycle_summary(session, marked)
-        memory = session.memory_report()
-        metadata = {key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
-                    for key, value in summary.items() if isinstance(value, (int, float))}
-        metadata.update({f"jvm_{key}": MetadataValue.int(value) for key, value in memory.items()})
-        for table in session.bulk_snapshot_progress():
-            # Plotted per table by the asset's page while a bulk snapshot runs over several runs.
-            prefix = f"bulk_snapshot/{table['source_table']}"
-            metadata[f"{prefix}/rows_done"] = MetadataValue.int(int(table["rows_done"]))
-            metadata[f"{prefix}/rows_total"] = MetadataValue.int(int(table["rows_total"]))
-            metadata[f"{prefix}/rows_per_second"] = MetadataValue.float(float(table["rows_per_second"]))
-        slot = session.source_slot()
-        if slot is not None:
-            # A PostgreSQL source keeps the WAL after the slot's position: plotted, so that a growing one shows.
-            metadata["source_slot/retained_wal_mb"] = MetadataValue.float(round(slot["retained_wal_bytes"] / 2**20, 1))
-        yield AssetMaterialization(asset_key=["cdc", session.connector.name], metadata=metadata,
-                                   description=f"fetch cycle of connector {session.connector.name}")
+        yield from cycle_materializations(session, summary, debezium_runner.table_changes)
         yield Output(summary)
 
 

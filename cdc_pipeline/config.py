@@ -84,6 +84,10 @@ DEFAULT_HEARTBEAT_TABLE = "public.cdc_heartbeat"
 DEFAULT_RETAINED_WAL_RUN_MB = 256
 # Failed runs launched again by the change sensor: after check_interval_seconds, doubling, at most this long.
 DEFAULT_FAILURE_BACKOFF_MAX_SECONDS = 1800.0
+# The freshness check of a connector's table assets fails when the table was not brought up to date for this long.
+DEFAULT_FRESHNESS_MINUTES = 60
+# Spark's web UI, when `spark: ui: true`: its first port (Spark takes the next free one when it is in use).
+DEFAULT_SPARK_UI_PORT = 4040
 POSTGRES_IDENTIFIER_MAX_LENGTH = 63
 
 CONNECTOR_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -403,10 +407,18 @@ class SparkConfig:
     master: Text = dataclasses.field(default_factory=default_spark_master)
     conf: Annotated[Mapping[str, str], PlainValidator(partial(_properties, prefix="spark."))] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), hash=False)
+    # Spark's web UI of a run's driver (spark.ui.enabled, spark.ui.port; `conf` wins over both).
+    ui: bool = False
+    ui_port: Port = DEFAULT_SPARK_UI_PORT
+
+    def __post_init__(self) -> None:
+        if self.ui:
+            object.__setattr__(self, "conf", MappingProxyType(
+                {"spark.ui.enabled": "true", "spark.ui.port": str(self.ui_port), **self.conf}))
 
     def redacted(self) -> dict[str, Any]:
-        return {"master": self.master, "conf": {key: REDACTED if _SECRET_PROPERTY.search(key) else value
-                                                for key, value in self.conf.items()}}
+        return {"master": self.master, "ui": self.ui, "ui_port": self.ui_port,
+                "conf": {key: REDACTED if _SECRET_PROPERTY.search(key) else value for key, value in self.conf.items()}}
 
 
 @dataclass(frozen=True, repr=False, config=_SECTION)
@@ -476,6 +488,9 @@ class ConnectorConfig:
     # error_strategy retry or skip: after a failed run the change sensor waits check_interval_seconds, twice as long
     # after each further failure in a row, at most this long.
     failure_backoff_max_seconds: PositiveNumber = DEFAULT_FAILURE_BACKOFF_MAX_SECONDS
+    # Dagster: each table asset's freshness check fails when the table was not brought up to date (a run that
+    # changed it, or a change check that found the connector caught up) for this long.
+    freshness_minutes: _between(1) = DEFAULT_FRESHNESS_MINUTES
 
     def __post_init__(self) -> None:
         defaults = {"port": DEFAULT_PORTS[self.type], "run_retries": DEFAULT_RUN_RETRIES.get(self.error_strategy, 0),

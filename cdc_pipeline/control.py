@@ -322,6 +322,16 @@ def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
     conn.execute(sql.SQL("SELECT pg_advisory_unlock({})").format(_lock_key(connector)))
 
 
+def run_lock_held(conn: psycopg.Connection, connector: str) -> bool:
+    """Whether a fetch cycle of the connector runs now (another session holds its run lock), whoever started it: a
+    sync run, a materialization of its assets, the CLI."""
+    row = conn.execute(sql.SQL("SELECT pg_try_advisory_lock({})").format(_lock_key(connector))).fetchone()
+    if row and row[0]:
+        release_run_lock(conn, connector)
+        return False
+    return True
+
+
 def set_state(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, state: str, *,
               stage: str | None = None, phase: str | None = None, last_error: str | None = None,
               clear_error: bool = False, last_offset: Any = None,

@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr
 from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
 from cdc_pipeline.ops import preflight
+from cdc_pipeline.ops.tables import TableChanges
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
@@ -33,6 +34,7 @@ class DebeziumRunnerResource(ConfigurableResource):
 
     _session: Optional[ConnectorSession] = PrivateAttr(default=None)
     _error: Optional[BaseException] = PrivateAttr(default=None)
+    _table_changes: TableChanges = PrivateAttr(default_factory=TableChanges)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._session is not None:
@@ -55,6 +57,11 @@ class DebeziumRunnerResource(ConfigurableResource):
                 raise
             self._session = session
         return self._session
+
+    @property
+    def table_changes(self) -> TableChanges:
+        """What the run's cycle applied per table, counted as its batches are applied."""
+        return self._table_changes
 
     @contextmanager
     def step(self) -> Iterator[ConnectorSession]:

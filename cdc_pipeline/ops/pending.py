@@ -14,7 +14,8 @@ has not applied, which its source type's module tells (`check_changes`):
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check: every check says there is work (the schedule's behaviour).
 A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has
-none. `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
+none, and neither has one whose fetch cycle runs now (its run lock is held: a run the sensor did not launch, such
+as a materialization of its assets or `cdc-pipeline sync`). `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
 is resumed, and under retry and skip until its backoff has passed (`control.failure_hold`).
 """
 
@@ -40,6 +41,7 @@ class Pending:
     work: bool
     reason: str
     known: bool = True  # False: no run is asked for, though the source could not be checked (a slot in use)
+    caught_up: bool = False  # the source was checked and holds nothing the connector has not applied
 
 
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
@@ -55,6 +57,8 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
         held = control.failure_hold(state, connector)
         if held is not None:
             return Pending(False, held)
+        if control.run_lock_held(conn, name):
+            return Pending(False, "a fetch cycle of the connector is running (its run lock is held)", known=False)
         if bulk_load.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
         return _source_check(conn, schema, connector, state)
@@ -72,7 +76,7 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
                                  lambda table: sources.captures(connector, table))
     if found.checked is not None:
         control.record_source_checked(conn, schema, name, found.checked)
-    return Pending(found.changes, found.reason, found.known)
+    return Pending(found.changes, found.reason, found.known, caught_up=not found.changes and found.known)
 
 
 def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:

@@ -17,3 +17,16 @@ class ChangeCheck:
     reason: str
     checked: dict[str, Any] | None = None
     known: bool = True  # False: no change was seen, though the source could not be checked (a slot in use)
+
+
+@dataclass(frozen=True)
+class SourceLag:
+    """How far the source's log goes past the connector's position, told without a JVM: `bytes` of binlog or WAL,
+    and for MariaDB/MySQL the binlog `events` (counted up to a bound; `events_capped` when more follow). `position`
+    is where the measure starts (text), `source_position` the source's current end of log."""
+
+    bytes: int
+    position: str
+    source_position: str
+    events: int | None = None
+    events_capped: bool = False

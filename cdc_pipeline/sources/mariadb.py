@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape, ewkb_hex
 from cdc_pipeline.errors import CdcError, RunnerError
-from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
@@ -703,6 +703,57 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         return ChangeCheck(True, found)
     return ChangeCheck(False, f"no change of the connector's tables up to {reached['file']}:{reached['pos']}",
                        checked=reached if reached != start else None)
+
+
+LAG_EVENTS_LIMIT = 10_000
+
+
+def replication_lag(connector: ConnectorConfig, checked: Any, applied: dict[str, Any]) -> SourceLag | None:
+    """How far the binlog goes past the connector: bytes, and events up to LAG_EVENTS_LIMIT, from the later of
+    `checked` (the position a run that ended idle, or a change check, read up to) and the last `applied` event's
+    offset (`file`, `pos`: where its transaction starts). None when neither is known."""
+    starts = [position for position in (json.loads(checked) if isinstance(checked, str) else checked, applied)
+              if position and "file" in position and "pos" in position]
+    if not starts:
+        return None
+    start = max(({"file": str(p["file"]), "pos": int(p["pos"])} for p in starts),
+                key=lambda p: _file_order(p["file"], p["pos"]))
+    import pymysql
+
+    try:
+        return _binlog_lag(connector, start)
+    except pymysql.MySQLError as exc:
+        raise CdcError(f"cannot read the binlog past {start['file']}:{start['pos']}: {exc}",
+                       connector=connector.name) from exc
+
+
+def _binlog_lag(connector: ConnectorConfig, start: dict[str, Any]) -> SourceLag:
+    with connect(connector) as source, source.cursor() as cur:
+        end = binlog_position(cur)
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(row[0]): int(row[1]) for row in cur.fetchall()}
+        names = list(sizes)
+        if start["file"] not in sizes:
+            # The binlog the connector stopped in was purged: everything still on the server is ahead of it.
+            behind = sum(sizes.values())
+            following = names
+            first_pos = 4
+        else:
+            following = names[names.index(start["file"]):names.index(end["file"]) + 1] if end["file"] in sizes \
+                else names[names.index(start["file"]):]
+            behind = end["pos"] - start["pos"] if start["file"] == end["file"] else \
+                sizes[start["file"]] - start["pos"] + sum(sizes[name] for name in following[1:-1]) + end["pos"]
+            first_pos = start["pos"]
+        events = 0
+        for name in following:
+            if events > LAG_EVENTS_LIMIT or behind <= 0:
+                break
+            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s",
+                        (name, first_pos if name == start["file"] else 4, LAG_EVENTS_LIMIT + 1 - events))
+            events += len(cur.fetchall())
+    return SourceLag(bytes=max(0, behind), position=f"{start['file']}:{start['pos']}",
+                     source_position=f"{end['file']}:{end['pos']}", events=min(events, LAG_EVENTS_LIMIT),
+                     events_capped=events > LAG_EVENTS_LIMIT)
 
 
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
@@ -526,6 +526,21 @@ def slot_status(connector: ConnectorConfig) -> dict[str, Any] | None:
                              "resume or run the connector, or bound it with max_slot_wal_keep_size "
                              "(docs/triggers.md)")
     return status
+
+
+def replication_lag(connector: ConnectorConfig, checked: Any, applied: dict[str, Any]) -> SourceLag | None:
+    """How far the WAL goes past the connector's replication slot: `pg_wal_lsn_diff` of the current WAL position
+    and the slot's confirmed position (what the connector has not confirmed as applied); None when the slot does
+    not exist."""
+    with connect(connector) as source:
+        row = source.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, confirmed_flush_lsn::text, "
+            "pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = %s",
+            (connector.replication_slot,)).fetchone()
+    if row is None:
+        return None
+    return SourceLag(bytes=max(0, int(row[0] or 0)), position=f"slot {connector.replication_slot} at {row[1]}",
+                     source_position=str(row[2]))
 
 
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:

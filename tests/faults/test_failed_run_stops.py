@@ -11,6 +11,7 @@ from dagster import (
     DagsterInstance,
     Failure,
     RunRequest,
+    SensorResult,
     SkipReason,
     build_run_status_sensor_context,
     build_sensor_context,
@@ -42,7 +43,11 @@ def _resources(pipeline) -> dict:
 def _change_sensor(pipeline, instance):
     sensor = build_definitions(load_config()).resolve_sensor_def(f"sync_{pipeline.name}_on_changes")
     with build_sensor_context(instance=instance, resources=_resources(pipeline)) as context:
-        return sensor(context)
+        result = sensor(context)
+    # The sensor's result also records the connector's lag: its decision is the run request or the skip.
+    if isinstance(result, SensorResult):
+        return result.run_requests[0] if result.run_requests else result.skip_reason
+    return result
 
 
 def _run_failure_sensor(pipeline, instance, run_id):

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from dagster import RunRequest, SkipReason, build_sensor_context, instance_for_test
+from dagster import RunRequest, SensorResult, SkipReason, build_sensor_context, instance_for_test
 
 from assets.definitions import build_definitions
 from cdc_pipeline.ops import pending
@@ -44,7 +44,10 @@ def _sensor(pipeline, name: str):
     with instance_for_test() as instance:
         with build_sensor_context(instance=instance, resources={
                 "destination": DestinationResource(config_path=str(pipeline.config_path))}) as context:
-            return sensor(context)
+            result = sensor(context)
+    # The sensor's result also records the connector's lag: its decision is the run request or the skip.
+    assert isinstance(result, SensorResult)
+    return result.run_requests[0] if result.run_requests else result.skip_reason
 
 
 def test_a_run_is_launched_only_after_a_change_of_a_captured_table(pipeline: Pipeline, capsys):

@@ -60,3 +60,20 @@ def test_the_driver_jvm_runs_with_the_client_compiler_and_the_serial_collector(s
 
     assert "-XX:TieredStopAtLevel=1" in arguments
     assert collectors == ["Copy", "MarkSweepCompact"]
+
+
+def test_the_spark_ui_is_turned_on_from_the_spark_section(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from cdc_pipeline.config import parse_config
+
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    document = {"destination": {"dsn": "postgresql://u@h/d"}, "connectors": {"c": {
+        "type": "mariadb", "hostname": "h", "user": "u", "password": "p", "database": "d"}}}
+
+    off = spark_settings(parse_config(document, tmp_path / "c.yaml").spark)
+    on = spark_settings(parse_config({**document, "spark": {"ui": True}}, tmp_path / "c.yaml").spark)
+    moved = spark_settings(parse_config({**document, "spark": {"ui": True, "ui_port": 4050}}, tmp_path / "c.yaml").spark)
+    conf_wins = spark_settings(SparkConfig(ui=True, conf=MappingProxyType({"spark.ui.port": "4099"})))
+
+    assert off["spark.ui.enabled"] == "false"
+    assert (on["spark.ui.enabled"], on["spark.ui.port"]) == ("true", "4040")
+    assert moved["spark.ui.port"] == "4050" and conf_wins["spark.ui.port"] == "4099"

@@ -1,0 +1,114 @@
+"""What the change sensor records at each check of its connector, a run launched or not: the connector's lag behind
+its source (an observation of `cdc/<name>`), an observation of each table asset when the check found the
+connector caught up (the destination holds the source's data as of then: `dagster/last_updated_timestamp`), and
+each table's freshness check `fresh`, evaluated from the latest of those and of its materializations."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetObservation,
+    AssetRecordsFilter,
+    MetadataValue,
+)
+
+from assets.connector_asset import connector_asset_key
+from assets.table_assets import FRESH_CHECK, LAST_UPDATED
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.ops.pending import Pending
+from cdc_pipeline.sources.change_check import SourceLag
+
+# A lag that stays the same is observed again after this long; one that changes, at once.
+LAG_OBSERVATION_SECONDS = 60
+# The tables of a connector that stays caught up are observed again after this long (at most a quarter of the
+# freshness window), and a freshness result that stays the same is recorded again after this long.
+TABLE_OBSERVATION_SECONDS = 300
+
+
+def lag_observation(instance: Any, connector: ConnectorConfig, found: Pending,
+                    lag: SourceLag | None) -> AssetObservation | None:
+    """The connector's lag as an observation of its asset; None when it is the one observed last, less than
+    LAG_OBSERVATION_SECONDS ago."""
+    key = connector_asset_key(connector.name)
+    metadata: dict[str, Any] = {"caught_up": MetadataValue.bool(found.caught_up),
+                                "pending": MetadataValue.text(found.reason)}
+    if lag is not None:
+        metadata["lag_bytes"] = MetadataValue.int(lag.bytes)
+        metadata["position"] = MetadataValue.text(lag.position)
+        metadata["source_position"] = MetadataValue.text(lag.source_position)
+        if lag.events is not None:
+            metadata["lag_events"] = MetadataValue.int(lag.events)
+            metadata["lag_events_capped"] = MetadataValue.bool(lag.events_capped)
+    last = _latest_observation(instance, key)
+    if last is not None and time.time() - last.timestamp < LAG_OBSERVATION_SECONDS:
+        previous = last.asset_observation.metadata
+        if all(previous.get(name) == metadata.get(name) for name in ("caught_up", "lag_bytes", "lag_events")):
+            return None
+    return AssetObservation(asset_key=key, metadata=metadata,
+                            description=f"change check of connector {connector.name}: {found.reason}"[:500])
+
+
+def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[AssetKey],
+                 found: Pending | None) -> list[AssetObservation | AssetCheckEvaluation]:
+    """The caught-up observations of the tables (when `found` says the connector is caught up, at most every
+    TABLE_OBSERVATION_SECONDS), and the freshness results that changed, were recorded long ago, or precede the
+    table's latest materialization."""
+    if not keys:
+        return []
+    now = time.time()
+    every = min(TABLE_OBSERVATION_SECONDS, connector.freshness_minutes * 15)
+    events: list[AssetObservation | AssetCheckEvaluation] = []
+    last_observed = _caught_up_at(instance, keys)
+    if found is not None and found.caught_up:
+        if last_observed is None or now - last_observed >= every:
+            events.extend(AssetObservation(
+                asset_key=key, metadata={LAST_UPDATED: MetadataValue.timestamp(now)},
+                description=f"connector {connector.name} has applied every change of its source") for key in keys)
+        last_observed = now
+    materialized = {record.asset_entry.asset_key: record.asset_entry.last_materialization_record.timestamp
+                    for record in instance.get_asset_records(list(keys))
+                    if record.asset_entry.last_materialization_record is not None}
+    previous = instance.event_log_storage.get_asset_check_summary_records(
+        [AssetCheckKey(key, FRESH_CHECK) for key in keys])
+    window = connector.freshness_minutes * 60
+    for key in keys:
+        updated = max(filter(None, (materialized.get(key), last_observed)), default=None)
+        passed = updated is not None and now - updated <= window
+        record = previous.get(AssetCheckKey(key, FRESH_CHECK))
+        last = record.last_completed_check_execution_record if record is not None else None
+        last_evaluation = last.event.asset_check_evaluation if last is not None and last.event is not None else None
+        if last_evaluation is not None and last_evaluation.passed == passed \
+                and now - last.event.timestamp < TABLE_OBSERVATION_SECONDS \
+                and materialized.get(key, 0) < last.event.timestamp:
+            # The same result, recent, and about the table's latest materialization.
+            continue
+        metadata: dict[str, Any] = {}
+        if updated is not None:
+            metadata[LAST_UPDATED] = MetadataValue.timestamp(updated)
+        events.append(AssetCheckEvaluation(
+            asset_key=key, check_name=FRESH_CHECK, passed=passed, severity=AssetCheckSeverity.WARN,
+            metadata=metadata,
+            description=(f"brought up to date within freshness_minutes ({connector.freshness_minutes})" if passed else
+                         f"not brought up to date for more than {connector.freshness_minutes} minutes"
+                         if updated is not None else "never brought up to date")))
+    return events
+
+
+def _latest_observation(instance: Any, key: AssetKey) -> Any:
+    records = instance.fetch_observations(records_filter=AssetRecordsFilter(asset_key=key), limit=1).records
+    return records[0].event_log_entry if records else None
+
+
+def _caught_up_at(instance: Any, keys: Sequence[AssetKey]) -> float | None:
+    """When the tables were last observed caught up (they are observed together: the first table tells)."""
+    entry = _latest_observation(instance, keys[0])
+    if entry is None:
+        return None
+    value = entry.asset_observation.metadata.get(LAST_UPDATED)
+    return float(value.value) if value is not None else entry.timestamp

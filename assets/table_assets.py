@@ -1,0 +1,185 @@
+"""Each replicated table as an asset keyed by its destination table, `AssetKey([schema, table])`, in its connector's
+group beside the connector's asset `cdc/<name>`.
+
+The tables are those the destination's control schema records for the connector (`cdc_pipeline/ops/tables.py`)
+when the definitions load: a table a run creates or renames appears at the next reload. All of a connector's
+assets are one multi-asset whose step runs one fetch cycle of the connector, so `dagster asset materialize
+--select` of any of them, or the UI's Materialize, runs a cycle; its `sync_<name>` runs materialize the tables they
+changed too (`cycle_materializations`). Each table has a freshness check, `fresh` (the change sensor evaluates it).
+"""
+
+import logging
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Iterator
+
+import psycopg
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    AssetSpec,
+    MaterializeResult,
+    MetadataValue,
+    multi_asset,
+)
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import ConnectorConfig, PipelineConfig, load_config
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, count_applied, read_replicated_tables, \
+    read_table_status
+from resources.spark_session import SparkSessionResource
+
+log = logging.getLogger(__name__)
+
+FRESH_CHECK = "fresh"
+LAST_UPDATED = "dagster/last_updated_timestamp"
+# How long the definitions wait for the destination when they load.
+LOAD_CONNECT_TIMEOUT_SECONDS = 5
+
+
+def table_asset_key(table: ReplicatedTable) -> AssetKey:
+    return AssetKey([table.dest_schema, table.dest_table])
+
+
+def load_replicated_tables(config: PipelineConfig) -> dict[str, list[ReplicatedTable]]:
+    """Each connector's tables as the destination's control schema records them; none (logged, with why) when the
+    destination cannot be read: the definitions then hold the connectors' assets only."""
+    destination = config.destination
+    try:
+        with destination.connect(connect_timeout=LOAD_CONNECT_TIMEOUT_SECONDS) as conn:
+            return read_replicated_tables(conn, destination.control_schema)
+    except (psycopg.Error, CdcError) as exc:
+        log.warning("the table assets are left out of the definitions: cannot read the control schema %s of the "
+                    "destination: %s", destination.control_schema, str(exc).strip().splitlines()[0] if str(exc)
+                    else type(exc).__name__)
+        return {}
+
+
+def table_spec(connector: ConnectorConfig, table: ReplicatedTable) -> AssetSpec:
+    return AssetSpec(
+        key=table_asset_key(table), group_name=connector.name, kinds={"postgres"}, skippable=True,
+        description=f"{table.dest_schema}.{table.dest_table} in the destination, replicated by connector "
+                    f"{connector.name} from {connector.type} table {table.source_table}.",
+        metadata={"connector": connector.name, "source_table": table.source_table})
+
+
+def build_connector_assets(connector: ConnectorConfig, connector_spec: AssetSpec, tables: list[ReplicatedTable],
+                           config_path: str) -> AssetsDefinition:
+    """The connector's asset and its tables' assets, materialized together by one fetch cycle."""
+    keys = {table_asset_key(table): table for table in tables}
+
+    @multi_asset(
+        name=f"{connector.name}_fetch_cycle", specs=[connector_spec, *(table_spec(connector, t) for t in tables)],
+        check_specs=[AssetCheckSpec(FRESH_CHECK, asset=key, description=freshness_description(connector))
+                     for key in keys],
+        can_subset=True,
+        description=f"One fetch cycle of connector {connector.name}, as a sync_{connector.name} run does: whichever "
+                    "of its assets is selected, the cycle applies every change of the connector's tables.")
+    def fetch_cycle(context: AssetExecutionContext, spark: SparkSessionResource) -> Iterator[Any]:
+        config = load_config(config_path)
+        changes = TableChanges()
+        selected = {keys[key].source_table for key in context.selected_asset_keys if key in keys}
+        with cycle.ConnectorSession(config.connector(connector.name), config.destination,
+                                    spark.get_session()) as session:
+            log_spark_ui(context, session)
+            plans = cycle.convert_dml(session, cycle.convert_ddl(
+                session, cycle.parse_batches(session, cycle.fetch_batches(session))))
+            marked = cycle.mark_batches_complete(session, cycle.apply_batches(session, count_applied(plans, changes)))
+            summary = cycle.cycle_summary(session, marked)
+            events = cycle_materializations(session, summary, changes, selected)
+        for event in events:
+            if event.asset_key in context.selected_asset_keys:
+                yield MaterializeResult(asset_key=event.asset_key, metadata=event.metadata)
+            else:
+                yield event
+        now = time.time()
+        for check_key in context.selected_asset_check_keys:
+            yield AssetCheckResult(asset_key=check_key.asset_key, check_name=check_key.name, passed=True,
+                                   metadata={LAST_UPDATED: MetadataValue.timestamp(now)},
+                                   description="materialized by this run")
+
+    return fetch_cycle
+
+
+def freshness_description(connector: ConnectorConfig) -> str:
+    return (f"Fails when the table was not brought up to date for {connector.freshness_minutes} minutes "
+            "(freshness_minutes): by a run that changed it, or a change check that found the connector caught up. "
+            f"Evaluated by the change sensor sync_{connector.name}_on_changes.")
+
+
+def log_spark_ui(context: Any, session: cycle.ConnectorSession) -> None:
+    """Names the run's Spark application and its web UI (when `spark: ui: true`) in the run's log."""
+    spark_context = session.spark.sparkContext
+    url = spark_context.uiWebUrl
+    context.log.info(f"Spark application {spark_context.applicationId} ({spark_context.appName})"
+                     + (f", web UI {url}" if url else ", web UI off (spark: ui: true)"))
+
+
+def connector_metadata(session: cycle.ConnectorSession, summary: dict[str, Any]) -> dict[str, Any]:
+    """The cycle's numbers for the connector's asset: its counts and timings, the runner JVM's memory, the bulk
+    snapshot's progress per table, a PostgreSQL slot's retained WAL."""
+    memory = session.memory_report()
+    metadata: dict[str, Any] = {
+        key: MetadataValue.int(value) if isinstance(value, int) else MetadataValue.float(float(value))
+        for key, value in summary.items() if isinstance(value, (int, float))}
+    metadata.update({f"jvm_{key}": MetadataValue.int(value) for key, value in memory.items()})
+    for table in session.bulk_snapshot_progress():
+        # Plotted per table by the asset's page while a bulk snapshot runs over several runs.
+        prefix = f"bulk_snapshot/{table['source_table']}"
+        metadata[f"{prefix}/rows_done"] = MetadataValue.int(int(table["rows_done"]))
+        metadata[f"{prefix}/rows_total"] = MetadataValue.int(int(table["rows_total"]))
+        metadata[f"{prefix}/rows_per_second"] = MetadataValue.float(float(table["rows_per_second"]))
+    slot = session.source_slot()
+    if slot is not None:
+        # A PostgreSQL source keeps the WAL after the slot's position: plotted, so that a growing one shows.
+        metadata["source_slot/retained_wal_mb"] = MetadataValue.float(round(slot["retained_wal_bytes"] / 2**20, 1))
+    return metadata
+
+
+def cycle_materializations(session: cycle.ConnectorSession, summary: dict[str, Any], changes: TableChanges,
+                           also: Iterable[str] = ()) -> list[AssetMaterialization]:
+    """What a finished cycle materializes: the connector's asset, and each table the cycle changed, loaded in a bulk
+    snapshot, or named in `also` (source tables), under its destination name as the control schema records it now
+    (a table created or renamed by the cycle included)."""
+    name = session.connector.name
+    events = [AssetMaterialization(asset_key=["cdc", name], metadata=connector_metadata(session, summary),
+                                   description=f"fetch cycle of connector {name}")]
+    assert session.conn is not None
+    schema = session.destination.control_schema
+    replicated = {table.source_table: table for table in read_replicated_tables(session.conn, schema, name).get(name, [])}
+    began = datetime.now(timezone.utc) - timedelta(seconds=float(summary.get("seconds", 0)))
+    loading = {row["source_table"]: row for row in session.bulk_snapshot_progress()
+               if row["finished_at"] is None or row["finished_at"] >= began}
+    touched = sorted((set(changes.tables()) | set(loading) | set(also)) & set(replicated))
+    status = read_table_status(session.conn, schema, name, [replicated[source] for source in touched])
+    for source_table in touched:
+        metadata = table_metadata(changes.counts(source_table), status[source_table], loading.get(source_table))
+        metadata["source_table"] = MetadataValue.text(source_table)
+        events.append(AssetMaterialization(asset_key=table_asset_key(replicated[source_table]), metadata=metadata,
+                                           description=f"fetch cycle of connector {name}"))
+    return events
+
+
+def table_metadata(counts: dict[str, int], status: Any, load: dict[str, Any] | None) -> dict[str, Any]:
+    """A table's materialization: the changes applied by kind, its rows (`dagster/row_count`), the connector's
+    applied position, and its bulk snapshot's progress while one loads it."""
+    metadata: dict[str, Any] = {kind: MetadataValue.int(count) for kind, count in counts.items()}
+    if status.rows is not None:
+        metadata["dagster/row_count"] = MetadataValue.int(status.rows)
+        if status.rows_estimated:
+            metadata["row_count_estimated"] = MetadataValue.bool(True)
+    if status.applied_position is not None:
+        metadata["applied_position"] = MetadataValue.json(status.applied_position)
+    if status.applied_at is not None:
+        metadata["applied_at"] = MetadataValue.timestamp(status.applied_at)
+    if load is not None:
+        metadata["bulk_snapshot/rows_done"] = MetadataValue.int(int(load["rows_done"]))
+        metadata["bulk_snapshot/rows_total"] = MetadataValue.int(int(load["rows_total"]))
+        metadata["bulk_snapshot/rows_per_second"] = MetadataValue.float(float(load["rows_per_second"]))
+        metadata["bulk_snapshot/done"] = MetadataValue.bool(load["finished_at"] is not None)
+    return metadata
