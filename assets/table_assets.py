@@ -30,6 +30,7 @@ from dagster import (
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.ops import preflight
 from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, count_applied, read_replicated_tables, \
     read_table_status
 from resources.spark_session import SparkSessionResource
@@ -84,13 +85,11 @@ def build_connector_assets(connector: ConnectorConfig, connector_spec: AssetSpec
         config = load_config(config_path)
         changes = TableChanges()
         selected = {keys[key].source_table for key in context.selected_asset_keys if key in keys}
+        preflight.require_ready(config.connector(connector.name), config.destination)
         with cycle.ConnectorSession(config.connector(connector.name), config.destination,
                                     spark.get_session()) as session:
             log_spark_ui(context, session)
-            plans = cycle.convert_dml(session, cycle.convert_ddl(
-                session, cycle.parse_batches(session, cycle.fetch_batches(session))))
-            marked = cycle.mark_batches_complete(session, cycle.apply_batches(session, count_applied(plans, changes)))
-            summary = cycle.cycle_summary(session, marked)
+            summary = cycle.run_steps(session, watch=lambda plans: count_applied(plans, changes))
             events = cycle_materializations(session, summary, changes, selected)
         for event in events:
             if event.asset_key in context.selected_asset_keys:

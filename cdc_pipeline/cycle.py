@@ -649,8 +649,16 @@ def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark:
     is recorded as the connector's last error and raised.
     """
     with ConnectorSession(connector, destination, spark, start_offset=start_offset) as session:
-        plans = convert_dml(session, convert_ddl(session, parse_batches(session, fetch_batches(session))))
-        marked = mark_batches_complete(session, apply_batches(session, plans))
-        summary = cycle_summary(session, marked)
-        session.memory_report()  # recorded in the connector's state, as the job's last step records it
-        return summary
+        return run_steps(session)
+
+
+def run_steps(session: ConnectorSession,
+              watch: Callable[[Iterable[BatchPlan]], Iterable[BatchPlan]] | None = None) -> dict[str, Any]:
+    """Runs an open session's steps in order (fetch, parse, convert, apply, mark complete) and returns the cycle's
+    summary; `watch` sees each batch's plan on its way to apply (an asset's per-table counts)."""
+    plans: Iterable[BatchPlan] = convert_dml(session, convert_ddl(session, parse_batches(session,
+                                                                                          fetch_batches(session))))
+    marked = mark_batches_complete(session, apply_batches(session, watch(plans) if watch else plans))
+    summary = cycle_summary(session, marked)
+    session.memory_report()  # recorded in the connector's state, as the job's last step records it
+    return summary
