@@ -1,7 +1,7 @@
 """The Dagster definitions: per connector, a `sync_<name>` job, its change sensor and its schedule (one of the two
 running, by its `trigger`), its asset `cdc/<name>` with its row-count check and an asset per replicated table
-(as the destination's control schema records them when the definitions load) with its freshness check, in the
-connector's group; the `cdc_control` job and the `cdc_requests` sensor for state-change requests; the
+(as the destination's control schema records them when the definitions load) with its freshness check and its
+verify check (run by the `verify_<name>` job on a schedule and after each bulk load), in the connector's group; the `cdc_control` job and the `cdc_requests` sensor for state-change requests; the
 `cdc_run_failures` sensor."""
 
 import logging
@@ -16,6 +16,7 @@ from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
 from assets.sync_job import build_sync_job
 from assets.table_assets import build_connector_assets, load_replicated_tables, table_asset_key
+from assets.verify_checks import build_verify_checks
 from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
 from resources.spark_session import SparkSessionResource
@@ -24,7 +25,7 @@ from resources.spark_session import SparkSessionResource
 def build_definitions(config: PipelineConfig) -> Definitions:
     config_path = str(config.path)
     spark = SparkSessionResource(config_path=config_path)
-    jobs, schedules, sensors, assets, checks = [], [], [], [], []
+    jobs, schedules, sensors, assets, checks, verify_jobs = [], [], [], [], [], []
     tables = load_replicated_tables(config)
     for connector in config.connectors.values():
         job = build_sync_job(connector, config_path, spark)
@@ -35,10 +36,16 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         spec, check = build_connector_asset(connector, config_path)
         assets.append(build_connector_assets(connector, spec, connector_tables, config_path))
         checks.append(check)
+        verify = build_verify_checks(connector, connector_tables, config_path)
+        if verify is not None:
+            checks.append(verify.checks)
+            verify_jobs.append(verify.job)
+            schedules.extend([verify.schedule] if verify.schedule else [])
+            sensors.append(verify.sensor)
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[*jobs, control_job],
+        jobs=[*jobs, *verify_jobs, control_job],
         schedules=schedules,
         sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs)],
         resources={"destination": DestinationResource(config_path=config_path), "spark": spark},

@@ -174,6 +174,14 @@ def reconcile(conn: psycopg.Connection, schema: str, connector: str, position: A
     return again
 
 
+def reconciled_load(conn: psycopg.Connection, schema: str, connector: str) -> int | None:
+    """The id of the connector's latest bulk load once the stream has reconciled it (its tables then show the source
+    at one moment), or None."""
+    row = conn.execute(sql.SQL("SELECT load_id FROM {} WHERE connector = %s AND reconciled_at IS NOT NULL").format(
+        _table(schema, "bulk_loads")), (connector,)).fetchone()
+    return None if row is None else int(row[0])
+
+
 def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, dict[str, Any]]:
     """Per table read under one consistent snapshot (no key): that snapshot's binlog position. The stream skips
     the table's changes committed before it."""

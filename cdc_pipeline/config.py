@@ -86,6 +86,7 @@ DEFAULT_RETAINED_WAL_RUN_MB = 256
 DEFAULT_FAILURE_BACKOFF_MAX_SECONDS = 1800.0
 # The freshness check of a connector's table assets fails when the table was not brought up to date for this long.
 DEFAULT_FRESHNESS_MINUTES = 60
+DEFAULT_VERIFY_SCHEDULE = "0 3 * * *"
 # Spark's web UI, when `spark: ui: true`: its first port (Spark takes the next free one when it is in use).
 DEFAULT_SPARK_UI_PORT = 4040
 POSTGRES_IDENTIFIER_MAX_LENGTH = 63
@@ -491,6 +492,9 @@ class ConnectorConfig:
     # Dagster: each table asset's freshness check fails when the table was not brought up to date (a run that
     # changed it, or a change check that found the connector caught up) for this long.
     freshness_minutes: _between(1) = DEFAULT_FRESHNESS_MINUTES
+    # Dagster: the cron on which each table asset's check `matches_source` runs verify (none: only by hand and after a
+    # bulk load ends).
+    verify_schedule: OptionalText = DEFAULT_VERIFY_SCHEDULE
 
     def __post_init__(self) -> None:
         defaults = {"port": DEFAULT_PORTS[self.type], "run_retries": DEFAULT_RUN_RETRIES.get(self.error_strategy, 0),
