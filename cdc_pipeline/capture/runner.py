@@ -85,13 +85,16 @@ _ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compi
 ))
 
 
+def failure_hint(message: str) -> str | None:
+    """What to do about a failure to reach or read the source, when its message names a known cause."""
+    return next((hint for pattern, hint in _ENGINE_FAILURE_HINTS if pattern.search(message)), None)
+
+
 def engine_failure(message: str | None) -> str:
     """The error of a failed engine: Debezium's message, and what to do when its cause is a known one."""
     text = message or "no message"
-    for pattern, hint in _ENGINE_FAILURE_HINTS:
-        if pattern.search(text):
-            return f"the Debezium engine failed: {text}; what to do: {hint}"
-    return f"the Debezium engine failed: {text}"
+    hint = failure_hint(text)
+    return f"the Debezium engine failed: {text}" + (f"; what to do: {hint}" if hint else "")
 
 
 def runner_classpath() -> list[Path]:

@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline import bulk_load, control, sources
+from cdc_pipeline.capture.runner import failure_hint
 from cdc_pipeline.config import SESSION_SETTINGS, ConnectorConfig, DestinationConfig, destination_tables
 from cdc_pipeline.errors import CdcError, PreflightError
 from cdc_pipeline.sources.finding import ERROR, WARNING, Finding
@@ -68,8 +69,8 @@ def _source_findings(module: Any, connector: ConnectorConfig) -> list[Finding]:
     try:
         return module.preflight(connector)
     except CdcError as exc:
-        return [Finding(ERROR, "source", "connection", exc.message,
-                        "check the connector's hostname, port, user, password, database and tls_mode")]
+        return [Finding(ERROR, "source", "connection", exc.message, failure_hint(exc.message)
+                        or "check the connector's hostname, port, user, password, database and tls_mode")]
     except (psycopg.Error, pymysql.MySQLError) as exc:
         return [Finding(ERROR, "source", "check", f"the source refused a check's query: {_first_line(exc)}",
                         "give the capture user the privileges the message names")]
@@ -181,7 +182,8 @@ def has_run(conn: psycopg.Connection, schema: str, connector: str) -> bool:
 
 def require_ready(connector: ConnectorConfig, destination: DestinationConfig) -> None:
     """Before a connector's first run (no position in the control schema): runs the check, logs its warnings and
-    raises PreflightError naming each error's setting and fix. Does nothing for a connector that has run."""
+    raises PreflightError naming each error's setting and fix (recorded as the connector's failure, as a failed
+    run's error is). Does nothing for a connector that has run."""
     with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
         if has_run(conn, destination.control_schema, connector.name):
             return
@@ -191,10 +193,23 @@ def require_ready(connector: ConnectorConfig, destination: DestinationConfig) ->
             log.warning("%s: %s %s: %s (fix: %s)", connector.name, finding.where, finding.setting, finding.problem,
                         finding.fix)
     if report.errors:
-        raise PreflightError(
+        error = PreflightError(
             "the first run cannot start: " + "; ".join(f"{finding.where} {finding.setting}: {finding.problem} "
                                                        f"(fix: {finding.fix})" for finding in report.errors)
             + f"; `cdc-pipeline check {connector.name}` lists every finding", connector=connector.name)
+        _record_refusal(connector, destination, error)
+        raise error
+
+
+def _record_refusal(connector: ConnectorConfig, destination: DestinationConfig, error: PreflightError) -> None:
+    """Records the refused first run as the connector's failure (stopped, its last error naming the settings), as a
+    failed run is recorded, when the destination takes it."""
+    try:
+        with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+            control.ensure_control_schema(conn, destination.control_schema)
+            control.record_failure(conn, destination.control_schema, connector, str(error))
+    except (psycopg.Error, CdcError) as exc:
+        log.warning("%s: the refused first run cannot be recorded in the destination: %s", connector.name, exc)
 
 
 def format_report(report: Preflight) -> str:

@@ -72,10 +72,11 @@ def test_a_statement_binlog_is_named_with_its_fix_and_the_first_sync_refuses(sou
     assert "SET GLOBAL binlog_format = 'ROW'" in findings[0]["fix"] and "my.cnf" in findings[0]["fix"]
     message = str(refused.value)
     assert "binlog_format is STATEMENT" in message and source.name in message
-    # Refused before the session opened: no state was recorded, no engine started.
+    # Refused before the session opened, and recorded as the connector's failure: no engine started, no position.
     with psycopg.connect(source.dest_dsn, autocommit=True) as conn:
-        control.ensure_control_schema(conn, "cdc")
-        assert control.read_state(conn, "cdc", source.name) is None
+        state = control.read_state(conn, "cdc", source.name)
+        assert state["state"] == "stopped" and "binlog_format is STATEMENT" in state["last_error"]
+        assert not control.has_offset(conn, "cdc", source.name)
 
 
 def test_a_capture_user_with_only_select_lacks_the_replication_privileges(source: Pipeline, capsys) -> None:
