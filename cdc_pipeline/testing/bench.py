@@ -48,6 +48,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
+from cdc_pipeline.testing import peer_chameleon
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
 
@@ -406,8 +407,9 @@ def _children(pid: int) -> list[int]:
 
 
 def measure_initial_load(source: MariaDbServer, destination: PostgresServer, work: Path, rows: int,
-                         debezium_rows: int) -> dict[str, Any]:
-    """The copy ceiling, the bulk snapshot engine and the Debezium snapshot engine, in that order."""
+                         debezium_rows: int, peer: bool = False) -> dict[str, Any]:
+    """The copy ceiling, the bulk snapshot engine, the Debezium snapshot engine and (`peer`) pg_chameleon, in that
+    order."""
     destination.create_database(LOAD_DATABASE)
     load_source(source, rows, LOAD_DATABASE, "items")
     ceiling = measure_copy_ceiling(source, destination, LOAD_DATABASE, "items")
@@ -423,17 +425,24 @@ def measure_initial_load(source: MariaDbServer, destination: PostgresServer, wor
         debezium = measure_sync_process(source, destination, work, LOAD_DATABASE, "debezium", ["items_debezium"])
         results["debezium"] = debezium
         results["debezium_to_ceiling_ratio"] = round(debezium["rows_per_second"] / ceiling.rate, 3)
+    if peer:
+        peer_chameleon.add_initial_load(results, source, destination, CAPTURE_USER, CAPTURE_PASSWORD, LOAD_DATABASE)
     return results
 
 
-def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Path, changes: int) -> dict[str, Any]:
+def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Path, changes: int,
+                    peer: bool = False) -> dict[str, Any]:
     """Fresh `cdc-pipeline sync` processes, one after another as the change sensor launches them, catching up a
     backlog of `changes` row changes (half inserts, a quarter updates, a quarter deletes) made while the connector
     did not run: the runs it took, wall rate with each process's start, CPU, the peak memory of the JVM and of
-    Python (default memory), and whether the destination ended equal to the source."""
+    Python (default memory), and whether the destination ended equal to the source. With `peer`, pg_chameleon
+    copies the table too before the changes are made, and catches up the same backlog after cdc-pipeline."""
     database = "bench_backlog"
     load_source(source, changes, database, "items")
     measure_sync_process(source, destination, work, database, "spark", ["items"])  # the initial load
+    peer_backlog = peer_chameleon.PeerBacklog(source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
+    if peer:
+        peer_backlog.initialise()
     made = change_source(source, changes, database)
     runs = []
     while True:
@@ -450,37 +459,54 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
         for key, value in run["cycle"].items():
             if key.endswith("_seconds"):
                 cycle_seconds[key] = round(cycle_seconds.get(key, 0.0) + value, 3)
-    return {"changes": made, "runs": len(runs), "events": events, "seconds": round(seconds, 2),
+    results = {"changes": made, "runs": len(runs), "events": events, "seconds": round(seconds, 2),
             "events_per_second": round(events / seconds), "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
             "peak_rss_mb_python": max(r["peak_rss_mb_python"] for r in runs),
             "peak_rss_mb_jvm": max(r["peak_rss_mb_jvm"] for r in runs), "cycle_seconds": cycle_seconds,
             "exact": same_items(source, destination, database, f"{database}_spark"),
             "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
+    if peer:
+        peer_chameleon.add_backlog(results, peer_backlog)
+    return results
 
 
 def same_items(source: MariaDbServer, destination: PostgresServer, database: str, dest_database: str) -> bool:
     """Whether the destination's copy of `items` holds what the source's does (a fingerprint of every column)."""
-    fingerprint = ("SELECT COUNT(*), SUM(id), SUM(qty), SUM(amount), SUM(LENGTH(name)), SUM(LENGTH(note)), "
-                   "SUM(CASE WHEN created IS NULL THEN 0 ELSE {epoch} END) FROM {table}")
-    theirs = source.query(fingerprint.format(table="items", epoch="UNIX_TIMESTAMP(created) % 100000"),
-                          database=database)[0]
-    ours = destination.query(fingerprint.format(table=f"{database}.items",
-                                                epoch="(EXTRACT(EPOCH FROM created)::bigint % 100000)"),
-                             dbname=dest_database)[0]
-    same = [Decimal(str(value)) for value in theirs] == [Decimal(str(value)) for value in ours]
+    theirs = source_items_fingerprint(source, database)
+    ours = destination_items_fingerprint(destination, database, dest_database)
+    same = theirs == ours
     if not same:
         log.warning("the destination's items differ from the source's: source %s, destination %s", theirs, ours)
     return same
 
 
-def run_backlog(changes: int) -> dict[str, Any]:
+ITEMS_FINGERPRINT = ("SELECT COUNT(*), SUM(id), SUM(qty), SUM(amount), SUM(LENGTH(name)), SUM(LENGTH(note)), "
+                     "SUM(CASE WHEN created IS NULL THEN 0 ELSE {epoch} END) FROM {table}")
+
+
+def source_items_fingerprint(source: MariaDbServer, database: str) -> list[Decimal]:
+    """A fingerprint of every column of the source's `items`."""
+    row = source.query(ITEMS_FINGERPRINT.format(table="items", epoch="UNIX_TIMESTAMP(created) % 100000"),
+                       database=database)[0]
+    return [Decimal(str(value)) for value in row]
+
+
+def destination_items_fingerprint(destination: PostgresServer, database: str, dest_database: str) -> list[Decimal]:
+    """The same fingerprint of the destination's copy of `items` (schema `database` in `dest_database`)."""
+    row = destination.query(ITEMS_FINGERPRINT.format(table=f"{database}.items",
+                                                     epoch="(EXTRACT(EPOCH FROM created)::bigint % 100000)"),
+                            dbname=dest_database)[0]
+    return [Decimal(str(value)) for value in row]
+
+
+def run_backlog(changes: int, peer: bool = False) -> dict[str, Any]:
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
-            return measure_backlog(source, destination, Path(work), changes)
+            return measure_backlog(source, destination, Path(work), changes, peer)
 
 
 def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
@@ -515,7 +541,7 @@ def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
             "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
 
 
-def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb") -> dict[str, Any]:
+def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb", peer: bool = False) -> dict[str, Any]:
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -524,7 +550,7 @@ def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb"
             return measure_postgres_initial_load(Path(work), rows)
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
-            return measure_initial_load(source, destination, Path(work), rows, debezium_rows)
+            return measure_initial_load(source, destination, Path(work), rows, debezium_rows, peer)
 
 
 def _server_cpu_seconds(pid: int) -> float:
@@ -700,8 +726,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check-interval", type=int, default=15, help="the change sensor's interval (s)")
     parser.add_argument("--verify-rows", type=int, default=0,
                         help="only: the wall time of `cdc-pipeline verify` over a table of this many rows")
+    parser.add_argument("--peer", action="store_true",
+                        help="with the initial load (MariaDB) and --backlog-changes: also pg_chameleon "
+                             f"{peer_chameleon.PEER_VERSION} on the same servers (installed on first use)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.peer and args.load_source == "postgres" and not args.backlog_changes:
+        parser.error("--peer measures pg_chameleon from MariaDB only")
     if args.verify_rows:
         cost = run_verify(args.verify_rows)
         print(json.dumps(cost, indent=2) if args.json else
@@ -709,19 +740,22 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cost['seconds']} s, {cost['rows_per_second']} rows/s; tables equal: {cost['equal']}")
         return 0
     if args.backlog_changes:
-        backlog = run_backlog(args.backlog_changes)
+        backlog = run_backlog(args.backlog_changes, args.peer)
         print(json.dumps(backlog, indent=2) if args.json else
               f"backlog of {backlog['changes']} changes caught up by a fresh `cdc-pipeline sync` process: "
               f"{backlog['events_per_second']} changes/s ({backlog['seconds']} s wall in {backlog['runs']} run(s), "
               f"{backlog['cpu_seconds']} CPU s, peak RSS: JVM {backlog['peak_rss_mb_jvm']} MB, Python "
               f"{backlog['peak_rss_mb_python']} MB; destination exact: {backlog['exact']}); a run with nothing to "
               f"do: {backlog['nothing_to_do_run_seconds']} s")
+        if "peer" in backlog and not args.json:
+            print(peer_chameleon.describe_backlog(backlog))
         return 0
     if args.idle_only:
         idle = run_idle(args.idle_checks, args.latency_seconds, args.latency_rate, args.check_interval)
         print(json.dumps(idle, indent=2) if args.json else print_idle(idle))
         return 0
-    load = run_initial_load(args.load_rows, args.debezium_load_rows, args.load_source) if args.load_rows else None
+    load = (run_initial_load(args.load_rows, args.debezium_load_rows, args.load_source, args.peer)
+            if args.load_rows else None)
     results = {} if args.load_only else run(args.rows, args.batch_size, args.warmup_rows)
     if load is not None:
         results["initial_load"] = load
@@ -757,6 +791,8 @@ def print_initial_load(load: dict[str, Any]) -> None:
         debezium = load["debezium"]
         print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "
               f"({debezium['seconds']} s wall)  debezium / ceiling = {load['debezium_to_ceiling_ratio']}")
+    if "peer" in load:
+        print(peer_chameleon.describe_initial_load(load))
 
 
 def print_idle(idle: dict[str, Any]) -> str:
