@@ -63,6 +63,9 @@ LOAD_DATABASE = "bench_load"
 LOAD_ROWS = 1_000_000
 DEBEZIUM_LOAD_ROWS = 200_000
 ITEMS_COLUMNS = "id, name, amount, qty, created, note"
+# A fingerprint of every column of `items` (the source's dialect or PostgreSQL's in {epoch}).
+ITEMS_FINGERPRINT = ("SELECT COUNT(*), SUM(id), SUM(qty), SUM(amount), SUM(LENGTH(name)), SUM(LENGTH(note)), "
+                     "SUM(CASE WHEN created IS NULL THEN 0 ELSE {epoch} END) FROM {table}")
 
 
 @dataclass
@@ -460,11 +463,12 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
             if key.endswith("_seconds"):
                 cycle_seconds[key] = round(cycle_seconds.get(key, 0.0) + value, 3)
     results = {"changes": made, "runs": len(runs), "events": events, "seconds": round(seconds, 2),
-            "events_per_second": round(events / seconds), "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
-            "peak_rss_mb_python": max(r["peak_rss_mb_python"] for r in runs),
-            "peak_rss_mb_jvm": max(r["peak_rss_mb_jvm"] for r in runs), "cycle_seconds": cycle_seconds,
-            "exact": same_items(source, destination, database, f"{database}_spark"),
-            "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
+               "events_per_second": round(events / seconds),
+               "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
+               "peak_rss_mb_python": max(r["peak_rss_mb_python"] for r in runs),
+               "peak_rss_mb_jvm": max(r["peak_rss_mb_jvm"] for r in runs), "cycle_seconds": cycle_seconds,
+               "exact": same_items(source, destination, database, f"{database}_spark"),
+               "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
     if peer:
         peer_chameleon.add_backlog(results, peer_backlog)
     return results
@@ -478,10 +482,6 @@ def same_items(source: MariaDbServer, destination: PostgresServer, database: str
     if not same:
         log.warning("the destination's items differ from the source's: source %s, destination %s", theirs, ours)
     return same
-
-
-ITEMS_FINGERPRINT = ("SELECT COUNT(*), SUM(id), SUM(qty), SUM(amount), SUM(LENGTH(name)), SUM(LENGTH(note)), "
-                     "SUM(CASE WHEN created IS NULL THEN 0 ELSE {epoch} END) FROM {table}")
 
 
 def source_items_fingerprint(source: MariaDbServer, database: str) -> list[Decimal]:
