@@ -443,8 +443,9 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
     database = "bench_backlog"
     load_source(source, changes, database, "items")
     measure_sync_process(source, destination, work, database, "spark", ["items"])  # the initial load
-    peer_backlog = peer_chameleon.PeerBacklog(source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
-    if peer:
+    peer_backlog = (peer_chameleon.PeerBacklog(source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
+                    if peer else None)
+    if peer_backlog:
         peer_backlog.initialise()
     made = change_source(source, changes, database)
     runs = []
@@ -469,7 +470,7 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
                "peak_rss_mb_jvm": max(r["peak_rss_mb_jvm"] for r in runs), "cycle_seconds": cycle_seconds,
                "exact": same_items(source, destination, database, f"{database}_spark"),
                "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
-    if peer:
+    if peer_backlog:
         peer_chameleon.add_backlog(results, peer_backlog)
     return results
 

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import pwd
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -267,8 +266,8 @@ def _run(command: list[str], cwd: Path | None = None) -> None:
     result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                             timeout=INSTALL_TIMEOUT_SECONDS, check=False, cwd=cwd)
     if result.returncode:
-        raise RuntimeError(f"{Path(shutil.which(command[0]) or command[0]).name} exited with {result.returncode} "
-                           f"installing {PEER_NAME}:\n{_tail(result.stdout + result.stderr)}")
+        raise RuntimeError(f"{' '.join(command)} exited with {result.returncode} installing {PEER_NAME}:\n"
+                           f"{_tail(result.stdout + result.stderr)}")
 
 
 def _reports_failure(output: str) -> bool:
