@@ -23,10 +23,11 @@ import logging
 import os
 import pwd
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 import psycopg
 import yaml
@@ -49,6 +50,9 @@ DESTINATION_PASSWORD = "trusted"
 INSTALL_TIMEOUT_SECONDS = 900
 COMMAND_TIMEOUT_SECONDS = 3600
 POLL_SECONDS = 0.5
+# Between polls, at least this many times the poll's own duration: the fingerprint scans the whole table, and
+# polling must not take the destination's CPU from the peer it times.
+POLL_SPACING = 9
 OUTPUT_TAIL_LINES = 30
 
 
@@ -94,8 +98,9 @@ class Chameleon:
                                f"{result.returncode}:\n{_tail(output)}")
         return output
 
-    def start(self, command: str) -> subprocess.Popen:
-        return subprocess.Popen(self.command(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    def start(self, command: str, output: IO[str]) -> subprocess.Popen:
+        """Start `chameleon <command>` in the background, its output (its log) into the file `output`."""
+        return subprocess.Popen(self.command(command), stdin=subprocess.DEVNULL, stdout=output,
                                 stderr=subprocess.STDOUT, text=True, cwd=self.home)
 
     def command(self, command: str) -> list[str]:
@@ -222,20 +227,25 @@ class PeerBacklog:
 
         wanted = source_items_fingerprint(self.source, self.database)
         started = time.monotonic()
-        process = self.chameleon.start("start_replica")
+        output = tempfile.TemporaryFile("w+")
+        process = self.chameleon.start("start_replica", output)
         try:
-            while (found := destination_items_fingerprint(self.destination, self.database,
-                                                          self.dest_database)) != wanted:
+            while True:
+                polled = time.monotonic()
+                found = destination_items_fingerprint(self.destination, self.database, self.dest_database)
+                if found == wanted:
+                    break
                 if process.poll() is not None:
                     raise RuntimeError(f"{PEER_NAME} start_replica (source {SOURCE_NAME}) exited with "
-                                       f"{process.returncode} before catching up:\n{_tail(process.stdout.read())}")
+                                       f"{process.returncode} before catching up:\n{_tail(_read(output))}")
                 if time.monotonic() - started > timeout:
                     raise RuntimeError(f"{PEER_NAME} had not caught up {changes} changes after {timeout:.0f} s: "
                                        f"source {wanted}, destination {found}")
-                time.sleep(POLL_SECONDS)
+                time.sleep(max(POLL_SECONDS, POLL_SPACING * (time.monotonic() - polled)))
             seconds = time.monotonic() - started
         finally:
             self._stop(process)
+            output.close()
         return {"peer": f"{PEER_NAME} {PEER_VERSION}", "versions": installed_versions(self.chameleon),
                 "changes": changes, "seconds": round(seconds, 2), "events_per_second": round(changes / seconds)}
 
@@ -250,8 +260,6 @@ class PeerBacklog:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 def _ensure_os_user(user: str) -> None:
@@ -275,6 +283,11 @@ def _reports_failure(output: str) -> bool:
     harmless `SystemExit: 0` traceback after every foreground command."""
     harmless = output.rstrip().endswith("SystemExit: 0") and output.count("Traceback") == 1
     return " ERROR: " in output or ("Traceback" in output and not harmless)
+
+
+def _read(output: IO[str]) -> str:
+    output.seek(0)
+    return output.read()
 
 
 def _tail(output: str) -> str:
