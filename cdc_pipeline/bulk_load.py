@@ -182,6 +182,35 @@ def reconciled_load(conn: psycopg.Connection, schema: str, connector: str) -> in
     return None if row is None else int(row[0])
 
 
+def _load_tables(conn: psycopg.Connection, schema: str, connector: ConnectorConfig,
+                 cur: Any) -> tuple[list[Any], list[str]]:
+    """The source tables the connector's load copies (those it captures, or the ones a snapshot request named), and
+    the named ones the source does not have."""
+    wanted = conn.execute(sql.SQL("SELECT tables FROM {} WHERE connector = %s").format(
+        _table(schema, "bulk_loads")), (connector.name,)).fetchone()[0]
+    listed = [table for table in module_for(connector.type).tables_of(cur, connector)
+              if captures(connector, table.name) and (wanted is None or table.name in wanted)]
+    return listed, sorted(set(wanted or ()) - {table.name for table in listed})
+
+
+def tables_awaiting_creation(conn: psycopg.Connection, schema: str, connector: ConnectorConfig,
+                             object_map: objmap.ObjectMap) -> list[str]:
+    """The tables the connector's running load is to copy whose destination table does not exist yet, when its
+    source creates them by its schema snapshot's events (MariaDB/MySQL: the engine's CREATE TABLE events, which the
+    load waits for); [] when none, or for a load already planned."""
+    source = module_for(connector.type)
+    load_id = running_load(conn, schema, connector.name)
+    if not source.DDL_EVENTS or load_id is None:
+        return []
+    if conn.execute(sql.SQL("SELECT 1 FROM {} WHERE connector = %s AND load_id = %s LIMIT 1").format(
+            _table(schema, "bulk_load_tables")), (connector.name, load_id)).fetchone() is not None:
+        return []
+    with source.connect(connector) as source_conn, source_conn.cursor() as cur:
+        listed, _ = _load_tables(conn, schema, connector, cur)
+    with conn.cursor() as dest:
+        return [table.name for table in listed if destination_table(dest, *object_map.table_name(table.name)) is None]
+
+
 def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, dict[str, Any]]:
     """Per table read under one consistent snapshot (no key): that snapshot's binlog position. The stream skips
     the table's changes committed before it."""
@@ -280,11 +309,7 @@ class BulkLoader:
         tables = self._read_tables(load_id)
         if tables:
             return tables
-        wanted = self.conn.execute(sql.SQL("SELECT tables FROM {} WHERE connector = %s").format(
-            _table(self.schema, "bulk_loads")), (self.connector.name,)).fetchone()[0]
-        listed = [table for table in self.source.tables_of(cur, self.connector)
-                  if captures(self.connector, table.name) and (wanted is None or table.name in wanted)]
-        missing = sorted(set(wanted or ()) - {table.name for table in listed})
+        listed, missing = _load_tables(self.conn, self.schema, self.connector, cur)
         if missing:
             raise CdcError(f"the bulk snapshot asked for tables the source does not have: {', '.join(missing)}",
                            connector=self.connector.name)

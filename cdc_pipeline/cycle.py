@@ -262,6 +262,11 @@ class ConnectorSession:
                 self.record_streaming()
         return done
 
+    def tables_awaiting_creation(self) -> list[str]:
+        """The tables the running load copies whose destination table its schema snapshot has not created yet."""
+        assert self.conn is not None and self.object_map is not None
+        return bulk_load.tables_awaiting_creation(self.conn, self.control_schema, self.connector, self.object_map)
+
     def reconcile_load(self, offset: dict[str, Any] | None) -> None:
         """Once the stream has applied past the finished load's end (`offset`: the last applied change's, or a
         position before which every change is applied), the loaded tables show the source at one moment: their

@@ -37,6 +37,8 @@ GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had not
 # On a quiet source, the schema snapshot is over once Debezium says it completed and both queues stayed empty this
 # long (what the engine's thread polled may still be on its way into our queue for a moment).
 SCHEMA_SNAPSHOT_SETTLE_SECONDS = 0.5
+# How long the load waits, once the schema snapshot settled, for the CREATE TABLE event of a table it copies.
+SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS = 30.0
 
 
 class FetchCycle:
@@ -58,6 +60,7 @@ class FetchCycle:
         self.events = 0
         self.last_batch_at = self.started
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
+        self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
 
     @property
@@ -100,7 +103,7 @@ class FetchCycle:
             if self.group:
                 yield self._take_group()
                 continue
-            if self._snapshot_settled(now):
+            if self._snapshot_settled(now) and not self._load_tables_awaited(now):
                 log.info("%s: the schema snapshot completed", self.connector.name)
                 break
             self._raise_unless_engine_alive(now, "start polling", started=self.runner.is_polling())
@@ -130,6 +133,21 @@ class FetchCycle:
         snapshot = self.runner.snapshot_status()
         return bool(snapshot.get("completed")) and self.runner.engine_queue_empty() \
             and self.runner.queued_batches() == 0
+
+    def _load_tables_awaited(self, now: float) -> bool:
+        """Whether the load is to wait for more of the schema snapshot: a table it copies has no destination table
+        yet, its CREATE TABLE event still on its way from the engine (a loaded machine can hold it past the settle
+        time). After SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS the load starts all the same, and fails naming the table."""
+        if not self.session.bulk_load_pending:
+            return False
+        awaited = self.session.tables_awaiting_creation()
+        if not awaited:
+            return False
+        if self.settled_at is None:
+            self.settled_at = now
+            log.info("%s: the schema snapshot completed; the load waits for its CREATE TABLE of %s",
+                     self.connector.name, ", ".join(awaited))
+        return now - self.settled_at < SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS
 
     def _raise_unless_engine_alive(self, now: float, waiting_to: str, started: bool) -> None:
         """Raises the engine's failure, or a timeout when it has not `started` within the start timeout."""
