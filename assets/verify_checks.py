@@ -62,7 +62,7 @@ def build_verify_checks(connector: ConnectorConfig, tables: list[ReplicatedTable
     by_key = {table_asset_key(table): table for table in tables}
 
     @multi_asset_check(
-        name=f"verify_{connector.name}", can_subset=True,
+        name=f"verify_{connector.name}_tables", can_subset=True,
         specs=[AssetCheckSpec(VERIFY_CHECK, asset=key, blocking=False, description=(
             f"Compares {table.source_table} in the source with this table, by key-range hashes of the values as the "
             "mapping rules write them (cdc-pipeline verify); fails naming the keys that differ. Differences seen "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from dagster import AssetKey, DagsterInstance, RunRequest, SkipReason, build_sensor_context
+from dagster import AssetKey, DagsterInstance, Definitions, RunRequest, SkipReason, build_sensor_context
 
 from assets.definitions import build_definitions
 from assets.verify_checks import VERIFY_CHECK
@@ -29,6 +29,7 @@ def test_verify_check_passes_on_equal_tables_and_names_a_tampered_key(pipeline):
     orders, notes = AssetKey([pipeline.dest_schema, "orders"]), AssetKey([pipeline.dest_schema, "notes"])
 
     defs = build_definitions(config)
+    Definitions.validate_loadable(defs)  # as `dagster definitions validate` (names unique across jobs and checks)
     job = defs.resolve_job_def(f"verify_{pipeline.name}")
     schedule = defs.resolve_schedule_def(f"verify_{pipeline.name}_schedule")
     assert schedule.cron_schedule == "0 3 * * *"
