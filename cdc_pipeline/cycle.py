@@ -27,7 +27,8 @@ from cdc_pipeline.sink.apply import BatchApplier
 from cdc_pipeline.sink.plan import BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.decode.events import EventRef, ParsedBatch, parse_events, redelivery_test
+from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_events, parse_index,
+                                         redelivery_test)
 from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
@@ -37,7 +38,7 @@ from cdc_pipeline.capture.runner import (
     merge_batches,
 )
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.capture.spark import batch_dataframe
+from cdc_pipeline.capture.spark import SparkStart, batch_dataframe
 from cdc_pipeline.fetch_phases import FetchCycle
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
@@ -118,11 +119,11 @@ class ConnectorSession:
     snapshot mode, or a `start_offset` given to the run, takes effect before the engine starts.
     """
 
-    def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession,
+    def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
                  start_offset: str | None = None) -> None:
         self.connector = connector
         self.destination = destination
-        self.spark = spark
+        self._spark = spark
         self.start_offset = start_offset
         self.conn: psycopg.Connection | None = None
         self.runner: DebeziumRunner | None = None
@@ -145,6 +146,18 @@ class ConnectorSession:
         self.applied_batch_ids: list[int] = []
         self._completed_batch_ids: set[int] = set()
         self._staging: ExecutorStaging | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's Spark session; one still starting (`SparkStart`) is waited for here, at its first use."""
+        if isinstance(self._spark, SparkStart):
+            self._spark = self._spark.session()
+        return self._spark
+
+    @property
+    def jvm(self) -> Any:
+        """The driver JVM (without waiting for a session still starting)."""
+        return self._spark._jvm
 
     @property
     def control_schema(self) -> str:
@@ -202,7 +215,8 @@ class ConnectorSession:
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
         sources.prepare_capture(connector)
-        self.runner = DebeziumRunner(self.spark, name, debezium_properties(connector, self.destination),
+        # The engine needs the driver JVM only: it starts while a session still starting is being made.
+        self.runner = DebeziumRunner(self._spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector))
         self.runner.start()
         self.cycle_stats = CycleStats()
@@ -540,8 +554,10 @@ def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]
     """Parses each group of fetched batches as one batch (one Spark job, one transaction), lazily."""
     for group in groups:
         with session.phase(control.PHASE_PARSING, "parse"):
-            batch = merge_batches(group, session.spark._jvm)
-            parsed = parse_events(batch_dataframe(session.spark, batch), batch)
+            batch = merge_batches(group, session.jvm)
+            # A group without data changes (the schema snapshot's) needs no Spark job, nor the session yet.
+            parsed = (parse_events(batch_dataframe(session.spark, batch), batch) if has_data_changes(batch)
+                      else parse_index(batch))
         yield parsed
 
 
@@ -645,7 +661,7 @@ def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
     return {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
 
 
-def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession,
+def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
               start_offset: str | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
     convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.

@@ -37,6 +37,7 @@ GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had not
 # On a quiet source, the schema snapshot is over once Debezium says it completed and both queues stayed empty this
 # long (what the engine's thread polled may still be on its way into our queue for a moment).
 SCHEMA_SNAPSHOT_SETTLE_SECONDS = 0.5
+SETTLE_POLL_SECONDS = 0.05  # the fetch's wait while the schema snapshot may have settled
 # How long the load waits, once the schema snapshot settled, for the CREATE TABLE event of a table it copies.
 SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS = 30.0
 
@@ -88,7 +89,8 @@ class FetchCycle:
                 log.info("%s: paused during the schema snapshot", self.connector.name)
                 goes_on = False
                 break
-            batch = self._fetch()
+            # Once the snapshot's tables exist the load need not wait for the fetch's timeout to see it settled.
+            batch = self._fetch(SETTLE_POLL_SECONDS if not self.group and self._load_tables_created() else None)
             now = time.monotonic()
             if batch is not None and batch.streamed:
                 log.info("%s: the schema snapshot ended; the stream's first batch waits for the bulk load",
@@ -127,12 +129,18 @@ class FetchCycle:
         return True
 
     def _snapshot_settled(self, now: float) -> bool:
-        """Debezium's snapshot completed and nothing of it is left on the way to us (its queue and ours empty)."""
-        if now - self.last_batch_at < SCHEMA_SNAPSHOT_SETTLE_SECONDS:
-            return False
+        """Debezium's snapshot completed and nothing of it is left on the way to us (its queue and ours empty), for
+        SCHEMA_SNAPSHOT_SETTLE_SECONDS since its last batch. A load waits no longer than for its own tables: once
+        the snapshot's events came and every table it copies has its destination table, what may still be on the
+        way is about other tables, and is applied as the stream's first changes."""
         snapshot = self.runner.snapshot_status()
-        return bool(snapshot.get("completed")) and self.runner.engine_queue_empty() \
-            and self.runner.queued_batches() == 0
+        if not (snapshot.get("completed") and self.runner.engine_queue_empty() and self.runner.queued_batches() == 0):
+            return False
+        return now - self.last_batch_at >= SCHEMA_SNAPSHOT_SETTLE_SECONDS or self._load_tables_created()
+
+    def _load_tables_created(self) -> bool:
+        """Whether a load is pending, the schema snapshot's events came, and every table it copies exists."""
+        return self.session.bulk_load_pending and self.events > 0 and not self.session.tables_awaiting_creation()
 
     def _load_tables_awaited(self, now: float) -> bool:
         """Whether the load is to wait for more of the schema snapshot: a table it copies has no destination table
@@ -175,6 +183,7 @@ class FetchCycle:
             if session.halted():
                 log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
                 break
+            asked = time.monotonic()
             batch = self._fetch()
             now = time.monotonic()
             continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
@@ -218,8 +227,9 @@ class FetchCycle:
                     # Recorded once the queue is drained: a snapshot's batches may still be queued when streaming
                     # starts.
                     session.record_streaming()
-                # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
-                streaming_since = streaming_since or now
+                # Idle counts from when streaming connected, not from engine start: the log reader may connect late;
+                # and at the earliest from the start of the fetch that found nothing (after a load: from its end).
+                streaming_since = streaming_since or asked
                 quiet_for = now - max(self.last_batch_at, streaming_since)
                 if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
                         and quiet_for >= connector.idle_timeout_seconds / 2:
@@ -277,12 +287,13 @@ class FetchCycle:
             return True
         return sources.stream_passed(reader, end)
 
-    def _fetch(self) -> FetchedBatch | None:
+    def _fetch(self, wait_seconds: float | None = None) -> FetchedBatch | None:
         if self.carried is not None:
             batch, self.carried = self.carried, None
             return batch
         with self.session.phase(control.PHASE_FETCHING, "fetch"):
-            return self.runner.fetch(GROUP_WAIT_SECONDS if self.group else FETCH_WAIT_SECONDS)
+            return self.runner.fetch(wait_seconds if wait_seconds is not None
+                                     else GROUP_WAIT_SECONDS if self.group else FETCH_WAIT_SECONDS)
 
     def _add(self, batch: FetchedBatch, now: float) -> list[FetchedBatch] | None:
         """Adds a fetched batch to the open group; returns the group it closed, when the batch did not fit in it

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Mapping
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.capture import jvm_archive
@@ -70,29 +72,96 @@ def build_spark_session(spark: SparkConfig | None = None, *, conf: Mapping[str, 
     Works with any master; only the driver runs Debezium. When a session already runs in this process it is
     reused: the driver classpath can only be set when the JVM starts.
     """
-    settings = spark_settings(spark, conf)
+    return _session_of(spark_settings(spark, conf))
+
+
+def _local_ip(settings: Mapping[str, str]) -> None:
     if settings["spark.master"].startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _session_of(settings: Mapping[str, str]) -> SparkSession:
+    _local_ip(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     return prepare_session(builder.getOrCreate())
 
 
+class SparkStart:
+    """A Spark session on its way: the driver JVM is launched at once and the session is built in a background
+    thread, so that what needs the JVM alone (the Debezium runner: its engine's start and schema snapshot take
+    seconds) starts while Spark's context and SQL session are made, on the other core.
+
+    `_jvm` waits for the JVM only; `session()` for the whole session. A failure to start is raised by either.
+    """
+
+    def __init__(self, spark: SparkConfig | None = None, *, conf: Mapping[str, str] | None = None) -> None:
+        self._settings = spark_settings(spark, conf)
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._jvm_ready = threading.Event()
+        self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            _local_ip(self._settings)
+            if SparkContext._gateway is None:
+                conf = SparkConf()  # no JVM yet: the settings go to spark-submit, which launches it
+                for key, value in self._settings.items():
+                    conf.set(key, value)
+                SparkContext._ensure_initialized(conf=conf)
+            prepare_jvm(SparkContext._jvm)
+            self._jvm_ready.set()
+            self._session = _session_of(self._settings)
+        except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits for it
+            self._error = exc
+        finally:
+            self._jvm_ready.set()
+
+    @property
+    def _jvm(self) -> Any:
+        """The driver JVM's view, once it runs (the session may still be on its way)."""
+        self._jvm_ready.wait()
+        jvm = SparkContext._jvm
+        if jvm is None:
+            self._thread.join()
+            raise self._error or RuntimeError("the Spark driver JVM did not start")
+        return jvm
+
+    def session(self) -> SparkSession:
+        """The Spark session, once built."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
+
+
+def session_of(spark: "SparkSession | SparkStart") -> SparkSession:
+    return spark.session() if isinstance(spark, SparkStart) else spark
+
+
 def prepare_session(session: SparkSession) -> SparkSession:
     """Sets the log levels of Spark and of the runner, and keeps third-party warnings quiet unless asked for; done
     again on a session already prepared, it changes nothing."""
     session.sparkContext.setLogLevel(os.environ.get("CDC_SPARK_LOG_LEVEL", "WARN"))
-    set_runner_log_level(session, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))
-    if not os.environ.get(THIRD_PARTY_WARNINGS_ENV):
-        # ANTLR's version warnings (Debezium's DDL parser against Spark's ANTLR runtime) say nothing a user can act on.
-        getattr(session._jvm, f"{JAVA_PACKAGE}.QuietStderr").install()
+    prepare_jvm(session._jvm)
     return session
 
 
-def set_runner_log_level(session: SparkSession, level: str) -> None:
+def prepare_jvm(jvm: Any) -> None:
+    """The runner's log level, and third-party warnings kept quiet unless asked for: what the runner needs before
+    its engine starts (also before the Spark session exists)."""
+    set_runner_log_level(jvm, os.environ.get("CDC_RUNNER_LOG_LEVEL", "INFO"))
+    if not os.environ.get(THIRD_PARTY_WARNINGS_ENV):
+        # ANTLR's version warnings (Debezium's DDL parser against Spark's ANTLR runtime) say nothing a user can act on.
+        getattr(jvm, f"{JAVA_PACKAGE}.QuietStderr").install()
+
+
+def set_runner_log_level(jvm: Any, level: str) -> None:
     """Sets the log level of Debezium and the runner; an explicit level also gets past Spark's shell filter."""
-    jvm: Any = session._jvm
     log4j_level = jvm.org.apache.logging.log4j.Level.toLevel(level)
     configurator = jvm.org.apache.logging.log4j.core.config.Configurator
     for logger in ("io.debezium", "io.cdcpipeline"):

@@ -108,7 +108,7 @@ class ParsedBatch:
     """A batch ready to plan: the index of its events on the driver, and its row images as a lazy DataFrame."""
 
     batch: FetchedBatch
-    events: DataFrame
+    events: DataFrame | None  # None: a batch without data changes (schema changes, heartbeats), Spark not involved
     refs: list[EventRef] = field(default_factory=list)
     cached: bool = False
     lines: DataFrame | None = None  # the data-change lines the events were parsed from
@@ -135,13 +135,27 @@ class ParsedBatch:
 
     def cache(self) -> None:
         """Keeps the parsed row images once computed, for batches whose several segments each read them."""
-        if not self.cached:
+        if not self.cached and self.events is not None:
             self.events = self.events.cache()
             self.cached = True
 
     def release(self) -> None:
-        if self.cached:
+        if self.cached and self.events is not None:
             self.events.unpersist()
+
+
+def event_refs(batch: FetchedBatch) -> list[EventRef]:
+    """The batch's index as EventRefs in source order."""
+    return sorted((event_ref(entry) for entry in batch.index), key=lambda ref: ref.seq)
+
+
+def has_data_changes(batch: FetchedBatch) -> bool:
+    return any(entry.get("kind") == DATA_CHANGE for entry in batch.index)
+
+
+def parse_index(batch: FetchedBatch) -> ParsedBatch:
+    """A batch without data changes (a schema snapshot's, heartbeats): its index is all there is to parse."""
+    return ParsedBatch(batch=batch, events=None, refs=event_refs(batch))
 
 
 def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
@@ -164,8 +178,7 @@ def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
         # used, never go missing.
         (F.col("e.seq").isNull() | (F.col("e.seq") != F.col("line_seq")) | value["op"].isNull()).alias("malformed"),
     )
-    refs = sorted((event_ref(entry) for entry in batch.index), key=lambda ref: ref.seq)
-    return ParsedBatch(batch=batch, events=events, refs=refs, lines=data_lines)
+    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch), lines=data_lines)
 
 
 def fail_on_malformed(frame: DataFrame) -> DataFrame:

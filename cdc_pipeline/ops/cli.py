@@ -53,7 +53,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     cycle replays from that offset.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
-    from cdc_pipeline.capture.spark import build_spark_session
+    from cdc_pipeline.capture.spark import SparkStart
 
     config = load_config()
     connector = config.connector(name)
@@ -69,8 +69,10 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
         if idle is not None:
             return {"connector": name, "batches": 0, **control.BatchCounts().as_dict(),
                     "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle}
+    # The driver JVM starts now; the checks and the engine's start run while Spark's session is being made.
+    spark = SparkStart(config.spark)
     preflight.require_ready(connector, config.destination)
-    return run_cycle(connector, config.destination, build_spark_session(config.spark), start_offset=start_offset)
+    return run_cycle(connector, config.destination, spark, start_offset=start_offset)
 
 
 def format_summary(summary: dict[str, Any]) -> str:

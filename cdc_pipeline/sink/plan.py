@@ -301,6 +301,7 @@ def attach_dml_frames(plan: BatchPlan) -> None:
         plan.parsed.cache()
     events = plan.parsed.events
     for step in segments:
+        assert events is not None, "a batch with data changes has their frame"
         step.fields = plan.parsed.fields(step.schema_id)
         step.frame = fail_on_malformed(events if whole else events.where(
             F.col("seq").between(step.first_seq, step.last_seq)
