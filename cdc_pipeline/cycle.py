@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,18 @@ RETRY = "retry"
 ROW_COPYING_MODES = ("initial", "initial_only", "when_needed", "always")
 
 
+def process_started_epoch() -> float | None:
+    """When this process started (Linux: /proc), or None."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 @dataclass
 class CycleStats:
     """The numbers of one fetch cycle, with the time spent in each phase."""
@@ -61,6 +74,7 @@ class CycleStats:
     first_fetch_at: float | None = None
     last_commit_at: float | None = None
     last_commit_epoch: float | None = None
+    first_row_epoch: float | None = None  # when the first row this cycle wrote moved (`rows_committed`)
     finished_at: float | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
     bulk_snapshot_pending: bool = False  # the connector's bulk snapshot goes on in a later run
@@ -90,13 +104,28 @@ class CycleStats:
             return None
         return round(max(0.0, self.last_commit_epoch - self.counts.last_source_ms / 1000), 3)
 
+    def rows_committed(self, sent_epoch: float | None = None) -> None:
+        """Rows were committed (sent from `sent_epoch`, a load's chunks: when the first chunk's copy began; a group:
+        now): the first time is kept."""
+        self.first_row_epoch = self.first_row_epoch or sent_epoch or time.time()
+
+    def first_row_seconds(self) -> float | None:
+        """Seconds from this process's start to its first row moved (a run's fixed cost, as a user sees it): sent
+        into the destination by a chunk of a load, or committed by a group of the stream."""
+        started = process_started_epoch()
+        if self.first_row_epoch is None or started is None:
+            return None
+        return round(self.first_row_epoch - started, 2)
+
     def as_dict(self) -> dict[str, Any]:
         events = self.counts.events
         lag = self.lag_seconds()
+        first_row = self.first_row_seconds()
         return {
             "batches": self.batches,
             **self.counts.as_dict(),
             **({} if lag is None else {"lag_seconds": lag}),
+            **({} if first_row is None else {"first_row_seconds": first_row}),
             "seconds": round(self.seconds, 3),
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),
@@ -291,12 +320,14 @@ class ConnectorSession:
         bulk_load.reconcile(self.conn, self.control_schema, self.connector.name, offset)
         self.load_end = None
 
-    def _count_loaded_rows(self, rows: int, zero_dates: int) -> None:
+    def _count_loaded_rows(self, rows: int, zero_dates: int, first_copy_epoch: float | None = None) -> None:
         stats = self.cycle_stats
         now = time.monotonic()
         stats.first_fetch_at = stats.first_fetch_at or now
         stats.last_commit_at = now
         stats.last_commit_epoch = time.time()
+        if rows:
+            stats.rows_committed(first_copy_epoch)
         stats.counts.events += rows
         stats.counts.snapshot_rows += rows
         stats.counts.zero_dates += zero_dates
@@ -600,6 +631,8 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         session.record_stage(plan)
         stats.last_commit_at = time.monotonic()
         stats.last_commit_epoch = time.time()
+        if counts.inserts or counts.updates or counts.deletes or counts.snapshot_rows:
+            stats.rows_committed()
         stats.batches += 1
         stats.counts.add(counts)
         for table in plan.retired_positions:

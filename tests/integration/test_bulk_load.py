@@ -78,20 +78,20 @@ def _stage(pipeline: Pipeline) -> str:
 
 def test_a_table_larger_than_one_run_loads_over_several_runs(pipeline: Pipeline):
     pipeline.source([KEYED])
-    _fill(pipeline, 6_000)
-    # A run copies at least one slice of chunks (twice the parallelism: 4 chunks here), then stops at its budget,
-    # with the next slice planned.
+    _fill(pipeline, 10_000)
+    # A run copies at least one slice of chunks (four times the parallelism: 8 chunks here), then stops at its
+    # budget, with the next slice planned (while the slice was copied).
     pipeline.write_config(snapshot_chunk_rows=500, max_seconds_per_run=0.01)
     done = []
     for _ in range(3):
         summary = pipeline.sync()
         done.append((summary["snapshot_rows"], _chunks(pipeline), _load(pipeline), _stage(pipeline)))
     table = f"{pipeline.source_db}.items"
-    assert done == [(2_000, [(table, 8, 4, 2_000)], (1, False), "initial snapshot"),
-                    (2_000, [(table, 12, 8, 4_000)], (1, False), "initial snapshot"),
-                    (2_000, [(table, 12, 12, 6_000)], (1, True), "change data capture")]
+    assert done == [(4_000, [(table, 16, 8, 4_000)], (1, False), "initial snapshot"),
+                    (4_000, [(table, 20, 16, 8_000)], (1, False), "initial snapshot"),
+                    (2_000, [(table, 20, 20, 10_000)], (1, True), "change data capture")]
     pipeline.assert_same("items")
-    assert pipeline.stats(["snapshot_rows"]) == {"snapshot_rows": 6_000}
+    assert pipeline.stats(["snapshot_rows"]) == {"snapshot_rows": 10_000}
     pipeline.source(["UPDATE items SET qty = 0 WHERE id % 100 = 0", "DELETE FROM items WHERE id > 5990"])
     pipeline.write_config(snapshot_chunk_rows=500)
     pipeline.sync()
