@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from typing import Any, Mapping
 
@@ -33,11 +34,22 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The driver JVM lives for one run (seconds to minutes) on a few cores: the client compiler alone and the serial
 # collector cost far less CPU than C2's compilations and G1's threads return in so short a life (docs/decisions.md,
 # "The driver JVM's compiler and collector"). Options of the connectors file's spark.driver.extraJavaOptions come
-# after these, so the JVM takes theirs; executors of a cluster keep their own.
+# after these, so the JVM takes theirs (a collector they select replaces ours); executors of a cluster keep their own.
 DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 DRIVER_CLASSPATH = "spark.driver.extraClassPath"
 JARS = "spark.jars"
 APP_NAME = "cdc-pipeline"
+
+
+# A JVM refuses to start with two collectors selected, so a collector the connectors file names replaces ours.
+_COLLECTOR_OPTION = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def _driver_jit_options(given: str | None) -> str:
+    """DRIVER_JIT_OPTIONS, without the serial collector when `given` (the file's options) selects a collector."""
+    if given and _COLLECTOR_OPTION.search(given):
+        return _COLLECTOR_OPTION.sub("", DRIVER_JIT_OPTIONS).strip()
+    return DRIVER_JIT_OPTIONS
 
 
 def spark_settings(spark: SparkConfig | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -52,8 +64,8 @@ def spark_settings(spark: SparkConfig | None = None, conf: Mapping[str, str] | N
     spark = spark or SparkConfig()
     jars = runner_classpath()
     settings = {**DEFAULT_CONF, "spark.master": spark.master, "spark.app.name": APP_NAME, **spark.conf, **(conf or {})}
-    settings[DRIVER_JAVA_OPTIONS] = " ".join(part for part in (DRIVER_JIT_OPTIONS, settings.get(DRIVER_JAVA_OPTIONS))
-                                             if part)
+    given = settings.get(DRIVER_JAVA_OPTIONS)
+    settings[DRIVER_JAVA_OPTIONS] = " ".join(part for part in (_driver_jit_options(given), given) if part)
     additions = {
         DRIVER_CLASSPATH: (os.pathsep.join(str(jar) for jar in jars), os.pathsep),
         JARS: (",".join(str(jar) for jar in executor_jars()), ","),
