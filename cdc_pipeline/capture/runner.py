@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,6 +308,7 @@ class DebeziumRunner:
         params.setQueueCapacity(queue_capacity)
         self._java = getattr(jvm, f"{JAVA_PACKAGE}.DebeziumRunner")(params)
         self._started = False
+        self._spool_dir: str | None = None
 
     def start(self) -> None:
         self._java.start()
@@ -312,6 +316,9 @@ class DebeziumRunner:
 
     def stop(self, timeout_seconds: float = 60.0) -> None:
         """Stops the engine (flushing the offsets of completed batches); does nothing if never started."""
+        if self._spool_dir is not None:
+            shutil.rmtree(self._spool_dir, ignore_errors=True)
+            self._spool_dir = None
         if self._started:
             self._java.stop(int(timeout_seconds * 1000))
             self._started = False
@@ -359,15 +366,27 @@ class DebeziumRunner:
         if batch is None:
             self.raise_if_failed()
             return None
+        # The index and schemas (hundreds of bytes an event) come through a file, not as py4j strings.
+        path = os.path.join(self._spool(), "batch.json")
+        batch.writeHeader(path)
+        with open(path, "rb") as header_file:
+            header = json.loads(header_file.read())
+        os.unlink(path)
         return FetchedBatch(
-            batch_id=int(batch.id()),
-            size=int(batch.size()),
+            batch_id=int(header["id"]),
+            size=int(header["size"]),
             java_batch=batch,
-            schemas=json.loads(batch.schemas()),
-            last_offset=json.loads(batch.lastOffset()),
-            last_partition=json.loads(batch.lastPartition()),
-            index=json.loads(batch.index()),
+            schemas=header["schemas"],
+            last_offset=header["last_offset"],
+            last_partition=header["last_partition"],
+            index=header["index"],
         )
+
+    def _spool(self) -> str:
+        """A private directory of this runner for the batches' headers (removed when the runner stops)."""
+        if self._spool_dir is None:
+            self._spool_dir = tempfile.mkdtemp(prefix="cdc-runner-")
+        return self._spool_dir
 
     def mark_complete(self, batch_id: int) -> int:
         """Marks the batch processed so the engine's offset moves past it; returns its event count."""

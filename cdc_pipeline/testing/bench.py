@@ -461,7 +461,7 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
     cycle_seconds: dict[str, float] = {}
     for run in runs:
         for key, value in run["cycle"].items():
-            if key.endswith("_seconds"):
+            if key.endswith("_seconds") and key != "first_row_seconds":
                 cycle_seconds[key] = round(cycle_seconds.get(key, 0.0) + value, 3)
     results = {"changes": made, "runs": len(runs), "events": events, "seconds": round(seconds, 2),
                "events_per_second": round(events / seconds),
@@ -469,6 +469,8 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
                "peak_rss_mb_python": max(r["peak_rss_mb_python"] for r in runs),
                "peak_rss_mb_jvm": max(r["peak_rss_mb_jvm"] for r in runs), "cycle_seconds": cycle_seconds,
                "exact": same_items(source, destination, database, f"{database}_spark"),
+               # A run's fixed cost: from the first run's process start to its first row moved.
+               "first_row_seconds": runs[0]["cycle"].get("first_row_seconds"),
                "nothing_to_do_run_seconds": idle["seconds"], "nothing_to_do_run_cpu_seconds": idle["cpu_seconds"]}
     if peer_backlog:
         peer_chameleon.add_backlog(results, peer_backlog)
@@ -746,7 +748,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"backlog of {backlog['changes']} changes caught up by a fresh `cdc-pipeline sync` process: "
               f"{backlog['events_per_second']} changes/s ({backlog['seconds']} s wall in {backlog['runs']} run(s), "
               f"{backlog['cpu_seconds']} CPU s, peak RSS: JVM {backlog['peak_rss_mb_jvm']} MB, Python "
-              f"{backlog['peak_rss_mb_python']} MB; destination exact: {backlog['exact']}); a run with nothing to "
+              f"{backlog['peak_rss_mb_python']} MB; destination exact: {backlog['exact']}); first row moved "
+              f"{backlog['first_row_seconds']} s after the process started; a run with nothing to "
               f"do: {backlog['nothing_to_do_run_seconds']} s")
         if "peer" in backlog and not args.json:
             print(peer_chameleon.describe_backlog(backlog))
@@ -787,7 +790,8 @@ def print_initial_load(load: dict[str, Any]) -> None:
     print(f"  bulk snapshot engine (spark):           {bulk['rows_per_second']:>9} rows/s ({bulk['seconds']} s wall, "
           f"load {bulk['load_seconds']} s, {bulk['cpu_seconds']} CPU s, peak RSS: JVM {bulk['peak_rss_mb_jvm']} MB, "
           f"Python {bulk['peak_rss_mb_python']} MB)  bulk / ceiling = {load['bulk_to_ceiling_ratio']}")
-    print(f"  bulk load phase / ceiling = {load['load_to_ceiling_ratio']}; destination exact: {load.get('exact')}")
+    print(f"  bulk load phase / ceiling = {load['load_to_ceiling_ratio']}; destination exact: {load.get('exact')}; "
+          f"first row moved {bulk['cycle'].get('first_row_seconds')} s after the process started")
     if "debezium" in load:
         debezium = load["debezium"]
         print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "

@@ -1,5 +1,10 @@
 package io.cdcpipeline.runner;
 
+import java.io.IOException;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashSet;
@@ -128,6 +133,29 @@ public final class ChangeBatch {
 
     public String lastPartition() {
         return lastPartition;
+    }
+
+    /**
+     * The batch's id, size, index, schemas, last offset and last partition as one JSON object, written as UTF-8 to
+     * the file `path` (which the caller reads and removes): a local file hands megabytes to the driver's Python in
+     * a few milliseconds, where a py4j string takes about 40 ms a megabyte (its escaping on both sides).
+     */
+    public void writeHeader(String path) throws IOException {
+        try (Writer out = Files.newBufferedWriter(Paths.get(path), StandardCharsets.UTF_8)) {
+            out.write("{\"id\":");
+            out.write(Long.toString(id));
+            out.write(",\"size\":");
+            out.write(Integer.toString(records.size()));
+            out.write(",\"index\":");
+            out.write(index);
+            out.write(",\"schemas\":");
+            out.write(schemas);
+            out.write(",\"last_offset\":");
+            out.write(lastOffset);
+            out.write(",\"last_partition\":");
+            out.write(lastPartition);
+            out.write('}');
+        }
     }
 
     /**
