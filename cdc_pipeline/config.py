@@ -474,6 +474,8 @@ class ConnectorConfig:
     max_events_per_run: Optional[_between(1)] = None
     max_seconds_per_run: PositiveNumber = DEFAULT_MAX_SECONDS_PER_RUN
     idle_timeout_seconds: PositiveNumber = DEFAULT_IDLE_TIMEOUT_SECONDS
+    # The stream's next group is fetched, parsed and converted while the last one is applied (cycle.run_ahead).
+    run_ahead: bool = True
     # A run whose streaming connection to the source is lost and not regained for this long fails.
     source_lost_timeout_seconds: PositiveNumber = DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS
     letter_casing: LetterCasing = "lowercase"

@@ -13,6 +13,8 @@ import functools
 import json
 import logging
 import os
+import queue
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ from cdc_pipeline import bulk_load, control, faults, sources
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
-from cdc_pipeline.sink.plan import BatchPlan, attach_dml_frames, plan_batch, snapshot_marker
+from cdc_pipeline.sink.plan import BatchPlan, DmlStep, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
 from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_events, parse_index,
@@ -79,6 +81,7 @@ class CycleStats:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     bulk_snapshot_pending: bool = False  # the connector's bulk snapshot goes on in a later run
     budget_spent: bool = False  # the run ended at its budget with the stream not idle: the backlog goes on later
+    groups_run_ahead: int = 0  # groups fetched, parsed and converted while the one before was applied
 
     @property
     def seconds(self) -> float:
@@ -131,6 +134,7 @@ class CycleStats:
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),
             **({"bulk_snapshot_pending": True} if self.bulk_snapshot_pending else {}),
             **({"budget_spent": True} if self.budget_spent else {}),
+            **({"groups_run_ahead": self.groups_run_ahead} if self.groups_run_ahead else {}),
             **{f"{phase}_seconds": round(value, 3) for phase, value in self.phase_seconds.items()},
         }
 
@@ -154,7 +158,8 @@ class ConnectorSession:
         self.destination = destination
         self._spark = spark
         self.start_offset = start_offset
-        self.conn: psycopg.Connection | None = None
+        self._conn: psycopg.Connection | None = None
+        self._thread_conn = threading.local()  # the run-ahead thread's own connection (`run_ahead`)
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
         self.applied_offset: dict[str, Any] | None = None
@@ -175,6 +180,19 @@ class ConnectorSession:
         self.applied_batch_ids: list[int] = []
         self._completed_batch_ids: set[int] = set()
         self._staging: ExecutorStaging | None = None
+        self.checked_end: dict[str, Any] | None = None  # the stream's idle end, recorded once all is applied
+        self.stop_fetching = False  # the stream is to end at once (the run-ahead's consumer stopped)
+        self.streaming = False  # the fetch step is in its stream phase
+
+    @property
+    def conn(self) -> psycopg.Connection | None:
+        """The destination connection of the calling thread: the run's own (which holds the run lock and applies
+        the batches), or the run-ahead thread's (its phases and state reads, never inside a batch's transaction)."""
+        return getattr(self._thread_conn, "conn", None) or self._conn
+
+    @conn.setter
+    def conn(self, value: psycopg.Connection | None) -> None:
+        self._conn = value
 
     @property
     def spark(self) -> SparkSession:
@@ -500,6 +518,29 @@ class ConnectorSession:
             log.warning("%s: %s", self.connector.name, slot["warning"])
         return slot
 
+    def open_thread_connection(self) -> None:
+        """A destination connection of the calling thread's own (see `conn`)."""
+        self._thread_conn.conn = self.destination.connect(self.connector.name)
+
+    def close_thread_connection(self) -> None:
+        conn = getattr(self._thread_conn, "conn", None)
+        self._thread_conn.conn = None
+        if conn is not None:
+            conn.close()
+
+    def record_checked_end(self) -> None:
+        """Records the stream's idle end (`checked_end`), once every batch fetched before it is applied."""
+        if self.checked_end is not None:
+            self.record_source_checked(self.checked_end)
+            self.checked_end = None
+
+    def may_run_ahead(self) -> bool:
+        """Whether the next groups may be fetched, parsed and converted while the last one is applied: in the
+        stream, with no load to reconcile (its positions and end are read and changed as groups apply) and no
+        Debezium data snapshot (whose groups are let go one by one)."""
+        return (self.connector.run_ahead and self.streaming and not self.bulk_load_pending and self.load_end is None
+                and not self.snapshot_positions and not self.takes_data_snapshot)
+
     def record_source_checked(self, position: dict[str, Any]) -> None:
         """Every change of the source before `position` is applied (the batches fetched are; the caller knows)."""
         if self.conn is not None:
@@ -621,7 +662,7 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
     stats = session.cycle_stats
     applier = session.applier()
     applied = []
-    for plan in plans:
+    for plan in run_ahead(session, plans):
         with session.phase(control.PHASE_EXECUTING, "apply"):
             try:
                 counts = apply_with_retries(session, applier, plan)
@@ -648,7 +689,81 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
             # this process hold one group whatever the run's length, and a kill re-delivers that group at most.
             faults.pause_point(faults.GROUP_COMMITTED)
             session.complete_applied_batches()
+    session.record_checked_end()
     return applied
+
+
+# Groups a run holds at most while running ahead: the one being applied and the next, fetched, parsed, converted.
+RUN_AHEAD_GROUPS = 2
+_END = object()
+
+
+def run_ahead(session: ConnectorSession, plans: Iterable[BatchPlan]) -> Iterator[BatchPlan]:
+    """The plans, in order; once the stream may run ahead (`ConnectorSession.may_run_ahead`), the next group is
+    fetched, parsed and converted in a thread of its own while the caller applies the last one.
+
+    Order and exactness are kept: the caller still applies (and marks complete) one group after the other; the
+    thread is at most one group ahead, and not past a group with schema changes until it is applied; it uses a
+    connection of its own (the run's stays the batches' alone); the stream's idle end is recorded only after every
+    group is applied (`checked_end`). A failure on either side stops both: the thread's is raised here, after the
+    groups before it are applied."""
+    iterator = iter(plans)
+    while not session.may_run_ahead():
+        try:
+            plan = next(iterator)
+        except StopIteration:
+            return
+        yield plan
+    condition = threading.Condition()
+    applied = produced = 0
+    barrier = 0  # the groups applied before the thread goes on (after a group with schema changes)
+    stopping = False
+    handed: queue.Queue[Any] = queue.Queue()
+
+    def produce() -> None:
+        nonlocal produced, barrier
+        session.open_thread_connection()
+        try:
+            while True:
+                with condition:
+                    condition.wait_for(lambda: stopping or (produced - applied < RUN_AHEAD_GROUPS
+                                                            and applied >= barrier))
+                    if stopping:
+                        return
+                try:
+                    plan = next(iterator)
+                except StopIteration:
+                    handed.put(_END)
+                    return
+                produced += 1
+                if any(not isinstance(step, DmlStep) for step in plan.steps):
+                    barrier = produced
+                handed.put(plan)
+        except BaseException as exc:  # noqa: BLE001 - raised by the consumer, in order
+            handed.put(exc)
+        finally:
+            session.close_thread_connection()
+
+    thread = threading.Thread(target=produce, name=f"cdc-run-ahead-{session.connector.name}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = handed.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            session.cycle_stats.groups_run_ahead += 1
+            yield item
+            with condition:
+                applied += 1
+                condition.notify_all()
+    finally:
+        with condition:
+            stopping = True
+            condition.notify_all()
+        session.stop_fetching = True
+        thread.join()
 
 
 MAX_BACKOFF_SECONDS = 60.0

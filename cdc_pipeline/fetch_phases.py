@@ -63,6 +63,7 @@ class FetchCycle:
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
         self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
+        self.last_offset: dict[str, Any] | None = None  # the source offset of the last batch fetched
 
     @property
     def deadline(self) -> float:
@@ -179,12 +180,19 @@ class FetchCycle:
         source_lost_since: float | None = None
         streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
         idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the engine's read position, queue empty
+        session.streaming = True
+        first = True
         while True:
+            if session.stop_fetching:
+                break
             if session.halted():
                 log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
                 break
             asked = time.monotonic()
-            batch = self._fetch()
+            # The stream's first fetch after batches of this run (a schema snapshot, a load) does not wait long: a
+            # source quiet since then ends the run at once (`_fetched_past`).
+            batch = self._fetch(SETTLE_POLL_SECONDS if first and self.last_offset is not None else None)
+            first = False
             now = time.monotonic()
             continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
             if self.budget_spent and not continues:
@@ -232,11 +240,17 @@ class FetchCycle:
                 streaming_since = streaming_since or asked
                 quiet_for = now - max(self.last_batch_at, streaming_since)
                 if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
-                        and quiet_for >= connector.idle_timeout_seconds / 2:
-                    # Quiet for half the idle timeout: where the source's log ends now. Once the engine's reader has
-                    # read up to there and nothing came for the rest of the idle timeout, every change before it is
-                    # applied (what the change sensor reads the source's log from).
+                        and (quiet_for >= connector.idle_timeout_seconds / 2 or self.last_offset is not None):
+                    # Quiet for half the idle timeout (or at once, see below): where the source's log ends now. Once
+                    # the engine's reader has read up to there and nothing came for the rest of the idle timeout,
+                    # every change before it is applied (what the change sensor reads the source's log from).
                     idle_mark = (sources.source_position(connector), now)
+                if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
+                        and runner.engine_queue_empty() and runner.queued_batches() == 0:
+                    # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
+                    # or the load: the snapshot's own position), so no change before it is still on its way.
+                    session.checked_end = idle_mark[0]
+                    break
                 if quiet_for >= connector.idle_timeout_seconds:
                     end = idle_mark[0] if idle_mark is not None else None
                     if end is None:
@@ -245,7 +259,8 @@ class FetchCycle:
                     # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
                     # too fresh to say that nothing came after it.
                     if now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end):
-                        session.record_source_checked(end)
+                        # Recorded once the groups fetched before it are applied (`apply_batches`).
+                        session.checked_end = end
                         break
             elif runner.state in ("STOPPED", "FAILED"):
                 runner.raise_if_failed()
@@ -279,6 +294,11 @@ class FetchCycle:
 
     # Shared by the phases.
 
+    def _fetched_past(self, end: dict[str, Any]) -> bool:
+        """Whether the last batch fetched in this run is at or past the source position `end` (a binlog position;
+        its own snapshot's position counts): every change written before `end` was then fetched, in order."""
+        return sources.position_reached(self.last_offset, end)
+
     def _reader_reached(self, end: dict[str, Any]) -> bool:
         """Whether the engine's log reader has read the source's log up to `end` (a reader whose position cannot be
         read counts as there)."""
@@ -308,6 +328,7 @@ class FetchCycle:
         self.group_events += batch.size
         self.events += batch.size
         self.last_batch_at = now
+        self.last_offset = batch.last_offset
         return closed
 
     def _take_group(self) -> list[FetchedBatch]:

@@ -55,6 +55,12 @@ def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bo
     return module.stream_passed(offset, position)
 
 
+def position_reached(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
+    """Whether an event's Debezium offset (a snapshot's too) is at or past the binlog position `position` of a
+    MariaDB/MySQL source; False for other sources and positions."""
+    return "file" in position and mariadb.position_reached(offset, position)
+
+
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
     """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
     (the check then finds no recorded position and launches a run)."""
