@@ -659,10 +659,22 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
 
     This drives the lazy steps before it: each batch is fetched, parsed and converted just before it applies.
     """
-    stats = session.cycle_stats
     applier = session.applier()
-    applied = []
-    for plan in run_ahead(session, plans):
+    applied: list[int] = []
+    ahead = run_ahead(session, plans)
+    try:
+        _apply_all(session, applier, ahead, applied)
+    finally:
+        ahead.close()  # a failed apply stops the thread running ahead now, not when the traceback is freed
+    session.record_checked_end()
+    return applied
+
+
+def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable[BatchPlan],
+               applied: list[int]) -> None:
+    """Applies the plans (`apply_batches`), adding their runner batch ids to `applied`."""
+    stats = session.cycle_stats
+    for plan in plans:
         with session.phase(control.PHASE_EXECUTING, "apply"):
             try:
                 counts = apply_with_retries(session, applier, plan)
@@ -689,8 +701,6 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
             # this process hold one group whatever the run's length, and a kill re-delivers that group at most.
             faults.pause_point(faults.GROUP_COMMITTED)
             session.complete_applied_batches()
-    session.record_checked_end()
-    return applied
 
 
 # Groups a run holds at most while running ahead: the one being applied and the next, fetched, parsed, converted.
@@ -722,8 +732,8 @@ def run_ahead(session: ConnectorSession, plans: Iterable[BatchPlan]) -> Iterator
 
     def produce() -> None:
         nonlocal produced, barrier
-        session.open_thread_connection()
         try:
+            session.open_thread_connection()
             while True:
                 with condition:
                     condition.wait_for(lambda: stopping or (produced - applied < RUN_AHEAD_GROUPS
