@@ -235,9 +235,11 @@ class FetchCycle:
                     # Recorded once the queue is drained: a snapshot's batches may still be queued when streaming
                     # starts.
                     session.record_streaming()
-                # Idle counts from when streaming connected, not from engine start: the log reader may connect late;
-                # and at the earliest from the start of the fetch that found nothing (after a load: from its end).
-                streaming_since = streaming_since or asked
+                # Idle counts from when streaming connected, not from engine start: the log reader may connect late.
+                # Where the end is a position the reader must reach (MariaDB/MySQL), from the start of the fetch that
+                # found nothing (after a load: from its end); where it is time alone (PostgreSQL: the WAL of tables
+                # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
+                streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
                 quiet_for = now - max(self.last_batch_at, streaming_since)
                 if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
                         and (quiet_for >= connector.idle_timeout_seconds / 2 or self.last_offset is not None):

@@ -17,6 +17,10 @@ _MODULES: dict[str, ModuleType] = {"mariadb": mariadb, "mysql": mariadb, "postgr
                                   "oracle": oracle}
 
 
+# The source types whose stream ends at a log position its reader must reach (`source_position`).
+BINLOG_TYPES = frozenset({"mariadb", "mysql"})
+
+
 def module_for(connector_type: str) -> ModuleType:
     """The module of a source type (`mysql` shares MariaDB's)."""
     return _MODULES[connector_type]
@@ -64,7 +68,7 @@ def position_reached(offset: dict[str, Any] | None, position: dict[str, Any]) ->
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
     """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
     (the check then finds no recorded position and launches a run)."""
-    if connector.type not in ("mariadb", "mysql"):
+    if connector.type not in BINLOG_TYPES:
         return None
     try:
         with mariadb.connect(connector) as source, source.cursor() as cur:
