@@ -142,7 +142,7 @@ class CycleStats:
 def queue_capacity(connector: ConnectorConfig) -> int:
     """Runner batches the engine may capture ahead of the pipeline: two groups' worth, so it keeps capturing
     while a group is applied."""
-    return max(4, int(os.environ.get("QX", "2")) * -(-connector.apply_batch_events // connector.batch_size))
+    return max(4, 2 * -(-connector.apply_batch_events // connector.batch_size))
 
 
 class ConnectorSession:
