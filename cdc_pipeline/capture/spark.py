@@ -151,10 +151,6 @@ class SparkStart:
         return self._session
 
 
-def session_of(spark: "SparkSession | SparkStart") -> SparkSession:
-    return spark.session() if isinstance(spark, SparkStart) else spark
-
-
 def prepare_session(session: SparkSession) -> SparkSession:
     """Sets the log levels of Spark and of the runner, and keeps third-party warnings quiet unless asked for; done
     again on a session already prepared, it changes nothing."""

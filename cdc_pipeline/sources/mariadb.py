@@ -618,10 +618,7 @@ def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> 
 def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed event (its Debezium offset), or a position the source was read at, is at or past the
     binlog position `position`: every transaction written before that position came earlier in the stream."""
-    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
-        return False
-    return _file_order(str(offset["file"]), int(offset["pos"])) >= _file_order(str(position["file"]),
-                                                                                  int(position["pos"]))
+    return offset is not None and "snapshot" not in offset and position_reached(offset, position)
 
 
 def position_reached(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:

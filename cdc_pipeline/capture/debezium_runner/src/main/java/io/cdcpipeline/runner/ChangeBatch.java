@@ -29,8 +29,11 @@ public final class ChangeBatch {
     private final EventSerializer serializer;
     private final long firstSeq;
     private final List<String> dataLines;
+    /** The index entries of the lines, as one JSON array in the same order (see EventSerializer#indexEntry). */
     private final String index;
+    /** A JSON object from schema id to the value schema, for the ids these lines use. */
     private final String schemas;
+    /** The source offset of the last record, as JSON: where the engine resumes once this batch is complete. */
     private final String lastOffset;
     private final String lastPartition;
     private volatile long id = -1;
@@ -114,25 +117,6 @@ public final class ChangeBatch {
      */
     public List<String> dataLines() {
         return dataLines;
-    }
-
-    /** The index entries of the lines, as one JSON array in the same order (see EventSerializer#indexEntry). */
-    public String index() {
-        return index;
-    }
-
-    /** A JSON object from schema id to the value schema, for the ids these lines use. */
-    public String schemas() {
-        return schemas;
-    }
-
-    /** The source offset of the last record, as JSON: where the engine resumes once this batch is complete. */
-    public String lastOffset() {
-        return lastOffset;
-    }
-
-    public String lastPartition() {
-        return lastPartition;
     }
 
     /**
