@@ -67,6 +67,9 @@ def pause_point(stage: str) -> None:
         return
     marker = os.environ.get(PAUSE_FILE_ENV)
     if marker:
-        Path(marker).write_text(stage)
+        # Written aside and renamed: a test polling for the file must never find it created but still empty.
+        part = Path(marker + ".part")
+        part.write_text(stage)
+        part.replace(marker)
     while True:
         time.sleep(3600)

@@ -5,7 +5,9 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
@@ -146,7 +148,10 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         }
         String marker = System.getenv("CDC_PIPELINE_PAUSE_FILE");
         if (marker != null) {
-            Files.write(Paths.get(marker), PAUSE_STAGE.getBytes(StandardCharsets.UTF_8));
+            // Written aside and renamed: a test polling for the file must never find it created but still empty.
+            Path part = Paths.get(marker + ".part");
+            Files.write(part, PAUSE_STAGE.getBytes(StandardCharsets.UTF_8));
+            Files.move(part, Paths.get(marker), StandardCopyOption.ATOMIC_MOVE);
         }
         Thread.sleep(Long.MAX_VALUE);
     }
