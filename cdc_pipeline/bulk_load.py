@@ -34,7 +34,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_pipeline import faults
@@ -471,41 +471,77 @@ class BulkLoader:
                         f"failed: {_root_message(exc.java_exception)}", connector=self.connector.name,
                         table=table.source_table)
 
-    def _lines(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> DataFrame:
-        """The chunks as a DataFrame of COPY lines, one partition per chunk in order (a table without a key:
-        one chunk whose first row carries its snapshot's binlog position).
+    def _source_copier(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any | None:
+        """The Spark job's input and writer of a slice whose tasks read the source themselves (the runner's
+        SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field
+        (`copy_field_sql`), a task runs its chunk's SELECT over the source's JDBC driver and writes the rows, no
+        per-row expression in the source nor Spark row between. None where a column needs Spark (`_lines`)."""
+        field_sql = getattr(self.source, "copy_field_sql", None)
+        fields = [field_sql(column.source, column.pg_type) for column in columns] if field_sql else []
+        if not columns or not fields or any(field is None for field in fields):
+            return None
+        select = f"SELECT {', '.join(render for render, _ in fields)} FROM " \
+                 f"{self.source.qualified(table.database, table.table)}"
+        session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
+        position = None
+        if table.key_columns:
+            queries = [f"{select} WHERE {self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper)}"
+                       for chunk in chunks]
+        else:
+            queries = [select] * len(chunks)  # one chunk, under its own consistent snapshot
+            session.append(self.source.CONSISTENT_SNAPSHOT)
+            position = self.source.snapshot_position_select(_POSITION_ALIAS, [])
+        jvm: Any = self.spark._jvm
+        gateway: Any = self.spark.sparkContext._gateway
+        kinds = gateway.new_array(jvm.int, len(fields))
+        for i, (_, kind) in enumerate(fields):
+            kinds[i] = kind
+        copier = getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")(
+            self._writer(table, columns, chunks), self._chunk_ids(chunks), self.source.JDBC_DRIVER,
+            self.source.jdbc_url(self.connector), self.connector.user, self.connector.password.reveal(),
+            self._array(session), position, self._array(queries), kinds, FETCH_SIZE)
+        return getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier").chunks(self.spark.sparkContext._jsc,
+                                                                          len(chunks)), copier
 
-        Where the source can render a column's whole COPY text field (`copy_text_sql`), it does, and Spark takes
-        the field as it is; when it can render every column, it renders the whole line and Spark's tasks pass its
-        bytes to COPY without a per-column expression. Other columns are rendered as text by the source
-        (`select_text`) and turned into COPY text by Spark (`column_text`)."""
-        aliases = [f"_cdc_{i}" for i in range(len(columns))]
-        fields = [self.source.copy_text_sql(column.source, column.pg_type) for column in columns]
+    def _read(self, table: TableLoad, renders: list[str], selected: list[str],
+              chunks: list[Chunk]) -> tuple[DataFrame, Column]:
+        """The source's rows of these chunks as `renders` select them (named `selected`), one partition per chunk,
+        and the column of a chunk's position: a table without a key is one chunk read under a consistent snapshot,
+        whose first row carries the snapshot's binlog position and NULL data columns; the others have none."""
         source = self.source.qualified(table.database, table.table)
         properties = {"user": self.connector.user, "password": self.connector.password.reveal(),
                       "driver": self.source.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
         if self.source.SESSION_INIT:
             properties["sessionInitStatement"] = self.source.SESSION_INIT
         url = self.source.jdbc_url(self.connector)
+        if table.key_columns:
+            keys = ", ".join(map(self.source.quote, table.key_columns))
+            query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
+            predicates = [self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
+            return (self.spark.read.jdbc(url, query, predicates=predicates, properties=properties),
+                    F.lit(None).cast("string"))
+        query = (f"({self.source.snapshot_position_select(_POSITION_ALIAS, selected)} UNION ALL "
+                 f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
+        frame = self.spark.read.jdbc(url, query, properties={**properties,
+                                                             "sessionInitStatement": self.source.CONSISTENT_SNAPSHOT})
+        return frame, F.col(_POSITION_ALIAS)
+
+    def _lines(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> DataFrame:
+        """The chunks as a DataFrame of COPY lines (with the position and the zero dates written as NULL, see
+        `_read`), one partition per chunk in order.
+
+        Where the source can render a column's whole COPY text field (`copy_text_sql`), it does, and Spark takes
+        the field as it is; when it can render every column, it renders the whole line. Other columns are rendered
+        as text by the source (`select_text`) and turned into COPY text by Spark (`column_text`)."""
+        aliases = [f"_cdc_{i}" for i in range(len(columns))]
+        fields = [self.source.copy_text_sql(column.source, column.pg_type) for column in columns]
         whole_lines = bool(columns) and all(field is not None for field in fields)
         if whole_lines:
             renders = [f"{self.source.copy_line_sql(fields)} AS {_LINE_ALIAS}"]
         else:
             renders = [f"{field or self.source.select_text(column.source, column.pg_type)} AS {alias}"
                        for column, alias, field in zip(columns, aliases, fields)]
-        if table.key_columns:
-            keys = ", ".join(map(self.source.quote, table.key_columns))
-            query = f"(SELECT {keys}, {', '.join(renders)} FROM {source}) AS src"
-            predicates = [self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper) for chunk in chunks]
-            frame = self.spark.read.jdbc(url, query, predicates=predicates, properties=properties)
-            position = F.lit(None).cast("string")
-        else:
-            selected = [_LINE_ALIAS] if whole_lines else aliases
-            query = (f"({self.source.snapshot_position_select(_POSITION_ALIAS, selected)} UNION ALL "
-                     f"SELECT NULL, {', '.join(renders)} FROM {source}) AS src")
-            frame = self.spark.read.jdbc(url, query, properties={**properties,
-                                                                 "sessionInitStatement": self.source.CONSISTENT_SNAPSHOT})
-            position = F.col(_POSITION_ALIAS)
+        frame, position = self._read(table, renders, [_LINE_ALIAS] if whole_lines else aliases, chunks)
         if whole_lines:
             line = F.col(_LINE_ALIAS)
             zero_dates = F.lit(0)  # only a TIMESTAMP column has zero dates counted, and Spark renders those
@@ -522,6 +558,8 @@ class BulkLoader:
         return frame.select(line.alias("line"), position.alias("position"), zero_dates.alias("zero_dates"))
 
     def _writer(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any:
+        """The runner's ChunkCopyWriter of these chunks: it writes a partition's COPY lines (`_lines`) in its
+        chunk's transaction, which `SourceChunkCopier` runs too."""
         jvm: Any = self.spark._jvm
         gateway: Any = self.spark.sparkContext._gateway
         url, user, password = jdbc_target(self.destination)
@@ -539,21 +577,28 @@ class BulkLoader:
                  zero_dates = s.zero_dates + EXCLUDED.zero_dates,
                  first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
             chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
-        chunk_ids = gateway.new_array(jvm.long, len(chunks))
-        for i, chunk in enumerate(chunks):
-            chunk_ids[i] = chunk.id
         return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
-            url, user, password, chunk_ids, self._text(claim), self._strings(before), self._text(copy),
+            url, user, password, self._chunk_ids(chunks), self._text(claim), self._strings(before), self._text(copy),
             self._strings(after), self._text(finish))
+
+    def _chunk_ids(self, chunks: list[Chunk]) -> Any:
+        jvm: Any = self.spark._jvm
+        array = self.spark.sparkContext._gateway.new_array(jvm.long, len(chunks))
+        for i, chunk in enumerate(chunks):
+            array[i] = chunk.id
+        return array
 
     def _text(self, statement: sql.Composable) -> str:
         return statement.as_string(self.conn)
 
     def _strings(self, statements: list[sql.Composable]) -> Any:
+        return self._array([self._text(statement) for statement in statements])
+
+    def _array(self, texts: list[str]) -> Any:
         gateway: Any = self.spark.sparkContext._gateway
-        array = gateway.new_array(self.spark._jvm.java.lang.String, len(statements))
-        for i, statement in enumerate(statements):
-            array[i] = self._text(statement)
+        array = gateway.new_array(self.spark._jvm.java.lang.String, len(texts))
+        for i, text in enumerate(texts):
+            array[i] = text
         return array
 
     def repair_lines(self, cur: Any, table: TableLoad, chunks: list[Chunk]) -> tuple[list[BulkColumn], DataFrame]:
@@ -601,11 +646,15 @@ class _SliceCopy:
     def __init__(self, loader: BulkLoader, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> None:
         self.loader, self.table = loader, table
         self.ids = [chunk.id for chunk in chunks]
-        lines = loader._lines(table, columns, chunks)
-        writer = loader._writer(table, columns, chunks)
+        direct = loader._source_copier(table, columns, chunks)
+        if direct is not None:
+            self._rdd, writer = direct
+        else:
+            lines = loader._lines(table, columns, chunks)
+            writer = loader._writer(table, columns, chunks)
+            # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are.
+            self._rdd = lines._jdf.queryExecution().toRdd().toJavaRDD()
         self._error: BaseException | None = None
-        # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are.
-        self._rdd = lines._jdf.queryExecution().toRdd().toJavaRDD()
         self._thread = threading.Thread(target=self._copy, args=(writer,), name="bulk-slice", daemon=True)
         self._thread.start()
 

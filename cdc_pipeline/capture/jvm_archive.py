@@ -31,10 +31,11 @@ _RUNNER_CLASSES = (
     "io.debezium.embedded.async.AsyncEmbeddedEngine", "io.debezium.connector.mariadb.MariaDbConnector",
     "io.debezium.connector.postgresql.PostgresConnector", "org.apache.kafka.connect.json.JsonConverter",
     "org.postgresql.Driver", "org.mariadb.jdbc.Driver",
-    # The bulk load's first job: Spark's JDBC source, the COPY writers, pgjdbc's COPY.
+    # The bulk load's first job: Spark's JDBC source, the COPY writers and the source-reading copier, pgjdbc's COPY.
     "org.apache.spark.sql.execution.datasources.jdbc.JDBCRDD", "org.apache.spark.sql.execution.datasources.jdbc.JDBCRelation",
     "org.apache.spark.sql.execution.datasources.jdbc.JdbcUtils", "org.apache.spark.sql.jdbc.MySQLDialect",
-    "io.cdcpipeline.runner.ChunkCopyWriter", "io.cdcpipeline.runner.StageCopyWriter",
+    "io.cdcpipeline.runner.ChunkCopyWriter", "io.cdcpipeline.runner.SourceChunkCopier",
+    "io.cdcpipeline.runner.StageCopyWriter",
     "io.cdcpipeline.runner.CopyFeeder", "org.postgresql.copy.CopyManager", "org.postgresql.core.v3.CopyInImpl",
 )
 # A CREATE TABLE parsed by Debezium's DDL parser, as a MariaDB/MySQL engine's schema snapshot parses its tables: the

@@ -28,7 +28,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape, ewkb_hex
+from cdc_pipeline.copy_text import (ESCAPES, FIELD_DATE, FIELD_PLAIN, FIELD_TEXT, NULL_TEXT, copy_escape,
+                                    ewkb_hex)
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
@@ -506,27 +507,41 @@ def _utf8(*codes: int) -> str:
     return "_utf8mb4 X'" + "".join(f"{code:02x}" for code in codes) + "'"
 
 
-def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
-    """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as
-    `column_text` would from `select_text`'s value, or None where only Spark renders it (a SET as an array, a
-    TIMESTAMP, a geometry other than a point). A table whose columns all have one is read as ready COPY lines."""
+def copy_field_sql(column: SourceColumn, pg_type: str) -> tuple[str, int] | None:
+    """The SQL that selects the column for the bulk snapshot's writer and how the writer makes it a COPY text field
+    (`copy_text.FIELD_*`: escaped, a zero date as NULL, or as it is), or None where only Spark renders it (a SET as
+    an array, a TIMESTAMP, a geometry other than a point). The server sends text values in the connection's
+    character set, utf8mb4, whatever the column's."""
     value = select_text(column, pg_type)
     kind = column.data_type
     if kind == "set" and pg_type.endswith("[]") or kind == "timestamp" or (kind in GEOMETRY_TYPES
                                                                            and pg_type != "point"):
         return None
     if kind in _STRING_TYPES:
-        text = f"REPLACE(CONVERT({value} USING utf8mb4), {_utf8(0)}, '')"
+        return value, FIELD_TEXT
+    if kind in _BINARY_TYPES:
+        return f"CONCAT({_utf8(92, 92, 120)}, LOWER({value}))", FIELD_PLAIN
+    if kind == "bit" and column.bit_length > 1:
+        return f"LPAD({value}, {column.bit_length}, '0')", FIELD_PLAIN
+    if kind in ("date", "datetime"):
+        return value, FIELD_DATE
+    return value, FIELD_PLAIN
+
+
+def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
+    """The SQL that renders the column's whole COPY text field (escaped, `\\N` for NULL) in the source, as the
+    bulk snapshot's writer does from `copy_field_sql`'s value and as `column_text` does from `select_text`'s, or None
+    where only Spark renders it. Verify compares the destination's rows with these."""
+    field = copy_field_sql(column, pg_type)
+    if field is None:
+        return None
+    text, how = field
+    if how == FIELD_TEXT:
+        text = f"REPLACE(CONVERT({text} USING utf8mb4), {_utf8(0)}, '')"
         for char, escape in ESCAPES:  # as `copy_escape` replaces them
             text = f"REPLACE({text}, {_utf8(ord(char))}, {_utf8(*map(ord, escape))})"
-    elif kind in _BINARY_TYPES:
-        text = f"CONCAT({_utf8(92, 92, 120)}, LOWER({value}))"
-    elif kind == "bit" and column.bit_length > 1:
-        text = f"LPAD({value}, {column.bit_length}, '0')"
-    elif kind in ("date", "datetime"):
-        text = f"IF({value} LIKE '0000-00-00%', NULL, {value})"
-    else:
-        text = value
+    elif how == FIELD_DATE:
+        text = f"IF({text} LIKE '0000-00-00%', NULL, {text})"
     return f"COALESCE({text}, {_utf8(92, 78)})"
 
 

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from cdc_pipeline.copy_text import FIELD_DATE, FIELD_PLAIN, FIELD_TEXT
 from cdc_pipeline.config import ConnectorConfig, parse_config
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.mariadb import (
     SourceColumn,
     before_snapshot,
     chunk_predicate,
+    copy_field_sql,
     copy_text_sql,
     debezium_properties,
     key_value,
@@ -124,3 +126,22 @@ def test_the_source_renders_a_copy_text_field_where_spark_adds_nothing(data_type
     assert (field is not None) == rendered
     if rendered:
         assert field.startswith("COALESCE(") and field.endswith("_utf8mb4 X'5c4e')")  # NULL as \N
+
+
+@pytest.mark.parametrize("data_type, column_type, pg_type, select, kind", [
+    ("varchar", "varchar(10)", "varchar(10)", "`c`", FIELD_TEXT),
+    ("enum", "enum('a','b')", "text", "CAST(`c` AS CHAR)", FIELD_TEXT),  # Spark would pad a CHAR(n)
+    ("datetime", "datetime(3)", "timestamp(3)", "CAST(`c` AS CHAR)", FIELD_DATE),
+    ("int", "int", "integer", "CAST(`c` AS CHAR)", FIELD_PLAIN),
+    ("longblob", "longblob", "bytea", "CONCAT(_utf8mb4 X'5c5c78', LOWER(HEX(`c`)))", FIELD_PLAIN),
+    ("bit", "bit(10)", "bit(10)", "LPAD(BIN(`c`), 10, '0')", FIELD_PLAIN),
+])
+def test_the_source_selects_a_plain_value_the_writer_makes_a_copy_field(data_type, column_type, pg_type, select,
+                                                                        kind):
+    # No per-row escaping in the source: the bulk load's tasks escape text and write a zero date as NULL.
+    assert copy_field_sql(SourceColumn("c", data_type, column_type, True), pg_type) == (select, kind)
+
+
+def test_what_spark_renders_the_source_selects_no_copy_field_for():
+    assert copy_field_sql(SourceColumn("c", "timestamp", "timestamp", True), "timestamptz") is None
+    assert copy_field_sql(SourceColumn("c", "set", "set('a')", True), "text[]") is None

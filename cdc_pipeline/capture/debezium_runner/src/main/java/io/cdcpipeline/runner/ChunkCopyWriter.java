@@ -70,7 +70,23 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
 
     @Override
     public void call(Iterator<InternalRow> rows) throws Exception {
-        long chunkId = chunkIds[TaskContext.getPartitionId()];
+        copyChunk(chunkIds[TaskContext.getPartitionId()], connection -> {
+            ChunkRows text = new ChunkRows();
+            long copied = CopyFeeder.copyRows(connection, copySql, "cdc-chunk-copy", rows, text);
+            return new CopyResult(copied, text.zeroDates, text.position);
+        });
+    }
+
+    /** Copies a chunk's rows into the destination connection it is given, in the chunk's transaction. */
+    interface ChunkCopy {
+        CopyResult copy(Connection destination) throws Exception;
+    }
+
+    /**
+     * The chunk's transaction: claims the chunk (nothing is written when it is done already), runs the statements
+     * before the copy, the copy, those after it and the checkpoint, and commits.
+     */
+    void copyChunk(long chunkId, ChunkCopy chunkCopy) throws Exception {
         try (Connection connection = ExecutorJdbc.connect(url, user, password)) {
             connection.setAutoCommit(false);
             try {
@@ -79,7 +95,7 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
                     return;
                 }
                 execute(connection, beforeCopy);
-                CopyResult result = copy(connection, rows);
+                CopyResult result = chunkCopy.copy(connection);
                 execute(connection, afterCopy);
                 try (PreparedStatement finish = connection.prepareStatement(finishSql)) {
                     finish.setLong(1, result.rows);
@@ -98,6 +114,10 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         }
     }
 
+    String copySql() {
+        return copySql;
+    }
+
     private boolean claim(Connection connection, long chunkId) throws SQLException {
         try (PreparedStatement claim = connection.prepareStatement(claimSql)) {
             claim.setLong(1, chunkId);
@@ -111,12 +131,6 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
                 statement.execute(sql);
             }
         }
-    }
-
-    private CopyResult copy(Connection connection, Iterator<InternalRow> rows) throws Exception {
-        ChunkRows text = new ChunkRows();
-        long copied = CopyFeeder.copyRows(connection, copySql, "cdc-chunk-copy", rows, text);
-        return new CopyResult(copied, text.zeroDates, text.position);
     }
 
     /** A chunk's rows as COPY text; the first row carries the chunk's source position, and only it if no data. */
@@ -156,7 +170,8 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         Thread.sleep(Long.MAX_VALUE);
     }
 
-    private static final class CopyResult {
+    /** What a chunk's copy wrote: its rows, the zero dates it wrote as NULL, its snapshot's position (or null). */
+    static final class CopyResult {
         final long rows;
         final long zeroDates;
         final String position;

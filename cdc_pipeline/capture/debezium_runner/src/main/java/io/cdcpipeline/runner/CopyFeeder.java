@@ -31,19 +31,34 @@ final class CopyFeeder extends Thread {
         void write(InternalRow row, ByteArrayOutputStream out) throws IOException;
     }
 
+    /** Writes the next row's COPY text line into the buffer (or nothing); false when no row is left. */
+    interface NextRow {
+        boolean write(ByteArrayOutputStream out) throws Exception;
+    }
+
     /**
      * Runs `copySql` (a COPY ... FROM STDIN) on the connection with the text `text` writes for each row, fed by a
      * feeder thread in buffers of about 256 KB; returns the rows COPY took. A failure cancels the COPY.
      */
     static long copyRows(Connection connection, String copySql, String threadName, Iterator<InternalRow> rows,
                          RowText text) throws Exception {
+        return copy(connection, copySql, threadName, out -> {
+            if (!rows.hasNext()) {
+                return false;
+            }
+            text.write(rows.next(), out);
+            return true;
+        });
+    }
+
+    /** As `copyRows`, with the text `next` writes until it says no row is left. */
+    static long copy(Connection connection, String copySql, String threadName, NextRow next) throws Exception {
         CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
         CopyFeeder feeder = new CopyFeeder(copy, threadName);
         feeder.start();
         ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
         try {
-            while (rows.hasNext()) {
-                text.write(rows.next(), buffer);
+            while (next.write(buffer)) {
                 if (buffer.size() >= FLUSH_BYTES) {
                     feeder.put(buffer.toByteArray());
                     buffer.reset();
