@@ -105,6 +105,10 @@ class SparkStart:
     thread, so that what needs the JVM alone (the Debezium runner: its engine's start and schema snapshot take
     seconds) starts while Spark's context and SQL session are made, on the other core.
 
+    Once the session is built, the thread runs a small job of the JVM alone (`_warm_up`): a run's first job pays
+    for loading and compiling Spark's scheduler and task classes, about half a second of a core, which this moves off
+    the first chunk or group, while the Debezium engine takes its schema snapshot.
+
     `_jvm` waits for the JVM only; `session()` for the whole session. A failure to start is raised by either.
     """
 
@@ -113,6 +117,7 @@ class SparkStart:
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._jvm_ready = threading.Event()
+        self._session_ready = threading.Event()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
 
@@ -131,6 +136,9 @@ class SparkStart:
             self._error = exc
         finally:
             self._jvm_ready.set()
+            self._session_ready.set()
+        if self._session is not None:
+            _warm_up(self._session)
 
     @property
     def _jvm(self) -> Any:
@@ -144,11 +152,22 @@ class SparkStart:
 
     def session(self) -> SparkSession:
         """The Spark session, once built."""
-        self._thread.join()
+        self._session_ready.wait()
         if self._error is not None:
             raise self._error
         assert self._session is not None
         return self._session
+
+
+def _warm_up(session: SparkSession) -> None:
+    """Runs a job of one task per core that only counts (no Python worker, no data): the scheduler's and the
+    executor's classes are loaded and their first calls made. A run's own job may start meanwhile, and a session
+    stopped under it ends it: its failure is no run's."""
+    try:
+        parallelism = session.sparkContext.defaultParallelism
+        getattr(session._jvm, f"{JAVA_PACKAGE}.SourceChunkCopier").chunks(session._jsc, parallelism).count()
+    except Exception as exc:  # noqa: BLE001 - a warm-up only
+        log.debug("the Spark warm-up job did not run: %s", exc)
 
 
 def prepare_session(session: SparkSession) -> SparkSession:
