@@ -55,14 +55,15 @@ ROW_COPYING_MODES = ("initial", "initial_only", "when_needed", "always")
 
 
 def process_started_epoch() -> float | None:
-    """When this process started (Linux: /proc), or None."""
+    """When this process started (Linux: its start in clock ticks since boot, read against the clock since boot
+    now), or None. Not from /proc/stat's `btime`: the boot time in whole seconds would put the start up to a second
+    early."""
     try:
         with open("/proc/self/stat", encoding="ascii") as stat:
             ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat", encoding="ascii") as system:
-            boot = next(int(line.split()[1]) for line in system if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 
