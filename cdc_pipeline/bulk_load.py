@@ -497,7 +497,7 @@ class BulkLoader:
         for i, (_, kind) in enumerate(fields):
             kinds[i] = kind
         copier = getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")(
-            self._writer(table, columns, chunks), self._chunk_ids(chunks), self.source.JDBC_DRIVER,
+            self._writer(table, columns, chunks), self.source.JDBC_DRIVER,
             self.source.jdbc_url(self.connector), self.connector.user, self.connector.password.reveal(),
             self._array(session), position, self._array(queries), kinds, FETCH_SIZE)
         return getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier").chunks(self.spark.sparkContext._jsc,
@@ -577,16 +577,12 @@ class BulkLoader:
                  zero_dates = s.zero_dates + EXCLUDED.zero_dates,
                  first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
             chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
-        return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
-            url, user, password, self._chunk_ids(chunks), self._text(claim), self._strings(before), self._text(copy),
-            self._strings(after), self._text(finish))
-
-    def _chunk_ids(self, chunks: list[Chunk]) -> Any:
-        jvm: Any = self.spark._jvm
-        array = self.spark.sparkContext._gateway.new_array(jvm.long, len(chunks))
+        chunk_ids = gateway.new_array(jvm.long, len(chunks))
         for i, chunk in enumerate(chunks):
-            array[i] = chunk.id
-        return array
+            chunk_ids[i] = chunk.id
+        return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
+            url, user, password, chunk_ids, self._text(claim), self._strings(before), self._text(copy),
+            self._strings(after), self._text(finish))
 
     def _text(self, statement: sql.Composable) -> str:
         return statement.as_string(self.conn)

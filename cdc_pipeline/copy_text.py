@@ -14,9 +14,9 @@ NULL_TEXT = "\\N"
 # sources that render COPY text in their own SQL (`copy_text_sql`) replace the same ones.
 ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
-# How the runner's ChunkCopyWriter writes a field a source selected for a bulk snapshot (`copy_field_sql`) as COPY
+# How the runner's SourceChunkCopier writes a field a source selected for a bulk snapshot (`copy_field_sql`) as COPY
 # text, NULL as `\N` in each case: as it is (a number, a hex string), escaped as `copy_escape` does (a text value),
-# or a zero date as NULL (a date). The codes are the writer's (ChunkCopyWriter.PLAIN, TEXT, DATE).
+# or a zero date as NULL (a date). The codes are the copier's (SourceChunkCopier.PLAIN, TEXT, DATE).
 FIELD_PLAIN, FIELD_TEXT, FIELD_DATE = 0, 1, 2
 
 

@@ -70,7 +70,7 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
 
     @Override
     public void call(Iterator<InternalRow> rows) throws Exception {
-        copyChunk(chunkIds[TaskContext.getPartitionId()], connection -> {
+        copyChunk(TaskContext.getPartitionId(), connection -> {
             ChunkRows text = new ChunkRows();
             long copied = CopyFeeder.copyRows(connection, copySql, "cdc-chunk-copy", rows, text);
             return new CopyResult(copied, text.zeroDates, text.position);
@@ -83,10 +83,11 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
     }
 
     /**
-     * The chunk's transaction: claims the chunk (nothing is written when it is done already), runs the statements
-     * before the copy, the copy, those after it and the checkpoint, and commits.
+     * The transaction of the chunk of partition `index`: claims the chunk (nothing is written when it is done
+     * already), runs the statements before the copy, the copy, those after it and the checkpoint, and commits.
      */
-    void copyChunk(long chunkId, ChunkCopy chunkCopy) throws Exception {
+    void copyChunk(int index, ChunkCopy chunkCopy) throws Exception {
+        long chunkId = chunkIds[index];
         try (Connection connection = ExecutorJdbc.connect(url, user, password)) {
             connection.setAutoCommit(false);
             try {

@@ -44,7 +44,6 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     private static final byte[] ZERO_DATE = "0000-00-00".getBytes(StandardCharsets.US_ASCII);
 
     private final ChunkCopyWriter transaction;
-    private final long[] chunkIds;
     private final String driverClass;
     private final String sourceUrl;
     private final String sourceUser;
@@ -56,18 +55,17 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     private final int fetchSize;
 
     /**
-     * @param transaction       the chunks' transactions in the destination (its chunk ids are these)
+     * @param transaction       the chunks' transactions in the destination (it holds each partition's chunk id)
      * @param driverClass       the source's JDBC driver class
      * @param sessionStatements run first in the source session (a consistent snapshot's start)
      * @param positionSql       the query of the snapshot's position, or null
      * @param chunkQueries      each chunk's SELECT of its fields, by partition index
      * @param kinds             how to write each field
      */
-    public SourceChunkCopier(ChunkCopyWriter transaction, long[] chunkIds, String driverClass, String sourceUrl,
+    public SourceChunkCopier(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                              String sourceUser, String sourcePassword, String[] sessionStatements,
                              String positionSql, String[] chunkQueries, int[] kinds, int fetchSize) {
         this.transaction = transaction;
-        this.chunkIds = chunkIds.clone();
         this.driverClass = driverClass;
         this.sourceUrl = sourceUrl;
         this.sourceUser = sourceUser;
@@ -92,7 +90,7 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     public void call(Iterator<Integer> partition) throws Exception {
         while (partition.hasNext()) {
             int index = partition.next();
-            transaction.copyChunk(chunkIds[index], destination -> copy(chunkQueries[index], destination));
+            transaction.copyChunk(index, destination -> copy(chunkQueries[index], destination));
         }
     }
 
