@@ -48,7 +48,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
-from cdc_pipeline.testing import peer_chameleon
+from cdc_pipeline.testing import peer_chameleon, warm_driver
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
 
@@ -732,10 +732,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--peer", action="store_true",
                         help="with the initial load (MariaDB) and --backlog-changes: also pg_chameleon "
                              f"{peer_chameleon.PEER_VERSION} on the same servers (installed on first use)")
+    parser.add_argument("--warm-driver-runs", type=int, default=0,
+                        help="only: fresh client processes applying a catch-up's first group through a warm driver "
+                             "(a Spark Connect server with the pipeline's driver settings; `warm_driver`)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.peer and args.load_source == "postgres" and not args.backlog_changes:
         parser.error("--peer measures pg_chameleon from MariaDB only")
+    if args.warm_driver_runs:
+        warm = warm_driver.run_warm_driver(args.warm_driver_runs)
+        print(json.dumps(warm, indent=2) if args.json else
+              f"warm driver (Spark Connect server, started in {warm['server_start_seconds']} s, RSS "
+              f"{warm['server_rss_mb']} MB): a fresh client's first row moved {warm['first_row_seconds_median']} s "
+              f"after its process started (median of {warm['runs']}: {warm['first_row_seconds']}; the server's first "
+              f"query of the shape: {warm['server_first_query_run']['committed']} s); a group of "
+              f"{warm['changes']} changes; destination exact: {warm['exact']}")
+        return 0
     if args.verify_rows:
         cost = run_verify(args.verify_rows)
         print(json.dumps(cost, indent=2) if args.json else
