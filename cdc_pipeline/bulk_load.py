@@ -47,7 +47,7 @@ from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
-from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, java_class, jdbc_target
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
 from cdc_pipeline.sources import captures, mariadb, module_for
 
@@ -592,7 +592,7 @@ class BulkLoader:
 
     def _array(self, texts: list[str]) -> Any:
         gateway: Any = self.spark.sparkContext._gateway
-        array = gateway.new_array(self.spark._jvm.java.lang.String, len(texts))
+        array = gateway.new_array(java_class(self.spark._jvm, "java.lang.String"), len(texts))
         for i, text in enumerate(texts):
             array[i] = text
         return array

@@ -272,11 +272,18 @@ class FetchedBatch:
         return None
 
 
+def java_class(jvm: Any, name: str) -> Any:
+    """The Java class of the fully qualified `name`, in one py4j lookup. `jvm.java.util.ArrayList` asks the JVM for
+    `java`, then `java.util`, then the class, and the JVM searches every jar of the driver's classpath for each name
+    that is no class before it says so: per group of a stream, that took longer than the rest of its merge."""
+    return getattr(jvm, name)
+
+
 def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
     """Joins consecutive batches into one; their lines are concatenated in the JVM, in order."""
     if len(batches) == 1:
         return batches[0]
-    lines = jvm.java.util.ArrayList()
+    lines = java_class(jvm, "java.util.ArrayList")()
     schemas: dict[str, Any] = {}
     for batch in batches:
         lines.addAll(batch.data_lines())

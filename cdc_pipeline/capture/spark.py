@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.capture import jvm_archive
 from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV, SparkConfig
-from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, runner_classpath
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, java_class, runner_classpath
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +189,14 @@ def prepare_jvm(jvm: Any) -> None:
 
 def set_runner_log_level(jvm: Any, level: str) -> None:
     """Sets the log level of Debezium and the runner; an explicit level also gets past Spark's shell filter."""
-    log4j_level = jvm.org.apache.logging.log4j.Level.toLevel(level)
-    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    levels = java_class(jvm, "org.apache.logging.log4j.Level")
+    log4j_level = levels.toLevel(level)
+    configurator = java_class(jvm, "org.apache.logging.log4j.core.config.Configurator")
     for logger in ("io.debezium", "io.cdcpipeline"):
         configurator.setLevel(logger, log4j_level)
-    if log4j_level.isLessSpecificThan(jvm.org.apache.logging.log4j.Level.INFO):
+    if log4j_level.isLessSpecificThan(levels.INFO):
         # Debezium's embedded engine writes its whole configuration, passwords included, at DEBUG.
-        configurator.setLevel(_ENGINE_CONFIG_LOGGER, jvm.org.apache.logging.log4j.Level.INFO)
+        configurator.setLevel(_ENGINE_CONFIG_LOGGER, levels.INFO)
 
 
 def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
@@ -206,7 +207,7 @@ def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
     """
     jvm: Any = spark._jvm
     rdd = spark._jsc.parallelize(batch.data_lines(), spark.sparkContext.defaultParallelism).rdd()
-    dataset = spark._jsparkSession.createDataset(rdd, jvm.org.apache.spark.sql.Encoders.STRING())
+    dataset = spark._jsparkSession.createDataset(rdd, java_class(jvm, "org.apache.spark.sql.Encoders").STRING())
     return DataFrame(dataset.toDF(), spark).withColumnRenamed("value", "line")
 
 
@@ -217,7 +218,7 @@ def collect_lines(frame: DataFrame) -> list[str]:
     lines escape theirs).
     """
     jvm: Any = frame.sparkSession._jvm
-    values = getattr(frame._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING()).collectAsList()
+    values = getattr(frame._jdf, "as")(java_class(jvm, "org.apache.spark.sql.Encoders").STRING()).collectAsList()
     if values.isEmpty():
         return []
-    return jvm.java.lang.String.join("\n", values).split("\n")
+    return java_class(jvm, "java.lang.String").join("\n", values).split("\n")
