@@ -445,6 +445,13 @@ def _is_placeholder(raw: Column, spec: FieldSpec, placeholder: str | None) -> Co
     return raw.isin(*forms) if forms else None
 
 
+def may_leave_values_out(columns: Sequence[ColumnPlan], placeholder: str | None) -> bool:
+    """Whether a change of these columns can carry the placeholder of an unchanged TOASTed value (the source has
+    one, and a column is of a type that can hold it): its value must then come from an earlier change of the key
+    in the batch, which `compact_by_key` finds."""
+    return bool(placeholder) and any(placeholder_forms(placeholder, column.spec.type) for column in columns)
+
+
 def unchanged_columns(image: str, columns: list[ColumnPlan], placeholder: str | None) -> Column:
     """The destination names of the columns whose value is the placeholder of an unchanged TOASTed value."""
     flags = [F.when(flag, F.lit(column.dest_name)) for column in columns

@@ -1,7 +1,9 @@
 """Applying a batch's plan (`plan.py`) to the destination in one transaction, with its applied position.
 
-DDL steps run as statements; DML segments are applied set-wise: converted per column and compacted per primary key
-in Spark, loaded with COPY into a staging table (by Spark's tasks, or by the driver), then merged.
+DDL steps run as statements; DML segments are applied set-wise: converted per column in Spark, loaded with COPY into
+a staging table (by Spark's tasks, or by the driver), compacted per primary key to each key's last change (in the
+destination from the tasks' staged rows; in Spark for the driver's path, and where an unchanged TOASTed value must
+come from an earlier change), then merged.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from cdc_pipeline.convert.dml import (
     apply_error,
     compact_by_key,
     copy_line,
+    may_leave_values_out,
     parse_copy_line,
     plan_columns,
     unavailable_placeholder,
@@ -555,9 +558,10 @@ class BatchApplier:
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=_on_conflict(written, key_names)))
         return self._zero_dates_written(step, zero_dates_written)
 
-    def _net_changes(self, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan], key: list[str]
-                     ) -> tuple[DataFrame, list[ColumnPlan], str | None]:
-        """The step's last change per key (lazily, in Spark), the key's columns and the TOAST placeholder."""
+    def _net_changes(self, schema: str, table: str, step: DmlStep, columns: list[ColumnPlan], key: list[str],
+                     compact: bool = True) -> tuple[DataFrame, list[ColumnPlan], str | None]:
+        """The step's last change per key (lazily, in Spark; with `compact` false, every change, for a merge that
+        keeps each key's last itself), the key's columns and the TOAST placeholder."""
         by_dest = {column.dest_name: column for column in columns}
         missing = [name for name in key if name not in by_dest]
         if missing:
@@ -565,7 +569,7 @@ class BatchApplier:
                                   connector=self.connector.name, table=step.source_table)
         key_columns = [by_dest[name] for name in key]
         placeholder = unavailable_placeholder(self.connector)
-        if set(step.ops) <= {"c", "r"}:
+        if not compact or set(step.ops) <= {"c", "r"}:
             # Inserts and snapshot reads alone never repeat a key: no compaction (and no shuffle) needed.
             return step.frame, key_columns, placeholder
         return (compact_by_key(step.frame, [column.source_name for column in key_columns], columns, placeholder),
@@ -578,9 +582,14 @@ class BatchApplier:
         PostgreSQL refusing a value in the merge (a cast, a constraint) says less than a COPY into the table does
         (which names the column, the value and its line), so the merge is undone (a savepoint) and the step is
         applied again through the driver (`_merge_keyed`), whose COPY fails with the column, value and event.
+
+        Each key's last change is kept by the destination (`_drop_superseded`), from every change staged with its
+        seq: Spark's compaction would cost the job a shuffle. Only where a change may leave a TOASTed value out does
+        Spark compact (`compact_by_key`), which takes such a value from an earlier change of the key.
         """
         assert self.staging is not None
-        compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key)
+        in_spark = may_leave_values_out(columns, unavailable_placeholder(self.connector))
+        compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key, compact=in_spark)
         names = [column.dest_name for column in columns]
         staging = self.staging.table(schema, table, names)
         number, staged = self.staging.write(compacted.select(self._stage_line(columns, key_columns, placeholder)),
@@ -588,6 +597,8 @@ class BatchApplier:
         self._check_staged_rows(cur, step, staging, number, staged)
         try:
             with self.conn.transaction():
+                if not in_spark and not set(step.ops) <= {"c", "r"}:
+                    self._drop_superseded(cur, staging, number, key_columns)
                 return self._merge_staged(cur, schema, table, step, staging, number, columns, key_columns, transforms)
         except psycopg.Error as exc:
             if self.conn.broken or isinstance(exc, psycopg.OperationalError):
@@ -608,6 +619,20 @@ class BatchApplier:
                 f"(events {step.first_seq}..{step.last_seq} of the batch): the batch is not applied",
                 connector=self.connector.name, table=step.source_table,
                 position=step.last_ref.position if step.last_ref else None)
+
+    @staticmethod
+    def _drop_superseded(cur: psycopg.Cursor, staging: sql.Identifier, number: int,
+                         key_columns: list[ColumnPlan]) -> None:
+        """Deletes the staged changes of step `number` that a later change of the same key supersedes, leaving each
+        key's last change in source order, as `compact_by_key` leaves it. A delete's row holds its key (from the
+        row's `before`), any other change's its new key: a key update, sent as a delete and a create, ends as both."""
+        keys = [sql.Identifier(column.dest_name) for column in key_columns]
+        seq, step = sql.Identifier(stage_copy.SEQ), sql.Identifier(stage_copy.STEP)
+        cur.execute(sql.SQL(
+            "DELETE FROM {s} AS s USING (SELECT {keys}, max({seq}) AS last FROM {s} WHERE {step} = {n} GROUP BY {keys})"
+            " AS l WHERE s.{step} = {n} AND {match} AND s.{seq} < l.last").format(
+            s=staging, keys=sql.SQL(", ").join(keys), seq=seq, step=step, n=sql.Literal(number),
+            match=sql.SQL(" AND ").join(sql.SQL("s.{0} = l.{0}").format(key) for key in keys)))
 
     def _merge_staged(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, staging: sql.Identifier,
                       number: int, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
@@ -641,11 +666,11 @@ class BatchApplier:
 
     def _stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None
                     ) -> Column:
-        """The line Spark's tasks stage per net change (`stage_copy.LINE_HEADER`, then every column's value; a
-        delete's line has its key's values only). Built once per table version, as `_merge_line` is."""
+        """The line Spark's tasks stage per change (`stage_copy.LINE_HEADER`, then every column's value; a delete's
+        line has its key's values only). Built once per table version, as `_merge_line` is."""
         return self._cached_line("stage", columns, key_columns, placeholder, lambda: F.concat_ws(
             "\t", F.col("op"), zero_dates("after", columns).cast("string"),
-            copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))),
+            copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))), F.col("seq").cast("string"),
             F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns}))
             .otherwise(copy_line("after", columns, placeholder))))
 

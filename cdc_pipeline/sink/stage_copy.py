@@ -4,9 +4,10 @@ and the driver merges them into their table inside the batch's own transaction. 
 
 A staging table belongs to one connector and one destination table's column list. Its columns are the step's
 number, the Spark partition that wrote the row, the change's op, its zero dates written as NULL, the columns it
-left out (unchanged TOASTed values, as a JSON array of destination names), then each column's converted value as
-text: the merge casts each value to its column's type, so a staging table never needs the target's type (which the
-batch's transaction may be changing) and never locks it.
+left out (unchanged TOASTed values, as a JSON array of destination names), the change's seq (its place in the
+batch: the merge keeps each key's last change), then each column's converted value as text: the merge casts each
+value to its column's type, so a staging table never needs the target's type (which the batch's transaction may be
+changing) and never locks it.
 
 Staged rows are committed by the tasks before the merge reads them, outside the batch's transaction, so they are
 scratch: a staging table is emptied when a session first uses it and again before each batch, and a crashed run's
@@ -30,8 +31,9 @@ from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 log = logging.getLogger(__name__)
 
 STEP, PARTITION, OP, ZERO_DATES, UNCHANGED = "_cdc_step", "_cdc_part", "_cdc_op", "_cdc_zeros", "_cdc_unchanged"
+SEQ = "_cdc_seq"
 # The columns the stage's lines hold before the values, in order (the writer puts the step and partition first).
-LINE_HEADER = (OP, ZERO_DATES, UNCHANGED)
+LINE_HEADER = (OP, ZERO_DATES, UNCHANGED, SEQ)
 
 
 class ExecutorStaging:
@@ -59,11 +61,16 @@ class ExecutorStaging:
                       sql.SQL("{} integer NOT NULL").format(sql.Identifier(PARTITION)),
                       sql.SQL("{} text NOT NULL").format(sql.Identifier(OP)),
                       sql.SQL("{} integer NOT NULL").format(sql.Identifier(ZERO_DATES)),
-                      sql.SQL("{} text NOT NULL").format(sql.Identifier(UNCHANGED))]
+                      sql.SQL("{} text NOT NULL").format(sql.Identifier(UNCHANGED)),
+                      sql.SQL("{} bigint").format(sql.Identifier(SEQ))]
             conn = self._connection()
             conn.execute(sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(
                 identifier, sql.SQL(", ").join(header + [sql.SQL("{} text").format(sql.Identifier(column))
                                                          for column in columns])))
+            # A staging table made before the seq was staged gets its column (nullable: it may hold rows until the
+            # TRUNCATE below).
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint").format(
+                identifier, sql.Identifier(SEQ)))
             conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(identifier, sql.Literal(
                 f"cdc-pipeline: rows staged by Spark's tasks for {self.connector} into {schema}.{table}")))
             conn.execute(sql.SQL("TRUNCATE {}").format(identifier))

@@ -95,7 +95,8 @@ def test_a_task_attempt_done_again_replaces_its_rows_instead_of_adding_them(dest
     try:
         table = staging.table("public", "t", ["id", "name"])
         lines = spark.range(0, 1000, numPartitions=3).select(
-            F.concat_ws("\t", F.lit("c"), F.lit("0"), F.lit("[]"), F.col("id").cast("string"), F.lit("n")))
+            F.concat_ws("\t", F.lit("c"), F.lit("0"), F.lit("[]"), F.col("id").cast("string"),  # op, zeros, unchanged, seq
+                        F.col("id").cast("string"), F.lit("n")))
         step, staged = staging.write(lines, table, ["id", "name"])
         assert staged == 1000
         staging._step = step - 1  # the same step again, as Spark running its tasks a second time would write it

@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from cdc_pipeline.convert.dml import (
+    may_leave_values_out,
     ColumnPlan,
     compact_by_key,
     converter_for,
@@ -342,3 +343,16 @@ def test_compaction_resolves_an_unchanged_toasted_value_from_an_earlier_change_o
     assert after["3"] == {"id": "3", "big": "again", "doc": None, "numbers": "[]"}
     untouched = {row.after["id"]: row.after for row in compact_by_key(frame, ["id"]).collect()}
     assert untouched["1"]["big"] == PLACEHOLDER
+
+
+def test_only_columns_that_can_hold_the_placeholder_leave_values_out():
+    """Spark compacts a keyed step only where an unchanged TOASTed value must come from an earlier change (the
+    destination keeps each key's last change otherwise)."""
+    numbers = [column_plan(spec("int32", name="id"), "integer"),
+               column_plan(spec("double", name="x"), "double precision")]
+    text = column_plan(spec("string", name="t"), "text")
+    placeholder = "__debezium_unavailable_value"
+    assert not may_leave_values_out(numbers, placeholder)
+    assert may_leave_values_out([*numbers, text], placeholder)
+    assert may_leave_values_out([column_plan(spec("bytes", name="b"), "bytea")], placeholder)
+    assert not may_leave_values_out([*numbers, text], None)  # MariaDB/MySQL and SQL Server: no placeholder
