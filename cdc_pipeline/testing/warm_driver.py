@@ -121,13 +121,20 @@ def connect_server(work: Path) -> Iterator[dict[str, Any]]:
         # spark-submit execs the JVM: the process is the server.
         yield {"port": port, "pid": server.pid, "start_seconds": round(time.monotonic() - started, 2)}
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        _stop(server)
         log.close()
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stops the server's process group (spark-submit and the JVM it became); one already gone is left be."""
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
 
 
 def group_lines(changes: int) -> list[str]:
