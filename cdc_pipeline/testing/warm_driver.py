@@ -71,12 +71,6 @@ def ensure_client_venv() -> Path:
     return python
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rss_mb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -91,8 +85,9 @@ def connect_server(work: Path) -> Iterator[dict[str, Any]]:
     import pyspark
 
     from cdc_pipeline.capture.spark import spark_settings
+    from cdc_pipeline.testing.servers import free_port
 
-    port = _free_port()
+    port = free_port()
     settings = {**spark_settings(), "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(port)}
     memory = settings.pop("spark.driver.memory", "2g")
@@ -171,21 +166,20 @@ def run_warm_driver(runs: int, changes: int = GROUP_CHANGES) -> dict[str, Any]:
         work = Path(work_dir)
         with start_postgres(work) as destination, connect_server(work) as server:
             destination.create_database("warm")
-            _make_table(destination.dsn("warm"), changes)
+            dsn = destination.dsn("warm")
+            _make_table(dsn, changes)
             lines_file = work / "lines.json"
             lines_file.write_text(json.dumps(group_lines(changes)))
             url = f"sc://127.0.0.1:{server['port']}"
-            dsn = destination.dsn("warm")
             _run_client(python, "setup", url, str(lines_file))
             first = _run_client(python, "apply", url, dsn)
             measured = [_run_client(python, "apply", url, dsn) for _ in range(runs)]
-            firsts = sorted(run["committed"] for run in measured)
+            median_run = sorted(measured, key=lambda run: run["committed"])[len(measured) // 2]
             return {"changes": changes, "runs": runs, "server_start_seconds": server["start_seconds"],
                     "server_rss_mb": _rss_mb(server["pid"]),
                     "server_first_query_run": first,
                     "first_row_seconds": [run["committed"] for run in measured],
-                    "first_row_seconds_median": firsts[len(firsts) // 2],
-                    "median_run": sorted(measured, key=lambda run: run["committed"])[len(measured) // 2],
+                    "first_row_seconds_median": median_run["committed"], "median_run": median_run,
                     "exact": _applied_exactly(dsn, changes)}
 
 
