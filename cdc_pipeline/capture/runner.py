@@ -32,6 +32,8 @@ RUNNER_JAR = RUNNER_DIR / "target" / "debezium-runner.jar"
 RUNNER_LIB = RUNNER_DIR / "target" / "lib"
 JAVA_PACKAGE = "io.cdcpipeline.runner"
 
+# The runner parameter telling whether a batch keeps its records (`RunnerParameters.KEEP_RECORDS`).
+KEEP_RECORDS_PROPERTY = "cdc.runner.keep.records"
 OFFSETS_TABLE = "debezium_offsets"
 SCHEMA_HISTORY_TABLE = "debezium_schema_history"
 
@@ -195,6 +197,9 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         "schema.history.internal": f"{JAVA_PACKAGE}.PostgresSchemaHistory",
         "schema.history.internal.store.only.captured.tables.ddl": "false",
         "errors.max.retries": "0",
+        # A batch keeps its records (not only their lines) for an event's whole line, which only a dead letter
+        # needs: records in flight cost the JVM's collector far more than their lines (`ChangeBatch`).
+        KEEP_RECORDS_PROPERTY: "true" if connector.error_strategy == "skip" else "false",
     }
     for prefix, table in (("offset.storage.cdc.", OFFSETS_TABLE), ("schema.history.internal.cdc.", SCHEMA_HISTORY_TABLE)):
         props[prefix + "jdbc.url"] = url

@@ -16,6 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_index_entries_describe_their_lines(pipeline, spark):
+    # Under `skip` a batch keeps its records: an event's whole line is made on demand (a dead letter's).
+    pipeline.write_config(error_strategy="skip")
     pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), d DECIMAL(30,10))",
                      "INSERT INTO t VALUES (1, 'a', 1.5), (2, 'b', NULL)"])
     pipeline.sync()
@@ -45,3 +47,25 @@ def test_index_entries_describe_their_lines(pipeline, spark):
     alter = [entry for entry in entries if entry["kind"] == SCHEMA_CHANGE and "ALTER" in entry["change"]["ddl"]]
     assert len(alter) == 1 and alter[0]["change"]["tableChanges"][0]["type"] == "ALTER"
     assert all(entry["offset"]["file"].startswith("mariadb-bin") for entry in entries)
+
+
+def test_batches_keep_no_records_unless_dead_letters_may_need_them(pipeline, spark):
+    """Under the default error strategy a batch keeps its lines and index, not its records (which the JVM's collector
+    would copy while they are in flight): no whole line is made, and completing a batch still moves the engine's
+    offset to its last event."""
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1, 'a')"])
+    pipeline.sync()
+    pipeline.source([f"INSERT INTO t VALUES ({n}, 'b')" for n in range(2, 40)] + ["UPDATE t SET v = 'c'"])
+    config = load_config()
+    with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
+        batches = [batch for group in cycle.fetch_batches(session) for batch in group]
+        assert sum(batch.size for batch in batches) == len([e for b in batches for e in b.index]) > 39
+        assert all(batch.line(entry["seq"]) is None for batch in batches for entry in batch.index)
+        with pytest.raises(Exception, match="keeps no records"):
+            batches[0].java_batch.lines()
+        last = batches[-1].index[-1]["offset"]
+        for batch in batches:
+            session.runner.mark_complete(batch.batch_id)
+    stored = pipeline.dest_query(
+        "SELECT offset_value FROM cdc.debezium_offsets WHERE connector = %s", (pipeline.name,))
+    assert json.loads(stored[0][0])["pos"] == last["pos"]

@@ -33,6 +33,7 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private final Map<Long, ChangeBatch> inFlight = new LinkedHashMap<>();
     private final EventSerializer serializer = new EventSerializer();
     private final Set<String> heartbeatTopics;
+    private final boolean keepRecords;
     private volatile boolean stopping;
     private long outstanding;
     private long heartbeatsCommitted;
@@ -40,9 +41,10 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private long nextBatchId = 1;
     private long eventsReceived;
 
-    BatchManager(int capacity, Set<String> heartbeatTopics) {
+    BatchManager(int capacity, Set<String> heartbeatTopics, boolean keepRecords) {
         this.queue = new ArrayBlockingQueue<>(capacity);
         this.heartbeatTopics = heartbeatTopics;
+        this.keepRecords = keepRecords;
     }
 
     @Override
@@ -81,7 +83,7 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         synchronized (this) {
             outstanding++;
         }
-        ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq);
+        ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq, keepRecords);
         nextSeq += records.size();
         while (!stopping) {
             if (queue.offer(batch, 200, TimeUnit.MILLISECONDS)) {

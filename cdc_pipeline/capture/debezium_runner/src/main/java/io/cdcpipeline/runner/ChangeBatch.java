@@ -7,8 +7,10 @@ import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 
 import org.apache.kafka.connect.source.SourceRecord;
@@ -22,9 +24,19 @@ import io.debezium.engine.RecordChangeEvent;
 /**
  * One batch handed over by the engine: its records and their committer (kept until the batch is complete),
  * and the same records as JSON lines for Spark, with the value schemas the lines refer to.
+ *
+ * Without `keepRecords` the batch keeps, of its records, only the last of each source partition: marking that one
+ * processed leaves the engine's offset where marking every record would (the offset writer and the task keep the
+ * last offset given per partition). The records in flight (the engine's queue, the runner's and the groups run
+ * ahead: about 100,000 events of a backlog) are then their lines and index alone, which the collector copies far
+ * faster than the records' trees of objects. An event's whole line (`line`, `lines`) needs the records: it is
+ * only asked for a dead letter, under the `skip` error strategy, which keeps them.
  */
 public final class ChangeBatch {
+    /** The records (with `keepRecords`), or the last record of each source partition, in order. */
     private final List<RecordChangeEvent<SourceRecord>> records;
+    private final boolean keepRecords;
+    private final int size;
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
     private final EventSerializer serializer;
     private final long firstSeq;
@@ -40,8 +52,10 @@ public final class ChangeBatch {
 
     ChangeBatch(List<RecordChangeEvent<SourceRecord>> records,
                 DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer,
-                EventSerializer serializer, long firstSeq) {
-        this.records = new ArrayList<>(records);
+                EventSerializer serializer, long firstSeq, boolean keepRecords) {
+        this.keepRecords = keepRecords;
+        this.size = records.size();
+        this.records = keepRecords ? new ArrayList<>(records) : lastOfEachPartition(records);
         this.committer = committer;
         this.serializer = serializer;
         this.firstSeq = firstSeq;
@@ -81,6 +95,17 @@ public final class ChangeBatch {
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
     }
 
+    private static List<RecordChangeEvent<SourceRecord>> lastOfEachPartition(
+            List<RecordChangeEvent<SourceRecord>> records) {
+        Map<Map<String, ?>, RecordChangeEvent<SourceRecord>> last = new LinkedHashMap<>();
+        for (RecordChangeEvent<SourceRecord> event : records) {
+            Map<String, ?> partition = event.record().sourcePartition();
+            last.remove(partition);
+            last.put(partition, event);
+        }
+        return new ArrayList<>(last.values());
+    }
+
     public long id() {
         return id;
     }
@@ -90,11 +115,18 @@ public final class ChangeBatch {
     }
 
     public int size() {
-        return records.size();
+        return size;
     }
 
-    /** The events as whole JSON lines ({seq, topic, schema, key, value, partition, offset}), in source order. */
+    /**
+     * The events as whole JSON lines ({seq, topic, schema, key, value, partition, offset}), in source order; only
+     * of a batch that keeps its records.
+     */
     public List<String> lines() {
+        if (!keepRecords) {
+            throw new IllegalStateException("batch " + id + " keeps no records (" + RunnerParameters.KEEP_RECORDS
+                    + " is false): its events' whole lines are gone");
+        }
         List<String> out = new ArrayList<>(records.size());
         for (int i = 0; i < records.size(); i++) {
             out.add(serializer.line(firstSeq + i, records.get(i).record()));
@@ -102,10 +134,10 @@ public final class ChangeBatch {
         return out;
     }
 
-    /** The whole JSON line of the event `seq`, or null when it is not in this batch. */
+    /** The whole JSON line of the event `seq`, or null when it is not in this batch or the batch keeps no records. */
     public String line(long seq) {
         long position = seq - firstSeq;
-        if (position < 0 || position >= records.size()) {
+        if (!keepRecords || position < 0 || position >= records.size()) {
             return null;
         }
         return serializer.line(seq, records.get((int) position).record());
@@ -129,7 +161,7 @@ public final class ChangeBatch {
             out.write("{\"id\":");
             out.write(Long.toString(id));
             out.write(",\"size\":");
-            out.write(Integer.toString(records.size()));
+            out.write(Integer.toString(size));
             out.write(",\"index\":");
             out.write(index);
             out.write(",\"schemas\":");
@@ -143,8 +175,9 @@ public final class ChangeBatch {
     }
 
     /**
-     * Marks every record processed and the engine's batch finished, which commits (flushes) the engine's offset
-     * now: a batch marked complete is never delivered again, whatever happens to the run after it.
+     * Marks every record processed (or, without `keepRecords`, each partition's last, which leaves the same offsets)
+     * and the engine's batch finished, which commits (flushes) the engine's offset now: a batch marked complete is
+     * never delivered again, whatever happens to the run after it.
      */
     void markProcessed() throws InterruptedException {
         for (RecordChangeEvent<SourceRecord> record : records) {

@@ -39,7 +39,7 @@ public final class DebeziumRunner {
 
     public DebeziumRunner(RunnerParameters parameters) {
         this.parameters = parameters;
-        this.batches = new BatchManager(parameters.queueCapacity(), parameters.heartbeatTopics());
+        this.batches = new BatchManager(parameters.queueCapacity(), parameters.heartbeatTopics(), parameters.keepRecords());
     }
 
     public synchronized void start() {

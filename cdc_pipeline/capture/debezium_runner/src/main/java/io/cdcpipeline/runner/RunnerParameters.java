@@ -16,6 +16,11 @@ public final class RunnerParameters {
     static final String RUNNER_PREFIX = "cdc.runner.";
     /** Topics whose records are heartbeats (comma-separated), besides Debezium's own heartbeat topic. */
     static final String HEARTBEAT_TOPICS = RUNNER_PREFIX + "heartbeat.topics";
+    /**
+     * Whether a batch keeps its records until it is complete ("true", the default), which lets it write an event's
+     * whole line on demand (a dead letter's); with "false" it keeps only what commits its offset (see ChangeBatch).
+     */
+    static final String KEEP_RECORDS = RUNNER_PREFIX + "keep.records";
     private static final String DEFAULT_HEARTBEAT_TOPICS_PREFIX = "__debezium-heartbeat";
     private final Properties properties = new Properties();
     private int queueCapacity = 4;
@@ -54,6 +59,10 @@ public final class RunnerParameters {
             }
         }
         return copy;
+    }
+
+    boolean keepRecords() {
+        return !"false".equalsIgnoreCase(properties.getProperty(KEEP_RECORDS, "true").trim());
     }
 
     /** The topics of heartbeat records: Debezium's heartbeat topic of this engine, and those named by the runner. */
