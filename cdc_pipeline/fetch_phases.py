@@ -47,7 +47,9 @@ class FetchCycle:
 
     Iterating it runs the phases in order and yields groups of consecutive batches of up to `apply_batch_events`
     events, each as soon as the engine has nothing more ready, so the engine goes on capturing while a group is
-    applied downstream.
+    applied downstream. A run's first group holds one runner batch (`batch_size` events, with the rest of a statement
+    it starts): the cold JVM's first Spark job then parses, stages and merges a few hundred events, not twenty thousand,
+    and the next group, gathered meanwhile, is a full one.
     """
 
     def __init__(self, session: "ConnectorSession") -> None:
@@ -58,6 +60,7 @@ class FetchCycle:
         self.started = time.monotonic()
         self.group: list[FetchedBatch] = []
         self.group_events = 0
+        self.groups = 0  # taken so far in this run
         self.events = 0
         self.last_batch_at = self.started
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
@@ -324,7 +327,9 @@ class FetchCycle:
         stats.first_fetch_at = stats.first_fetch_at or now
         closed = None
         continues = bool(self.group) and _continues_statement(self.group[-1], batch)
-        if self.group and self.group_events + batch.size > self.connector.apply_batch_events and not continues:
+        limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
+                                                                           self.connector.apply_batch_events)
+        if self.group and self.group_events + batch.size > limit and not continues:
             closed = self._take_group()
         self.group.append(batch)
         self.group_events += batch.size
@@ -335,6 +340,7 @@ class FetchCycle:
 
     def _take_group(self) -> list[FetchedBatch]:
         group, self.group, self.group_events = self.group, [], 0
+        self.groups += 1
         return group
 
 
