@@ -72,7 +72,8 @@ DEFAULT_APPLY_BATCH_EVENTS = 20_000
 MAX_APPLY_BATCH_EVENTS = 1_000_000
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 1.0
-DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 60.0
+# Past the binlog client's reconnect after a source restart: one to two keep-alive intervals of 60 s, and the connect.
+DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 150.0
 # Dagster run retries of a failed sync run: by default only under error_strategy retry.
 DEFAULT_RUN_RETRIES = {"retry": 2}
 MAX_RUN_RETRIES = 10

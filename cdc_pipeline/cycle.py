@@ -31,7 +31,7 @@ from cdc_pipeline.sink.plan import BatchPlan, DmlStep, attach_dml_frames, plan_b
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
 from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_events, parse_index,
-                                         redelivery_test)
+                                         StreamRedeliveries)
 from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
     DebeziumRunner,
@@ -164,6 +164,8 @@ class ConnectorSession:
         self.runner: DebeziumRunner | None = None
         self.cycle_stats = CycleStats()
         self.applied_offset: dict[str, Any] | None = None
+        # Which streamed events this run was given before (`StreamRedeliveries`), made once the applied offset is read.
+        self.redeliveries: StreamRedeliveries | None = None
         self.resumed_from: dict[str, Any] | None = None
         self.snapshot_mode = connector.snapshot_mode
         self._requested_mode: str | None = None
@@ -258,6 +260,7 @@ class ConnectorSession:
                                                                                        name)
         # Where the engine resumes: re-delivered events come from there on (see events.redelivery_test).
         self.resumed_from = None if takes_snapshot else control.read_engine_offset(self.conn, self.control_schema, name)
+        self.redeliveries = StreamRedeliveries(self.applied_offset, self.resumed_from, connector=name)
         self.object_map = rule_store.reload_mapping(self.conn, self.control_schema, self.connector)
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
@@ -486,12 +489,11 @@ class ConnectorSession:
     def count_transactions(self, plan: BatchPlan) -> None:
         """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches
         counts once; re-delivered events count none)."""
-        redelivered = redelivery_test(self.applied_offset, self.resumed_from, connector=self.connector.name)
         for ref in plan.parsed.refs:
             key = _transaction_key(ref)
             if key is None or key == self._last_transaction:
                 continue
-            if redelivered is not None and redelivered(ref.offset):
+            if ref.seq in plan.redelivered_seqs:
                 continue
             self._last_transaction = key
             plan.counts.transactions += 1
@@ -640,7 +642,7 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     for batch in parsed:
         with session.phase(control.PHASE_CONVERTING, "convert"):
             plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map,
-                              session.snapshot_positions, session.resumed_from)
+                              session.snapshot_positions, session.resumed_from, redelivered=session.redeliveries)
             session.count_transactions(plan)
         yield plan
 

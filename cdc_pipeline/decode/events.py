@@ -364,3 +364,45 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
             return record[2] < lsn_commit
         return pg_test
     return None
+
+class StreamRedeliveries:
+    """Which streamed events a run was given before: those at or before the applied position (`redelivery_test`: a
+    crash between a commit and the offset's flush), and those at or before the last event the run took already.
+
+    Debezium's log reader, reconnecting by itself within a run (a source restart; a binlog connection its keep-alive
+    took for lost while the reader waited on a full queue), gives the source transaction it was in again from its
+    start, each event with its first offset. Events come in order otherwise, so a test against the last event taken
+    tells those repeats. Only a data change at the very offset of the last one is a repeat: the records of one
+    statement that Debezium splits (a multi-table `DROP TABLE`, PostgreSQL's `TRUNCATE` of several tables) share
+    an offset, and a schema change or truncate given twice is idempotent anyway. Call it on every event, in order."""
+
+    def __init__(self, applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
+                 connector: str | None = None) -> None:
+        self._applied = redelivery_test(applied, resumed_from, connector=connector)
+        self._binlog: tuple[str, tuple[int | str, int, int, int]] | None = None  # base name, order of the last taken
+        self._pg: tuple[Any, int, int] | None = None
+
+    def __call__(self, offset: dict[str, Any] | None, data_change: bool = False) -> bool:
+        if self._applied is not None and self._applied(offset):
+            return True
+        order = offset_order(offset)
+        if order is not None:
+            assert offset is not None
+            base = _binlog_base(offset)
+            last = self._binlog
+            if last is not None and last[0] == base and (order < last[1] or (data_change and order == last[1])):
+                return True
+            self._binlog = (base, order)
+            return False
+        record = _pg_stream_offset(offset)
+        if record is not None:
+            last_pg = self._pg
+            if last_pg is not None:
+                if record[0] == last_pg[0]:
+                    repeat = record[1] < last_pg[1] or (data_change and record[1] == last_pg[1])
+                else:
+                    repeat = record[2] < last_pg[2]
+                if repeat:
+                    return True
+            self._pg = record
+        return False

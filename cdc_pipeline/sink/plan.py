@@ -26,8 +26,8 @@ from cdc_pipeline.decode.events import (
     EventRef,
     FieldSpec,
     ParsedBatch,
+    StreamRedeliveries,
     fail_on_malformed,
-    redelivery_test,
 )
 from cdc_pipeline.mapping import objmap
 from cdc_pipeline.sources import before_snapshot, captures, stream_passed
@@ -103,6 +103,7 @@ class BatchPlan:
     last_ref: EventRef | None
     # Tables whose bulk-snapshot position this batch's events pass: the batch's transaction retires them.
     retired_positions: list[str] = field(default_factory=list)
+    redelivered_seqs: set[int] = field(default_factory=set)  # the events counted as re-delivered, not applied
 
     @property
     def batch_id(self) -> int:
@@ -111,7 +112,8 @@ class BatchPlan:
 
 def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: dict | None = None,
                object_map: objmap.ObjectMap | None = None,
-               snapshot_positions: dict[str, dict] | None = None, resumed_from: dict | None = None) -> BatchPlan:
+               snapshot_positions: dict[str, dict] | None = None, resumed_from: dict | None = None,
+               redelivered: StreamRedeliveries | None = None) -> BatchPlan:
     """Splits the batch into DDL steps and per-table DML segments, in source order (converts the DDL, in the names
     and types of `object_map`'s rules).
 
@@ -123,13 +125,16 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     snapshot's position (`retired_positions`): from there on the stream holds only later changes, and a position
     kept longer would be compared with positions it has no order with (a binlog started over, a PostgreSQL
     transaction id counter that wrapped). `resumed_from` (the engine's stored offset when the run started) tells a
-    re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`).
+    re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`). Events the run was given
+    before (`redelivered`: the run's `StreamRedeliveries`, kept across its batches) are re-deliveries too.
     """
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
     counts = control.BatchCounts()
-    redelivered = redelivery_test(applied_offset, resumed_from, connector=connector.name)
+    if redelivered is None:
+        redelivered = StreamRedeliveries(applied_offset, resumed_from, connector=connector.name)
     snapshot_steps: dict[str, SnapshotStep] = {}
+    redelivered_seqs: set[int] = set()
     placed_snapshot_steps: set[str] = set()
     snapshot_reads: dict[str, bool] = {}  # per table: whether its reads ("r") in this batch are a blocking snapshot's
     snapshot_end_seq = _snapshot_end_seq(parsed.refs)
@@ -146,8 +151,9 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     for ref in parsed.refs:
         if is_heartbeat(connector, ref):
             continue
-        if (redelivered is not None and redelivered(ref.offset)) or _read_by_bulk_snapshot(ref, snapshot_positions):
+        if redelivered(ref.offset, ref.kind == DATA_CHANGE) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
+            redelivered_seqs.add(ref.seq)
             continue
         for table, position in list(unpassed_positions.items()):
             if stream_passed(ref.offset, position):
@@ -227,7 +233,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     if counts.redelivered:
         log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
     last_ref = parsed.refs[-1] if parsed.refs else None
-    return BatchPlan(parsed, steps, counts, last_ref, retired_positions)
+    return BatchPlan(parsed, steps, counts, last_ref, retired_positions, redelivered_seqs)
 
 
 DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}

@@ -7,7 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from cdc_pipeline.testing.servers import start_mariadb, start_postgres
 from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
@@ -119,3 +121,39 @@ def test_source_down_longer_than_the_run_waits(own_source):
     error = pipeline.dest_query("SELECT last_error FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))
     assert "did not reconnect" in error[0][0]
     _assert_source_changes_counted_once(pipeline, baseline)
+
+
+@pytest.mark.parametrize("keep_alive_ms", [None, 5000])
+def test_a_long_apply_keeps_the_binlog_connection_and_applies_each_change_once(own_source, keep_alive_ms):
+    """While a group waits on the destination (here a lock the test holds for 15 s), capture fills its queues and
+    Debezium's binlog reader stops reading. With the connector's defaults its keep-alive does not take that for a lost
+    connection: the run keeps its one binlog connection. With a 5 s check it does, and the reader reconnects and
+    gives the source's transaction again from its start: the run skips what it planned already (counted as
+    re-delivered), and a keyless table still gets each row once."""
+    pipeline = own_source
+    pipeline.source([READINGS, AUDIT_LOG])
+    pipeline.sync()
+    baseline = pipeline.stats(STATS)
+    # One transaction larger than the engine's queue (8,192 events) and the runner's (4 batches of 200) together:
+    # the reader is held in its middle.
+    pipeline.source(["INSERT INTO audit_log SELECT CONCAT('a-', seq % 30), seq % 3 FROM seq_1_to_20000",
+                     "INSERT INTO readings SELECT seq, CONCAT('s-', seq % 7), seq / 3 FROM seq_1_to_500"])
+    pipeline.write_config(batch_size=200, apply_batch_events=400, **(
+        {"debezium": {"connect.keep.alive.interval.ms": str(keep_alive_ms)}} if keep_alive_ms else {}))
+    dumps_before = pipeline.mariadb.log_file.read_text().count("Start binlog_dump")
+    with psycopg.connect(pipeline.dest_dsn) as blocker:
+        blocker.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            sql.Identifier(pipeline.dest_schema, "audit_log")))
+        run = pipeline.sync_cli()
+        time.sleep(15)
+    stdout, stderr = run.communicate(timeout=300)
+
+    assert run.returncode == 0, stderr
+    connections = pipeline.mariadb.log_file.read_text().count("Start binlog_dump") - dumps_before
+    pipeline.assert_same("audit_log", "readings")
+    stats = pipeline.stats(STATS)
+    assert stats["inserts"] - baseline["inserts"] == 20500, "each change applied once"
+    if keep_alive_ms is None:
+        assert (connections, stats["redelivered"]) == (1, 0), "the run read the binlog through one connection"
+    else:
+        assert connections > 1 and stats["redelivered"] > 0, "the reader reconnected and its repeats were skipped"

@@ -105,7 +105,7 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     assert connector.max_events_per_run is None  # a run is bounded by time
     assert connector.max_seconds_per_run == 300.0
     assert connector.idle_timeout_seconds == 1.0
-    assert (connector.run_retries, connector.source_lost_timeout_seconds) == (0, 60.0)
+    assert (connector.run_retries, connector.source_lost_timeout_seconds) == (0, 150.0)
     assert connector.letter_casing == "lowercase"
     assert connector.destination_schema is None
     assert dict(connector.debezium) == {}

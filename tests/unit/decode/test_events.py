@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_pipeline.decode.events import (
+    StreamRedeliveries,
     DATA_CHANGE,
     OTHER,
     SCHEMA_CHANGE,
@@ -240,3 +241,30 @@ def test_a_record_of_a_reset_renamed_or_other_binlog_stops_the_run_instead_of_co
         assert raised.value.connector == "c" and "restart NAME always" in str(raised.value)
     # Without a stored offset (it was moved by hand, or lost) only the base name is checked.
     assert redelivery_test(applied)(_binlog("mariadb-bin.000011", 1))
+
+
+def _row_offset(event: int, row: int, pos: int = 2152, file: str = "mariadb-bin.000001") -> dict:
+    return {"file": file, "pos": pos, "event": event, "row": row, "gtids": "0-1-9"}
+
+
+def test_a_run_skips_the_events_its_reader_gives_again_after_reconnecting_by_itself() -> None:
+    taken = StreamRedeliveries(_row_offset(1, 5), connector="c")
+    first = [_row_offset(2, row) for row in range(1, 4)] + [_row_offset(3, row) for row in range(1, 3)]
+    # The reader reconnects in the middle of the transaction and gives it again from its first event.
+    again = [_row_offset(2, row) for row in range(1, 4)] + [_row_offset(3, row) for row in range(1, 3)]
+    later = [_row_offset(3, 3), _row_offset(1, 1, pos=9000)]
+    assert [taken(offset, True) for offset in [_row_offset(1, 5), *first, *again, *later]] == (
+        [True] + [False] * 5 + [True] * 5 + [False] * 2)
+
+
+def test_the_records_of_one_statement_sharing_an_offset_are_all_taken() -> None:
+    taken = StreamRedeliveries(None)
+    drop = {"file": "mariadb-bin.000001", "pos": 700, "event": 1}  # DROP TABLE a, b: two records, one offset
+    assert [taken(drop), taken(dict(drop)), taken(_row_offset(1, 1, pos=800))] == [False, False, False]
+
+
+def test_a_postgres_run_skips_a_transaction_given_again() -> None:
+    taken = StreamRedeliveries(None)
+    t1 = [{"txId": 7, "lsn": lsn, "lsn_commit": 100} for lsn in (110, 120, 130)]
+    t2 = [{"txId": 8, "lsn": lsn, "lsn_commit": 140} for lsn in (150, 160)]
+    assert [taken(offset, True) for offset in [*t1, *t2, t2[0], t2[1], t1[1]]] == [False] * 5 + [True] * 3
