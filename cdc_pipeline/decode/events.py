@@ -383,26 +383,31 @@ class StreamRedeliveries:
         self._pg: tuple[Any, int, int] | None = None
 
     def __call__(self, offset: dict[str, Any] | None, data_change: bool = False) -> bool:
-        if self._applied is not None and self._applied(offset):
-            return True
         order = offset_order(offset)
         if order is not None:
             assert offset is not None
             base = _binlog_base(offset)
             last = self._binlog
-            if last is not None and last[0] == base and (order < last[1] or (data_change and order == last[1])):
+            # Past the first event taken, the last one is after the applied position (and the resumed one): it
+            # alone decides, within the same binlog.
+            if last is None or last[0] != base:
+                if self._applied is not None and self._applied(offset):
+                    return True
+            elif order < last[1] or (data_change and order == last[1]):
                 return True
             self._binlog = (base, order)
             return False
         record = _pg_stream_offset(offset)
-        if record is not None:
-            last_pg = self._pg
-            if last_pg is not None:
-                if record[0] == last_pg[0]:
-                    repeat = record[1] < last_pg[1] or (data_change and record[1] == last_pg[1])
-                else:
-                    repeat = record[2] < last_pg[2]
-                if repeat:
-                    return True
-            self._pg = record
+        if record is None:
+            return self._applied is not None and self._applied(offset)
+        last_pg = self._pg
+        if last_pg is None:
+            if self._applied is not None and self._applied(offset):
+                return True
+        elif record[0] == last_pg[0]:  # the same transaction: by LSN
+            if record[1] < last_pg[1] or (data_change and record[1] == last_pg[1]):
+                return True
+        elif record[2] < last_pg[2]:  # a transaction committed before the last one's
+            return True
+        self._pg = record
         return False

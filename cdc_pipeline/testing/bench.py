@@ -142,8 +142,9 @@ def measure_parse_only(config: PipelineConfig, spark: Any) -> Measurement:
         events, first, last = 0, None, None
         for parsed in cycle.parse_batches(session, cycle.fetch_batches(session)):
             first = first or session.cycle_stats.first_fetch_at
-            parsed.events.select(F.sum(F.coalesce(F.size("before"), F.lit(0))
-                                       + F.coalesce(F.size("after"), F.lit(0)))).collect()
+            if parsed.events is not None:  # a group without data changes (a run's first, of one batch, may be)
+                parsed.events.select(F.sum(F.coalesce(F.size("before"), F.lit(0))
+                                           + F.coalesce(F.size("after"), F.lit(0)))).collect()
             cycle.mark_batches_complete(session, parsed.batch.batch_ids)
             events += parsed.batch.size
             last = time.monotonic()
