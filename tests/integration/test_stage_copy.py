@@ -88,13 +88,18 @@ def test_rows_a_crashed_run_left_in_a_staging_table_are_never_merged(pipeline):
     pipeline.assert_same("items")
 
 
+def _staging(destination_pg, database: str) -> ExecutorStaging:
+    """The staging tables of a connector named after `database`, a new destination database with a `cdc` schema."""
+    destination_pg.create_database(database)
+    destination_pg.execute("CREATE SCHEMA cdc", dbname=database)
+    return ExecutorStaging(DestinationConfig(dsn=Secret(destination_pg.dsn(database)), control_schema="cdc"),
+                           "cdc", database)
+
+
 @pytest.mark.integration
 def test_a_task_attempt_done_again_replaces_its_rows_instead_of_adding_them(destination_pg, spark):
     database = "stage_attempts"
-    destination_pg.create_database(database)
-    destination_pg.execute("CREATE SCHEMA cdc", dbname=database)
-    staging = ExecutorStaging(DestinationConfig(dsn=Secret(destination_pg.dsn(database)), control_schema="cdc"),
-                              "cdc", "attempts")
+    staging = _staging(destination_pg, database)
     try:
         table = staging.table("public", "t", ["id", "name"])
         lines = spark.range(0, 1000, numPartitions=3).select(
@@ -125,15 +130,13 @@ class _Statements:
         return self.cursor.execute(query, params)
 
 
+@pytest.mark.integration
 def test_superseded_changes_are_dropped_without_a_join_the_statistics_could_make_quadratic(destination_pg, spark):
     """Statistics gathered while a staging table held one step say the next step (a new number) has no rows: a
     self-join planned on them ran as a nested loop, a minute a group of 18,000 changes. The delete keeps each key's
     last change with no join at all."""
     database = "stage_superseded"
-    destination_pg.create_database(database)
-    destination_pg.execute("CREATE SCHEMA cdc", dbname=database)
-    staging = ExecutorStaging(DestinationConfig(dsn=Secret(destination_pg.dsn(database)), control_schema="cdc"),
-                              "cdc", "superseded")
+    staging = _staging(destination_pg, database)
     try:
         table = staging.table("public", "t", ["id", "name"])
 
