@@ -367,47 +367,66 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
 
 class StreamRedeliveries:
     """Which streamed events a run was given before: those at or before the applied position (`redelivery_test`: a
-    crash between a commit and the offset's flush), and those at or before the last event the run took already.
+    crash between a commit and the offset's flush), and those the run took already.
 
     Debezium's log reader, reconnecting by itself within a run (a source restart; a binlog connection its keep-alive
     took for lost while the reader waited on a full queue), gives the source transaction it was in again from its
-    start, each event with its first offset. Events come in order otherwise, so a test against the last event taken
-    tells those repeats. Only a data change at the very offset of the last one is a repeat: the records of one
-    statement that Debezium splits (a multi-table `DROP TABLE`, PostgreSQL's `TRUNCATE` of several tables) share
-    an offset, and a schema change or truncate given twice is idempotent anyway. Call it on every event, in order."""
+    start, each event with its first offset. Events come in order otherwise, so an event before the last one taken
+    is a repeat. Several events share one offset (a key update's delete and create, the records of a multi-table
+    `DROP TABLE` or PostgreSQL `TRUNCATE`): at the last offset taken, an event that follows repeats is a repeat while
+    the run took that many there, and one that follows the events taken there is theirs. A reconnect whose repeats
+    begin at that very offset gives its events again unnoticed (a keyless table's row twice). Call it on every event,
+    in order."""
 
     def __init__(self, applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
                  connector: str | None = None) -> None:
         self._applied = redelivery_test(applied, resumed_from, connector=connector)
-        self._binlog: tuple[str, tuple[int | str, int, int, int]] | None = None  # base name, order of the last taken
-        self._pg: tuple[Any, int, int] | None = None
+        self._last: tuple[Any, ...] | None = None  # where the last event taken is: ("binlog", base, order) or ("pg", record)
+        self._taken_at_last = 0  # events taken at that offset
+        self._repeated_at_last = 0  # events at that offset given again since the last repeat before it
+        self._repeating = False  # the event before was a repeat
 
-    def __call__(self, offset: dict[str, Any] | None, data_change: bool = False) -> bool:
+    def __call__(self, offset: dict[str, Any] | None) -> bool:
         order = offset_order(offset)
         if order is not None:
             assert offset is not None
-            base = _binlog_base(offset)
-            last = self._binlog
-            # Past the first event taken, the last one is after the applied position (and the resumed one): it
-            # alone decides, within the same binlog.
-            if last is None or last[0] != base:
-                if self._applied is not None and self._applied(offset):
-                    return True
-            elif order < last[1] or (data_change and order == last[1]):
-                return True
-            self._binlog = (base, order)
-            return False
-        record = _pg_stream_offset(offset)
-        if record is None:
+            here: tuple[Any, ...] | None = ("binlog", _binlog_base(offset), order)
+        else:
+            record = _pg_stream_offset(offset)
+            here = None if record is None else ("pg", record)
+        if here is None:
             return self._applied is not None and self._applied(offset)
-        last_pg = self._pg
-        if last_pg is None:
+        last = self._last
+        comparable = last is not None and last[0] == here[0] and (here[0] == "pg" or last[1] == here[1])
+        if not comparable:
+            # The first event taken (or another binlog): the applied position decides.
             if self._applied is not None and self._applied(offset):
                 return True
-        elif record[0] == last_pg[0]:  # the same transaction: by LSN
-            if record[1] < last_pg[1] or (data_change and record[1] == last_pg[1]):
-                return True
-        elif record[2] < last_pg[2]:  # a transaction committed before the last one's
+            return self._take(here)
+        assert last is not None
+        if here == last:
+            if self._repeating:
+                self._repeated_at_last += 1
+                if self._repeated_at_last <= self._taken_at_last:
+                    return True
+            self._repeating = False
+            self._taken_at_last += 1
+            return False
+        if self._before(here, last):
+            self._repeating = True
+            self._repeated_at_last = 0
             return True
-        self._pg = record
+        return self._take(here)
+
+    def _take(self, here: tuple[Any, ...]) -> bool:
+        self._last, self._taken_at_last, self._repeated_at_last, self._repeating = here, 1, 0, False
         return False
+
+    @staticmethod
+    def _before(here: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
+        if here[0] == "binlog":
+            return here[2] < last[2]
+        record, last_record = here[1], last[1]
+        if record[0] == last_record[0]:  # the same transaction: by LSN
+            return record[1] < last_record[1]
+        return record[2] < last_record[2]  # a transaction committed before the last one's

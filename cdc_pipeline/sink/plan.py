@@ -151,7 +151,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     for ref in parsed.refs:
         if is_heartbeat(connector, ref):
             continue
-        if redelivered(ref.offset, ref.kind == DATA_CHANGE) or _read_by_bulk_snapshot(ref, snapshot_positions):
+        if redelivered(ref.offset) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             redelivered_seqs.add(ref.seq)
             continue

@@ -253,7 +253,7 @@ def test_a_run_skips_the_events_its_reader_gives_again_after_reconnecting_by_its
     # The reader reconnects in the middle of the transaction and gives it again from its first event.
     again = [_row_offset(2, row) for row in range(1, 4)] + [_row_offset(3, row) for row in range(1, 3)]
     later = [_row_offset(3, 3), _row_offset(1, 1, pos=9000)]
-    assert [taken(offset, True) for offset in [_row_offset(1, 5), *first, *again, *later]] == (
+    assert [taken(offset) for offset in [_row_offset(1, 5), *first, *again, *later]] == (
         [True] + [False] * 5 + [True] * 5 + [False] * 2)
 
 
@@ -267,4 +267,12 @@ def test_a_postgres_run_skips_a_transaction_given_again() -> None:
     taken = StreamRedeliveries(None)
     t1 = [{"txId": 7, "lsn": lsn, "lsn_commit": 100} for lsn in (110, 120, 130)]
     t2 = [{"txId": 8, "lsn": lsn, "lsn_commit": 140} for lsn in (150, 160)]
-    assert [taken(offset, True) for offset in [*t1, *t2, t2[0], t2[1], t1[1]]] == [False] * 5 + [True] * 3
+    assert [taken(offset) for offset in [*t1, *t2, t2[0], t2[1], t1[1]]] == [False] * 5 + [True] * 3
+
+
+def test_a_key_updates_delete_and_create_share_an_offset_and_both_apply_once() -> None:
+    taken = StreamRedeliveries(None)
+    before, update, after = _row_offset(2, 1), _row_offset(3, 1), _row_offset(3, 2)
+    # The delete of the old key and the create of the new one, then a reconnect gives both again from `before`.
+    given = [before, update, dict(update), after, before, update, dict(update), after, _row_offset(4, 1)]
+    assert [taken(offset) for offset in given] == [False, False, False, False, True, True, True, True, False]
