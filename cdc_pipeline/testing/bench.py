@@ -172,7 +172,8 @@ def measure_apply_stage(config: PipelineConfig, spark: Any) -> Measurement:
         for plan in cycle.convert_dml(session, cycle.convert_ddl(session, cycle.parse_batches(
                 session, cycle.fetch_batches(session)))):
             plan.parsed.cache()
-            plan.parsed.events.count()
+            if plan.parsed.events is not None:  # a group without data changes has nothing to parse
+                plan.parsed.events.count()
             plans.append(plan)
         rows, applied = 0, []
         started = time.monotonic()
