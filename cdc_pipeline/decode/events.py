@@ -353,17 +353,21 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
         return binlog_test
     pg = _pg_stream_offset(applied)
     if pg is not None:
-        tx_id, lsn, lsn_commit = pg
-
         def pg_test(offset: dict[str, Any] | None) -> bool:
             record = _pg_stream_offset(offset)
-            if record is None:
-                return False
-            if record[0] == tx_id:
-                return record[1] <= lsn
-            return record[2] < lsn_commit
+            return record is not None and _pg_before(record, pg, or_same=True)
         return pg_test
     return None
+
+
+def _pg_before(record: tuple[Any, ...], other: tuple[Any, ...], *, or_same: bool = False) -> bool:
+    """Whether a PostgreSQL streamed record (`_pg_stream_offset`: txId, lsn, lsn_commit) comes before `other` (or
+    is `other`, with `or_same`): in one transaction by LSN, otherwise by the commit LSN of the transaction before
+    it, lower for a transaction committed before `other`'s."""
+    if record[0] == other[0]:
+        return record[1] <= other[1] if or_same else record[1] < other[1]
+    return record[2] < other[2]
+
 
 class StreamRedeliveries:
     """Which streamed events a run was given before: those at or before the applied position (`redelivery_test`: a
@@ -426,7 +430,4 @@ class StreamRedeliveries:
     def _before(here: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
         if here[0] == "binlog":
             return here[2] < last[2]
-        record, last_record = here[1], last[1]
-        if record[0] == last_record[0]:  # the same transaction: by LSN
-            return record[1] < last_record[1]
-        return record[2] < last_record[2]  # a transaction committed before the last one's
+        return _pg_before(here[1], last[1])
