@@ -378,9 +378,12 @@ class StreamRedeliveries:
     start, each event with its first offset. Events come in order otherwise, so an event before the last one taken
     is a repeat. Several events share one offset (a key update's delete and create, the records of a multi-table
     `DROP TABLE` or PostgreSQL `TRUNCATE`): at the last offset taken, an event that follows repeats is a repeat while
-    the run took that many there, and one that follows the events taken there is theirs. A reconnect whose repeats
-    begin at that very offset gives its events again unnoticed (a keyless table's row twice). Call it on every event,
-    in order."""
+    the run took that many there, and one that follows the events taken there is theirs. In a binlog, a data change
+    of the same op and table as the first event taken at that offset is a repeat too: data changes that share a
+    binlog offset never are (a key update's delete and create differ in op, and each row of a statement has its own
+    offset), so such an event starts repeats at that very offset. PostgreSQL gives the rows of one multi-row WAL
+    record (a COPY) one LSN, so there repeats that begin at the last offset taken are not told. Call it on every
+    event, in order, with `change` (op, table) for data changes."""
 
     def __init__(self, applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
                  connector: str | None = None) -> None:
@@ -389,8 +392,9 @@ class StreamRedeliveries:
         self._taken_at_last = 0  # events taken at that offset
         self._repeated_at_last = 0  # events at that offset given again since the last repeat before it
         self._repeating = False  # the event before was a repeat
+        self._first_change_at_last: tuple[Any, ...] | None = None  # (op, table) of the first event taken there
 
-    def __call__(self, offset: dict[str, Any] | None) -> bool:
+    def __call__(self, offset: dict[str, Any] | None, change: tuple[Any, ...] | None = None) -> bool:
         order = offset_order(offset)
         if order is not None:
             assert offset is not None
@@ -406,9 +410,13 @@ class StreamRedeliveries:
             # The first event taken (or another binlog): the applied position decides.
             if self._applied is not None and self._applied(offset):
                 return True
-            return self._take(here)
+            return self._take(here, change)
         assert last is not None
         if here == last:
+            if (not self._repeating and here[0] == "binlog" and change is not None
+                    and change == self._first_change_at_last):
+                # The first event taken at this offset given again: the repeats begin here.
+                self._repeating, self._repeated_at_last = True, 0
             if self._repeating:
                 self._repeated_at_last += 1
                 if self._repeated_at_last <= self._taken_at_last:
@@ -420,10 +428,11 @@ class StreamRedeliveries:
             self._repeating = True
             self._repeated_at_last = 0
             return True
-        return self._take(here)
+        return self._take(here, change)
 
-    def _take(self, here: tuple[Any, ...]) -> bool:
+    def _take(self, here: tuple[Any, ...], change: tuple[Any, ...] | None) -> bool:
         self._last, self._taken_at_last, self._repeated_at_last, self._repeating = here, 1, 0, False
+        self._first_change_at_last = change
         return False
 
     @staticmethod

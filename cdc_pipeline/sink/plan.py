@@ -151,7 +151,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     for ref in parsed.refs:
         if is_heartbeat(connector, ref):
             continue
-        if redelivered(ref.offset) or _read_by_bulk_snapshot(ref, snapshot_positions):
+        change = (ref.op, ref.source_table) if ref.kind == DATA_CHANGE else None
+        if redelivered(ref.offset, change) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             redelivered_seqs.add(ref.seq)
             continue

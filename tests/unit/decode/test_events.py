@@ -276,3 +276,38 @@ def test_a_key_updates_delete_and_create_share_an_offset_and_both_apply_once() -
     # The delete of the old key and the create of the new one, then a reconnect gives both again from `before`.
     given = [before, update, dict(update), after, before, update, dict(update), after, _row_offset(4, 1)]
     assert [taken(offset) for offset in given] == [False, False, False, False, True, True, True, True, False]
+
+
+def test_repeats_that_begin_at_the_last_offset_taken_are_told_by_the_first_change_taken_there() -> None:
+    # A keyless table's two-row transaction: the run took its first row, then the reader reconnected and gave the
+    # transaction again from that row.
+    taken = StreamRedeliveries(None)
+    first, second = _row_offset(2, 1), _row_offset(2, 2)
+    insert = ("c", "db.log")
+    given = [(first, insert), (dict(first), insert), (second, insert), (_row_offset(3, 1), insert)]
+    assert [taken(offset, change) for offset, change in given] == [False, True, False, False]
+
+
+def test_a_key_update_given_again_from_its_delete_is_skipped_whole_or_in_part() -> None:
+    update = _row_offset(3, 1)
+    delete, create = ("d", "db.items"), ("c", "db.items")
+    # Both halves taken, then given again: both are repeats.
+    taken = StreamRedeliveries(None)
+    given = [(update, delete), (dict(update), create), (dict(update), delete), (dict(update), create),
+             (_row_offset(3, 2), create)]
+    assert [taken(offset, change) for offset, change in given] == [False, False, True, True, False]
+    # Only the delete taken: given again, the delete is a repeat and the create is new.
+    taken = StreamRedeliveries(None)
+    given = [(update, delete), (dict(update), delete), (dict(update), create)]
+    assert [taken(offset, change) for offset, change in given] == [False, True, False]
+    # Without a reconnect, the delete and the create both apply.
+    taken = StreamRedeliveries(None)
+    assert [taken(update, delete), taken(dict(update), create)] == [False, False]
+
+
+def test_postgres_changes_of_one_table_sharing_an_lsn_are_all_taken() -> None:
+    # A COPY's rows come from one multi-row WAL record: the same op and table at one LSN are not repeats.
+    taken = StreamRedeliveries(None)
+    row = {"txId": 7, "lsn": 110, "lsn_commit": 100}
+    insert = ("c", "public.log")
+    assert [taken(row, insert), taken(dict(row), insert), taken(dict(row), insert)] == [False, False, False]
