@@ -39,6 +39,7 @@ ROW_IMAGES = T.StructType([
 ])
 
 DML_OPS = ("c", "r", "u", "d")
+STREAMED_OPS = ("c", "u", "d")  # a streamed row change (a read "r" is a snapshot's)
 TRUNCATE_OP = "t"
 SCHEMA_CHANGE = "schema_change"
 DATA_CHANGE = "data_change"
@@ -381,9 +382,10 @@ class StreamRedeliveries:
     the run took that many there, and one that follows the events taken there is theirs. In a binlog, a data change
     of the same op and table as the first event taken at that offset is a repeat too: data changes that share a
     binlog offset never are (a key update's delete and create differ in op, and each row of a statement has its own
-    offset), so such an event starts repeats at that very offset. PostgreSQL gives the rows of one multi-row WAL
-    record (a COPY) one LSN, so there repeats that begin at the last offset taken are not told. Call it on every
-    event, in order, with `change` (op, table) for data changes."""
+    offset), so such an event starts repeats at that very offset. Reads do not count (an incremental snapshot's
+    chunk shares the stream's offset). PostgreSQL gives the rows of one multi-row WAL record (a COPY) one LSN, so
+    there repeats that begin at the last offset taken are not told. Call it on every event, in order, with `change`
+    (op, table) for data changes."""
 
     def __init__(self, applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
                  connector: str | None = None) -> None:
@@ -413,7 +415,7 @@ class StreamRedeliveries:
             return self._take(here, change)
         assert last is not None
         if here == last:
-            if (not self._repeating and here[0] == "binlog" and change is not None
+            if (not self._repeating and here[0] == "binlog" and change is not None and change[0] in STREAMED_OPS
                     and change == self._first_change_at_last):
                 # The first event taken at this offset given again: the repeats begin here.
                 self._repeating, self._repeated_at_last = True, 0

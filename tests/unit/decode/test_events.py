@@ -311,3 +311,10 @@ def test_postgres_changes_of_one_table_sharing_an_lsn_are_all_taken() -> None:
     row = {"txId": 7, "lsn": 110, "lsn_commit": 100}
     insert = ("c", "public.log")
     assert [taken(row, insert), taken(dict(row), insert), taken(dict(row), insert)] == [False, False, False]
+
+
+def test_an_incremental_snapshots_reads_sharing_the_streams_offset_are_all_taken() -> None:
+    taken = StreamRedeliveries(None)
+    offset = {**_row_offset(4, 0), "incremental_snapshot_primary_key": "x"}
+    read = ("r", "db.items")
+    assert [taken(dict(offset), read) for _ in range(3)] == [False, False, False]
