@@ -69,3 +69,27 @@ def test_batches_keep_no_records_unless_dead_letters_may_need_them(pipeline, spa
     stored = pipeline.dest_query(
         "SELECT offset_value FROM cdc.debezium_offsets WHERE connector = %s", (pipeline.name,))
     assert json.loads(stored[0][0])["pos"] == last["pos"]
+
+
+def test_row_changes_of_one_table_share_a_binlog_offset_only_as_a_key_updates_delete_and_create(pipeline, spark):
+    """What `StreamRedeliveries` relies on to tell repeats that begin at the last offset taken: at one binlog offset,
+    no two streamed row changes have the same op and table (a key update's delete and create share one)."""
+    pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "CREATE TABLE n (v VARCHAR(10))",
+                     "INSERT INTO t VALUES (1, 'a')"])
+    pipeline.sync()
+    pipeline.source(["INSERT INTO t VALUES (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')",
+                     "INSERT INTO n VALUES ('x'), ('x'), ('x')",
+                     "UPDATE t SET v = 'z' WHERE id <= 3", "UPDATE n SET v = 'y'",
+                     "UPDATE t SET id = id + 10 WHERE id >= 4",
+                     "DELETE FROM t WHERE id <= 2", "DELETE FROM n"])
+    config = load_config()
+    with cycle.ConnectorSession(config.connector(pipeline.name), config.destination, spark) as session:
+        entries = [entry for group in cycle.fetch_batches(session) for batch in group for entry in batch.index
+                   if entry["kind"] == DATA_CHANGE]
+    changes: dict[str, list[tuple[str, str]]] = {}
+    for entry in entries:
+        changes.setdefault(json.dumps(entry["offset"], sort_keys=True), []).append((entry["op"], entry["table"]))
+    assert len(entries) == 4 + 3 + 3 + 3 + 2 * 2 + 2 + 3
+    assert all(len(set(at)) == len(at) for at in changes.values()), changes
+    table = f"{pipeline.source_db}.t"
+    assert sorted(at for at in changes.values() if len(at) > 1) == [[("d", table), ("c", table)]] * 2
