@@ -641,8 +641,9 @@ def convert_ddl(session: ConnectorSession, parsed: Iterable[ParsedBatch]) -> Ite
     """Plans each batch into DDL and DML steps in source order (converting its schema changes), lazily."""
     for batch in parsed:
         with session.phase(control.PHASE_CONVERTING, "convert"):
-            plan = plan_batch(batch, session.connector, session.applied_offset, session.object_map,
-                              session.snapshot_positions, session.resumed_from, redelivered=session.redeliveries)
+            # The run's re-delivery test holds the applied offset and the engine's resumed offset, kept across batches.
+            plan = plan_batch(batch, session.connector, object_map=session.object_map,
+                              snapshot_positions=session.snapshot_positions, redelivered=session.redeliveries)
             session.count_transactions(plan)
         yield plan
 

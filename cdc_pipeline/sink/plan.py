@@ -125,8 +125,9 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     snapshot's position (`retired_positions`): from there on the stream holds only later changes, and a position
     kept longer would be compared with positions it has no order with (a binlog started over, a PostgreSQL
     transaction id counter that wrapped). `resumed_from` (the engine's stored offset when the run started) tells a
-    re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`). Events the run was given
-    before (`redelivered`: the run's `StreamRedeliveries`, kept across its batches) are re-deliveries too.
+    re-delivery from an event of a reset or replaced binlog (`events.redelivery_test`). A run passes instead its
+    `StreamRedeliveries` (`redelivered`, made from those two offsets and kept across its batches), which also
+    counts the events the run was given before as re-deliveries; `applied_offset` and `resumed_from` are then unused.
     """
     steps: list[DdlStep | DmlStep | TruncateStep | SnapshotStep] = []
     open_segments: dict[str, DmlStep] = {}
