@@ -30,7 +30,7 @@ from cdc_pipeline.sink.apply import BatchApplier
 from cdc_pipeline.sink.plan import BatchPlan, DmlStep, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_events, parse_index,
+from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_index, row_events,
                                          StreamRedeliveries)
 from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
@@ -631,7 +631,7 @@ def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]
         with session.phase(control.PHASE_PARSING, "parse"):
             batch = merge_batches(group, session.jvm)
             # A group without data changes (the schema snapshot's) needs no Spark job, nor the session yet.
-            parsed = (parse_events(batch_dataframe(session.spark, batch), batch) if has_data_changes(batch)
+            parsed = (row_events(batch_dataframe(session.spark, batch), batch) if has_data_changes(batch)
                       else parse_index(batch))
         yield parsed
 

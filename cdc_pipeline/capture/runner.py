@@ -231,7 +231,7 @@ def in_snapshot(entry: dict[str, Any]) -> bool:
 
 @dataclass
 class FetchedBatch:
-    """Events popped from the runner: the Java list of the lines Spark parses (data changes, row images only), the
+    """Events popped from the runner: the Java list of the rows Spark reads (data changes, row images only), the
     value schemas they use, and their index (one small dict an event, made by the runner: kind, table, op, source
     block, offset; see `EventRef`).
 
@@ -246,7 +246,7 @@ class FetchedBatch:
     last_offset: dict[str, Any] | None
     last_partition: dict[str, Any] | None
     index: list[dict[str, Any]] = field(default_factory=list)
-    java_data_lines: Any = None
+    java_data_rows: Any = None
     members: tuple["FetchedBatch", ...] = ()  # the runner batches a merged batch joins, in order
 
     @property
@@ -260,11 +260,12 @@ class FetchedBatch:
         that holds both the end of a snapshot and the start of the stream)."""
         return bool(self.index) and not in_snapshot(self.index[0])
 
-    def data_lines(self) -> Any:
-        """The Java list of the lines of data changes, all Spark parses (a py4j handle: they stay in the JVM).
+    def data_rows(self) -> Any:
+        """The Java list of the rows of data changes, all Spark reads (a py4j handle: they stay in the JVM).
 
-        Each holds the event's seq, schema id, op and row images only; `line` gives an event's whole line."""
-        return self.java_data_lines if self.java_data_lines is not None else self.java_batch.dataLines()
+        Each holds the event's seq, schema id, op and row images only (`ChangeBatch.rowType`); `line` gives an
+        event's whole line."""
+        return self.java_data_rows if self.java_data_rows is not None else self.java_batch.dataRows()
 
     def line(self, seq: int) -> str | None:
         """The whole JSON line of event `seq` (key, row images, source block, offset), which the runner makes
@@ -285,18 +286,18 @@ def java_class(jvm: Any, name: str) -> Any:
 
 
 def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
-    """Joins consecutive batches into one; their lines are concatenated in the JVM, in order."""
+    """Joins consecutive batches into one; their rows are concatenated in the JVM, in order."""
     if len(batches) == 1:
         return batches[0]
-    lines = java_class(jvm, "java.util.ArrayList")()
+    rows = java_class(jvm, "java.util.ArrayList")()
     schemas: dict[str, Any] = {}
     for batch in batches:
-        lines.addAll(batch.data_lines())
+        rows.addAll(batch.data_rows())
         schemas.update(batch.schemas)
     return FetchedBatch(
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
-        index=[entry for batch in batches for entry in batch.index], java_data_lines=lines,
+        index=[entry for batch in batches for entry in batch.index], java_data_rows=rows,
         members=tuple(member for batch in batches for member in batch.members or (batch,)))
 
 

@@ -200,15 +200,16 @@ def set_runner_log_level(jvm: Any, level: str) -> None:
 
 
 def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
-    """A one-column (``line``) DataFrame of the batch's data-change lines, made on the JVM side from the Java list.
+    """The batch's data-change rows as a DataFrame (`ChangeBatch.rowType`: seq, schema, op, before, after), made on the
+    JVM side from the runner's rows, which are Spark's own (`UnsafeRow`): nothing is parsed.
 
-    The lines are spread over the default parallelism as an RDD: a local relation would be converted on the
-    driver, one row at a time, by the optimizer, instead of in parallel tasks.
+    The rows are spread over the default parallelism as an RDD: a local relation would be converted on the driver,
+    one row at a time, by the optimizer, instead of in parallel tasks.
     """
     jvm: Any = spark._jvm
-    rdd = spark._jsc.parallelize(batch.data_lines(), spark.sparkContext.defaultParallelism).rdd()
-    dataset = spark._jsparkSession.createDataset(rdd, java_class(jvm, "org.apache.spark.sql.Encoders").STRING())
-    return DataFrame(dataset.toDF(), spark).withColumnRenamed("value", "line")
+    rdd = spark._jsc.parallelize(batch.data_rows(), spark.sparkContext.defaultParallelism).rdd()
+    row_type = java_class(jvm, "io.cdcpipeline.runner.ChangeBatch").rowType()
+    return DataFrame(spark._jsparkSession.internalCreateDataFrame(rdd, row_type, False), spark)
 
 
 def collect_lines(frame: DataFrame) -> list[str]:

@@ -1,11 +1,11 @@
-"""A batch of Debezium change events: its index on the driver, and its row images parsed in Spark.
+"""A batch of Debezium change events: its index on the driver, and its row images in Spark.
 
 The runner writes, for each event, an index entry with what planning needs (kind, table, op, source block,
 offset, and a schema change's payload), so the driver never collects events from Spark, and for each data change
-a line for Spark with its row images only: seq, schema id, op, before, after (the whole line, with key, source
-block and offset, is made only for a dead letter: `ParsedBatch.data_line`). One fixed Spark schema reads them
-all (a whole line too); row images are read as string maps, so one parse
-serves every table and every version of its schema. The per-column types come from the batch's value schemas
+a Spark row with its row images only: seq, schema id, op, before, after (`row_events`; the whole JSON line, with
+key, source block and offset, is made only for a dead letter: `ParsedBatch.data_line`). Row images are string
+maps, so one row type serves every table and every version of its schema; a JSON line (a replayed dead letter's)
+is parsed into the same (`parse_events`, `ROW_IMAGES`). The per-column types come from the batch's value schemas
 (see `FieldSpec`).
 """
 
@@ -97,7 +97,9 @@ def event_ref(entry: dict[str, Any]) -> EventRef:
     ref = EventRef(
         seq=entry["seq"], kind=entry["kind"], source_table=entry.get("table"), schema_id=entry.get("schema"),
         op=entry.get("op"), raw_source=entry.get("source") or {}, offset=entry.get("offset"),
-        schema_change=entry.get("change"), debezium_ts_ms=entry.get("ts_ms"),
+        # A copy: the source block added below must not change the entry, which a batch is planned from again.
+        schema_change=None if entry.get("change") is None else dict(entry["change"]),
+        debezium_ts_ms=entry.get("ts_ms"),
     )
     if ref.schema_change is not None:
         ref.schema_change["source"] = ref.source
@@ -112,17 +114,18 @@ class ParsedBatch:
     events: DataFrame | None  # None: a batch without data changes (schema changes, heartbeats), Spark not involved
     refs: list[EventRef] = field(default_factory=list)
     cached: bool = False
-    lines: DataFrame | None = None  # the data-change lines the events were parsed from
+    lines: DataFrame | None = None  # (seq, line): each data change's JSON line with its row images only
 
     def data_line(self, seq: int) -> str:
         """The whole JSON line of one data change, as the runner writes it (for dead letters only): from the
-        runner, or for a batch without one (a replayed dead letter, a test's) from the lines Spark parsed."""
+        runner when it keeps its records, else (a replayed dead letter, a test's, a runner batch that keeps none)
+        the line with the row images alone that Spark parsed, or writes of the runner's row."""
         line = self.batch.line(seq)
         if line is not None:
             return line
         if self.lines is None:
             raise ValueError("the batch keeps no lines")
-        rows = self.lines.where(_line_seq() == seq).limit(1).collect()
+        rows = self.lines.where(F.col("seq") == seq).limit(1).collect()
         if not rows:
             raise ValueError(f"event {seq} is not among the batch's data changes")
         return rows[0].line
@@ -159,15 +162,30 @@ def parse_index(batch: FetchedBatch) -> ParsedBatch:
     return ParsedBatch(batch=batch, events=None, refs=event_refs(batch))
 
 
-def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
-    """The batch's index as EventRefs in source order, and the row images of its data-change lines (the runner
-    ships those apart), parsed lazily in Spark."""
-    parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"), _line_seq().alias("line_seq"), "line")
-    value = F.col("e.value")
-    events = parsed.select(
+def row_events(rows: DataFrame, batch: FetchedBatch) -> ParsedBatch:
+    """The batch's index as EventRefs in source order, and the runner's rows of its data changes (`batch_dataframe`:
+    seq, schema, op, before, after) as the events, lazily: nothing to parse."""
+    events = rows.select(
         # As text: Spark's generated code inlines a number literal, so a new class per batch would be compiled (and
         # run interpreted until the JIT catches up); a string literal is a reference, and the code is reused.
         F.lit(str(batch.batch_id)).alias("batch_id"),
+        "seq",
+        F.col("schema").alias("schema_id"),
+        "op", "before", "after",
+        F.lit(False).alias("malformed"),  # the runner's rows are typed: only a JSON line can be malformed
+    )
+    lines = rows.select("seq", F.to_json(F.struct("seq", "schema", F.struct("op", "before", "after").alias("value")))
+                        .alias("line"))
+    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch), lines=lines)
+
+
+def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
+    """`row_events` of JSON lines (a `line` column: a replayed dead letter's, a test's), each a data change with its
+    row images at least ({seq, schema, value: {op, before, after}}; a whole line too), parsed lazily in Spark."""
+    parsed = data_lines.select(F.from_json("line", ROW_IMAGES).alias("e"), _line_seq().alias("line_seq"), "line")
+    value = F.col("e.value")
+    events = parsed.select(
+        F.lit(str(batch.batch_id)).alias("batch_id"),  # as text: see `row_events`
         # From the line's first field, so that a step (and the skip strategy's halving) finds a malformed line too.
         F.coalesce("line_seq", F.raise_error(F.concat(F.lit("an event line without its seq: "),
                                                       F.substring("line", 1, 200)))).alias("seq"),
@@ -179,7 +197,8 @@ def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:
         # used, never go missing.
         (F.col("e.seq").isNull() | (F.col("e.seq") != F.col("line_seq")) | value["op"].isNull()).alias("malformed"),
     )
-    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch), lines=data_lines)
+    lines = data_lines.select(_line_seq().alias("seq"), "line")
+    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch), lines=lines)
 
 
 def fail_on_malformed(frame: DataFrame) -> DataFrame:

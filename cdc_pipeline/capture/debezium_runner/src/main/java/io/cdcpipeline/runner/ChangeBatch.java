@@ -14,6 +14,8 @@ import java.util.Map;
 import java.util.Set;
 
 import org.apache.kafka.connect.source.SourceRecord;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.types.StructType;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -23,12 +25,12 @@ import io.debezium.engine.RecordChangeEvent;
 
 /**
  * One batch handed over by the engine: its records and their committer (kept until the batch is complete),
- * and the same records as JSON lines for Spark, with the value schemas the lines refer to.
+ * and the rows Spark reads of its data changes, with the value schemas they refer to.
  *
  * Without `keepRecords` the batch keeps, of its records, only the last of each source partition: marking that one
  * processed leaves the engine's offset where marking every record would (the offset writer and the task keep the
  * last offset given per partition). The records in flight (the engine's queue, the runner's and the groups run
- * ahead: about 100,000 events of a backlog) are then their lines and index alone, which the collector copies far
+ * ahead: about 100,000 events of a backlog) are then their rows and index alone, which the collector copies far
  * faster than the records' trees of objects. An event's whole line (`line`, `lines`) needs the records: it is
  * only asked for a dead letter, under the `skip` error strategy, which keeps them.
  */
@@ -40,10 +42,10 @@ public final class ChangeBatch {
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
     private final EventSerializer serializer;
     private final long firstSeq;
-    private final List<String> dataLines;
-    /** The index entries of the lines, as one JSON array in the same order (see EventSerializer#indexEntry). */
+    private final List<UnsafeRow> dataRows;
+    /** The index entries of the events, as one JSON array in the same order (see EventSerializer#indexEntry). */
     private final String index;
-    /** A JSON object from schema id to the value schema, for the ids these lines use. */
+    /** A JSON object from schema id to the value schema, for the ids these events use. */
     private final String schemas;
     /** The source offset of the last record, as JSON: where the engine resumes once this batch is complete. */
     private final String lastOffset;
@@ -59,7 +61,7 @@ public final class ChangeBatch {
         this.committer = committer;
         this.serializer = serializer;
         this.firstSeq = firstSeq;
-        List<String> data = new ArrayList<>(records.size());
+        List<UnsafeRow> data = new ArrayList<>(records.size());
         StringBuilder indexJson = new StringBuilder(records.size() * 256).append('[');
         Set<String> schemaIds = new LinkedHashSet<>();
         long seq = firstSeq;
@@ -76,7 +78,7 @@ public final class ChangeBatch {
                 schemaIds.add(schemaId.asText());
             }
             if (EventSerializer.KIND_DATA_CHANGE.equals(entry.path("kind").asText())) {
-                data.add(serializer.dataLine(seq, record));
+                data.add(serializer.dataRow(seq, record));
             }
             seq++;
             last = record;
@@ -89,7 +91,7 @@ public final class ChangeBatch {
             schemaJson.append('"').append(id).append("\":").append(serializer.schemaJson(id));
         }
         this.schemas = schemaJson.append('}').toString();
-        this.dataLines = Collections.unmodifiableList(data);
+        this.dataRows = Collections.unmodifiableList(data);
         this.index = indexJson.append(']').toString();
         this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
@@ -144,11 +146,16 @@ public final class ChangeBatch {
     }
 
     /**
-     * The lines Spark parses: those of data changes (op c, r, u or d) only, in source order, each holding just
-     * its seq, schema id, op and row images (see EventSerializer#dataLine).
+     * The rows Spark reads: those of data changes (op c, r, u or d) only, in source order, each holding just its
+     * seq, schema id, op and row images ({@link #rowType}; see EventSerializer#dataRow).
      */
-    public List<String> dataLines() {
-        return dataLines;
+    public List<UnsafeRow> dataRows() {
+        return dataRows;
+    }
+
+    /** The type of {@link #dataRows}. */
+    public static StructType rowType() {
+        return EventSerializer.DATA_ROW;
     }
 
     /**

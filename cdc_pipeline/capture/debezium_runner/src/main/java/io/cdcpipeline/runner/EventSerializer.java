@@ -3,8 +3,11 @@ package io.cdcpipeline.runner;
 import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.nio.ByteBuffer;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.HashMap;
 import java.util.List;
 import java.util.IdentityHashMap;
@@ -19,7 +22,22 @@ import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.source.SourceRecord;
 
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+import com.fasterxml.jackson.core.JsonEncoding;
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonGenerator;
+import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -27,11 +45,14 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.debezium.data.VariableScaleDecimal;
 
 /**
- * Turns a Debezium record into JSON: for a data change, the line Spark parses ({seq, schema, value: {op, before,
- * after}}); on demand, the whole line {seq, topic, schema, key, value, partition, offset} (a dead letter keeps it).
- * Payloads are written without their schema; each distinct value schema gets a short id, and a batch
- * carries the schemas its lines use once, so the lines stay small and Spark parses them with one fixed schema.
- * Decimals (Connect Decimal and Debezium's VariableScaleDecimal) are written as JSON strings in plain notation:
+ * Turns a Debezium record into what the pipeline reads of it: for a data change, a Spark row ({@link #DATA_ROW}:
+ * seq, schema id, op, and each row image as a map from column to its value's text); on demand, the whole JSON line
+ * {seq, topic, schema, key, value, partition, offset} (a dead letter keeps it).
+ * A row image's values are the text Spark's {@code from_json} gives a {@code map<string,string>} of the image's JSON
+ * payload (see {@link #valueText}): a row from the runner and a line parsed by Spark (a replayed dead letter's)
+ * convert alike. Payloads are written without their schema; each distinct value schema gets a short id, and a
+ * batch carries the schemas its rows use once.
+ * Decimals (Connect Decimal and Debezium's VariableScaleDecimal) are written as strings in plain notation:
  * as JSON numbers Spark's parser would read them through a double and lose digits.
  * A value schema does not say which columns form the key, so the shipped copy of it marks each key column of
  * its row images with the parameter {@value #KEY_POSITION_PARAMETER} (the column's position in the record key);
@@ -46,6 +67,15 @@ final class EventSerializer {
     static final String KIND_OTHER = "other";
     private static final Set<String> DATA_OPS = Set.of("c", "r", "u", "d");
     private static final Set<String> UNINDEXED_SOURCE_FIELDS = Set.of("version", "connector", "name", "ts_us", "ts_ns");
+    /** The row of a data change that Spark reads: what parsing its JSON line with the pipeline's fixed schema gives. */
+    static final StructType DATA_ROW = new StructType()
+            .add("seq", DataTypes.LongType)
+            .add("schema", DataTypes.StringType)
+            .add("op", DataTypes.StringType)
+            .add("before", DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType))
+            .add("after", DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType));
+    private static final JsonFactory JSON = new JsonFactory();
+    private static final String KAFKA_LOGICAL_PREFIX = "org.apache.kafka.connect.data.";
 
     private final JsonConverter payloadConverter = new JsonConverter();
     private final JsonConverter schemaConverter = new JsonConverter();
@@ -54,6 +84,9 @@ final class EventSerializer {
     private final Map<String, String> idByJson = new HashMap<>();
     private final Map<String, String> jsonById = new HashMap<>();
     private final Map<Schema, Schema> plainSchemas = new IdentityHashMap<>();
+    private final Map<Schema, UTF8String[]> columnNames = new IdentityHashMap<>();
+    /** Compact rows of {@link #DATA_ROW}: one byte array each, which the collector copies fast while they wait. */
+    private final UnsafeProjection toUnsafe = UnsafeProjection.create(DATA_ROW);
 
     EventSerializer() {
         Map<String, Object> config = new HashMap<>();
@@ -66,24 +99,118 @@ final class EventSerializer {
     }
 
     /**
-     * The line Spark parses for a data change: {seq, schema, value: {op, before, after}}, all the row images need.
-     * A third of the whole line's size (no key, source block, offset or partition), so that handing it to Spark
-     * and parsing it cost less; the whole line is made only when asked for (a dead letter keeps it).
+     * The row Spark reads of a data change ({@link #DATA_ROW}): seq, schema id, op and the row images, all the
+     * pipeline needs of it. A third of the whole line's size (no key, source block, offset or partition); the whole
+     * line is made only when asked for (a dead letter keeps it).
      */
-    synchronized String dataLine(long seq, SourceRecord record) {
+    synchronized UnsafeRow dataRow(long seq, SourceRecord record) {
         Schema schema = record.valueSchema();
         Struct value = (Struct) record.value();
-        return "{\"seq\":" + seq
-                + ",\"schema\":" + json(schemaId(schema, record.keySchema()))
-                + ",\"value\":{\"op\":" + json(value.getString("op"))
-                + ",\"before\":" + image(record.topic(), schema, value, "before")
-                + ",\"after\":" + image(record.topic(), schema, value, "after")
-                + "}}";
+        GenericInternalRow row = new GenericInternalRow(new Object[] {
+                seq, UTF8String.fromString(schemaId(schema, record.keySchema())),
+                UTF8String.fromString(value.getString("op")),
+                image(record.topic(), schema, value, "before"), image(record.topic(), schema, value, "after")});
+        return toUnsafe.apply(row).copy();
     }
 
-    private String image(String topic, Schema schema, Struct value, String name) {
+    private MapData image(String topic, Schema schema, Struct value, String name) {
         Field field = schema.field(name);
-        return field == null ? "null" : payload(topic, field.schema(), value.get(field));
+        Object image = field == null ? null : value.get(field);
+        if (image == null) {
+            return null;
+        }
+        Schema imageSchema = field.schema();
+        List<Field> fields = imageSchema.fields();
+        UTF8String[] names = columnNames.computeIfAbsent(imageSchema, unused -> {
+            UTF8String[] out = new UTF8String[fields.size()];
+            for (int i = 0; i < out.length; i++) {
+                out[i] = UTF8String.fromString(fields.get(i).name());
+            }
+            return out;
+        });
+        Struct struct = (Struct) image;
+        Object[] texts = new Object[names.length];
+        for (int i = 0; i < texts.length; i++) {
+            Field column = fields.get(i);
+            String text = valueText(topic, column.schema(), struct.get(column));
+            texts[i] = text == null ? null : UTF8String.fromString(text);
+        }
+        return new ArrayBasedMapData(new GenericArrayData(names.clone()), new GenericArrayData(texts));
+    }
+
+    /**
+     * A column's value as the text Spark's {@code from_json} reads for it from the payload's JSON into a
+     * {@code map<string,string>}: a JSON string's content; a number, boolean, object or array as Spark's parser
+     * writes the token again (numbers with a fraction through a double); null for null.
+     * Common types are written directly; the rest (structs, arrays, Kafka's logical types) go through the JSON
+     * converter and a Jackson copy of its token, as Spark does.
+     */
+    String valueText(String topic, Schema schema, Object value) {
+        if (value == null) {
+            return null;
+        }
+        String logical = schema.name();
+        if (Decimal.LOGICAL_NAME.equals(logical)) {
+            return ((BigDecimal) value).toPlainString();
+        }
+        if (VariableScaleDecimal.LOGICAL_NAME.equals(logical)) {
+            return variableScaleDecimalText((Struct) value);
+        }
+        // The converter writes Kafka's own logical types (Date, Time, Timestamp) its own way; other names
+        // (Debezium's times, Json, Enum, Bits, ...) are plain values to it.
+        if (logical == null || !logical.startsWith(KAFKA_LOGICAL_PREFIX)) {
+            switch (schema.type()) {
+                case STRING:
+                    return (String) value;
+                case INT8:
+                case INT16:
+                case INT32:
+                case INT64:
+                case BOOLEAN:
+                    return value.toString();
+                case FLOAT64:
+                    return Double.toString((Double) value);
+                case FLOAT32:
+                    // The converter writes a float's own shortest text; Spark's parser reads it as a double.
+                    return Double.toString(Double.parseDouble(Float.toString((Float) value)));
+                case BYTES:
+                    return Base64.getEncoder().encodeToString(bytes(value));
+                default:
+                    break;
+            }
+        }
+        return tokenText(payload(topic, schema, value));
+    }
+
+    /** What Spark's JSON parser gives for one JSON value read as a string (its JacksonParser, StringType). */
+    static String tokenText(String json) {
+        try (JsonParser parser = JSON.createParser(json)) {
+            JsonToken token = parser.nextToken();
+            if (token == null || token == JsonToken.VALUE_NULL) {
+                return null;
+            }
+            if (token == JsonToken.VALUE_STRING) {
+                return parser.getText();
+            }
+            ByteArrayOutputStream out = new ByteArrayOutputStream(json.length());
+            try (JsonGenerator generator = JSON.createGenerator(out, JsonEncoding.UTF8)) {
+                generator.copyCurrentStructure(parser);
+            }
+            return out.toString(StandardCharsets.UTF_8);
+        }
+        catch (IOException e) {
+            throw new IllegalStateException("cannot read back a value written as JSON", e);
+        }
+    }
+
+    private static byte[] bytes(Object value) {
+        if (value instanceof ByteBuffer) {
+            ByteBuffer buffer = ((ByteBuffer) value).duplicate();
+            byte[] bytes = new byte[buffer.remaining()];
+            buffer.get(bytes);
+            return bytes;
+        }
+        return (byte[]) value;
     }
 
     synchronized String line(long seq, SourceRecord record) {
@@ -297,18 +424,8 @@ final class EventSerializer {
     }
 
     private static String variableScaleDecimalText(Struct value) {
-        Object unscaled = value.get(VariableScaleDecimal.VALUE_FIELD);
-        byte[] bytes;
-        if (unscaled instanceof ByteBuffer) {
-            ByteBuffer buffer = ((ByteBuffer) unscaled).duplicate();
-            bytes = new byte[buffer.remaining()];
-            buffer.get(bytes);
-        }
-        else {
-            bytes = (byte[]) unscaled;
-        }
         int scale = value.getInt32(VariableScaleDecimal.SCALE_FIELD);
-        return new BigDecimal(new BigInteger(bytes), scale).toPlainString();
+        return new BigDecimal(new BigInteger(bytes(value.get(VariableScaleDecimal.VALUE_FIELD))), scale).toPlainString();
     }
 
     private String schemaId(Schema valueSchema, Schema keySchema) {
