@@ -22,14 +22,12 @@ import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.source.SourceRecord;
 
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
-import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
-import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeArrayWriter;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import com.fasterxml.jackson.core.JsonEncoding;
@@ -85,8 +83,13 @@ final class EventSerializer {
     private final Map<String, String> jsonById = new HashMap<>();
     private final Map<Schema, Schema> plainSchemas = new IdentityHashMap<>();
     private final Map<Schema, UTF8String[]> columnNames = new IdentityHashMap<>();
-    /** Compact rows of {@link #DATA_ROW}: one byte array each, which the collector copies fast while they wait. */
-    private final UnsafeProjection toUnsafe = UnsafeProjection.create(DATA_ROW);
+    /**
+     * Writes rows of {@link #DATA_ROW} in Spark's own compact format (an {@link UnsafeRow}: one byte array each, which
+     * the collector copies fast while they wait), as Spark's generated projection does, without its code generation
+     * (about 0.3 s of a cold JVM, before the engine's first batch).
+     */
+    private final UnsafeRowWriter rowWriter = new UnsafeRowWriter(DATA_ROW.size(), 512);
+    private final UnsafeArrayWriter arrayWriter = new UnsafeArrayWriter(rowWriter, 8);
 
     EventSerializer() {
         Map<String, Object> config = new HashMap<>();
@@ -106,18 +109,32 @@ final class EventSerializer {
     synchronized UnsafeRow dataRow(long seq, SourceRecord record) {
         Schema schema = record.valueSchema();
         Struct value = (Struct) record.value();
-        GenericInternalRow row = new GenericInternalRow(new Object[] {
-                seq, UTF8String.fromString(schemaId(schema, record.keySchema())),
-                UTF8String.fromString(value.getString("op")),
-                image(record.topic(), schema, value, "before"), image(record.topic(), schema, value, "after")});
-        return toUnsafe.apply(row).copy();
+        rowWriter.reset();
+        rowWriter.zeroOutNullBytes();
+        rowWriter.write(0, seq);
+        writeText(1, schemaId(schema, record.keySchema()));
+        writeText(2, value.getString("op"));
+        writeImage(3, record.topic(), schema, value, "before");
+        writeImage(4, record.topic(), schema, value, "after");
+        return rowWriter.getRow().copy();
     }
 
-    private MapData image(String topic, Schema schema, Struct value, String name) {
+    private void writeText(int ordinal, String text) {
+        if (text == null) {
+            rowWriter.setNullAt(ordinal);
+        }
+        else {
+            rowWriter.write(ordinal, UTF8String.fromString(text));
+        }
+    }
+
+    /** A row image as a map<string,string>, laid out as Spark's UnsafeMapData: its keys' size, keys, values. */
+    private void writeImage(int ordinal, String topic, Schema schema, Struct value, String name) {
         Field field = schema.field(name);
         Object image = field == null ? null : value.get(field);
         if (image == null) {
-            return null;
+            rowWriter.setNullAt(ordinal);
+            return;
         }
         Schema imageSchema = field.schema();
         List<Field> fields = imageSchema.fields();
@@ -128,14 +145,28 @@ final class EventSerializer {
             }
             return out;
         });
+        int start = rowWriter.cursor();
+        rowWriter.grow(8);
+        rowWriter.increaseCursor(8);
+        int keysStart = rowWriter.cursor();
+        arrayWriter.initialize(names.length);
+        for (int i = 0; i < names.length; i++) {
+            arrayWriter.write(i, names[i]);
+        }
+        Platform.putLong(rowWriter.getBuffer(), keysStart - 8, rowWriter.cursor() - keysStart);
         Struct struct = (Struct) image;
-        Object[] texts = new Object[names.length];
-        for (int i = 0; i < texts.length; i++) {
+        arrayWriter.initialize(names.length);
+        for (int i = 0; i < names.length; i++) {
             Field column = fields.get(i);
             String text = valueText(topic, column.schema(), struct.get(column));
-            texts[i] = text == null ? null : UTF8String.fromString(text);
+            if (text == null) {
+                arrayWriter.setNull8Bytes(i);
+            }
+            else {
+                arrayWriter.write(i, UTF8String.fromString(text));
+            }
         }
-        return new ArrayBasedMapData(new GenericArrayData(names.clone()), new GenericArrayData(texts));
+        rowWriter.setOffsetAndSizeFromPreviousCursor(ordinal, start);
     }
 
     /**
