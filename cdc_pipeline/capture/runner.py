@@ -1,8 +1,8 @@
 """The Python half of the Debezium runner: properties, classpath, and the py4j bridge to the Java half.
 
 All JVM-bridge code lives here. The Java half (``debezium_runner/``) runs inside the Spark driver JVM;
-a popped batch stays a Java list of JSON lines and becomes a Spark DataFrame on the JVM side, so events
-never pass through Python one by one.
+a popped batch's data changes stay a Java list of Spark rows (`UnsafeRow`) and become a DataFrame on the JVM
+side, so events never pass through Python one by one, and Spark parses nothing.
 """
 
 from __future__ import annotations
@@ -197,8 +197,8 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         "schema.history.internal": f"{JAVA_PACKAGE}.PostgresSchemaHistory",
         "schema.history.internal.store.only.captured.tables.ddl": "false",
         "errors.max.retries": "0",
-        # A batch keeps its records (not only their lines) for an event's whole line, which only a dead letter
-        # needs: records in flight cost the JVM's collector far more than their lines (`ChangeBatch`).
+        # A batch keeps its records (not only their rows) for an event's whole line, which only a dead letter
+        # needs: records in flight cost the JVM's collector far more than their rows (`ChangeBatch`).
         KEEP_RECORDS_PROPERTY: "true" if connector.error_strategy == "skip" else "false",
     }
     for prefix, table in (("offset.storage.cdc.", OFFSETS_TABLE), ("schema.history.internal.cdc.", SCHEMA_HISTORY_TABLE)):

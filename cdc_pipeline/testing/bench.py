@@ -8,7 +8,7 @@ It starts its own throwaway MariaDB and PostgreSQL, loads N rows (6 mixed column
     connector whose batches are parsed and cached before the clock starts (tables in schema `apply_stage`);
 (d) the ratio (b)/(a);
 (e) the ceiling of any Spark pipeline on this machine: events/s when each group of batches is fetched and
-    parsed by Spark (both row images of every event, as the pipeline parses them) and marked complete, with
+    read by Spark (both row images of every event, as the pipeline reads them) and marked complete, with
     nothing converted or applied; and its ratio to (a), the most (d) can reach here;
 for Debezium's snapshot and for a stream of inserts, updates and deletes. A warm-up pass over fewer rows in
 another database runs every measurement once first, so that none of them pays alone for the JVM's compiling
@@ -136,8 +136,8 @@ def measure_raw_capture(config: PipelineConfig, spark: Any, expected: int) -> Me
 
 
 def measure_parse_only(config: PipelineConfig, spark: Any) -> Measurement:
-    """Fetches each group of batches as the pipeline does and has Spark parse every line (the sizes of both row
-    images: their maps must be built), then marks the group complete; nothing is converted or applied."""
+    """Fetches each group of batches as the pipeline does and has Spark read every row (the sizes of both row
+    images), then marks the group complete; nothing is converted or applied."""
     with cycle.ConnectorSession(config.connector("parse"), config.destination, spark) as session:
         events, first, last = 0, None, None
         for parsed in cycle.parse_batches(session, cycle.fetch_batches(session)):

@@ -310,6 +310,14 @@ def test_the_load_runs_on_a_spark_standalone_master_and_worker(pipeline: Pipelin
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-4000:]
         assert json.loads(out.strip().splitlines()[-1])["snapshot_rows"] == 3_700
+        # The stream's groups too: the runner's rows go to the executors in their tasks.
+        pipeline.source(["UPDATE items SET name = 'moved' WHERE id <= 300", "DELETE FROM items WHERE id > 2900",
+                         "INSERT INTO items (id, name) VALUES (5000, 'new')", "INSERT INTO events VALUES ('late', 1)"])
+        run = start_sync(pipeline.name, "--json", env={**pipeline.env, "SPARK_LOCAL_IP": "127.0.0.1"})
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-4000:]
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert (summary["updates"], summary["deletes"], summary["inserts"]) == (300, 100, 2)
     finally:
         for process in (worker, master):
             if process is not None:
