@@ -113,19 +113,16 @@ def _prune(directory: Path) -> None:
 def _load_classes(partial: str) -> None:
     """The child's work: a session started as runs start it, the kinds of Spark jobs a run has, the runner's
     classes; the JVM writes the archive when it exits."""
-    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from cdc_pipeline.capture.spark import build_spark_session
+    from cdc_pipeline.capture.spark import build_spark_session, rows_dataframe
 
     os.environ[ARCHIVE_ENV] = "off"
     spark = build_spark_session(conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}",
                                       "spark.app.name": "cdc-pipeline-jvm-archive"})
     jvm = spark._jvm
     # A group's rows as the runner hands them over (none: the plan's and the jobs' classes are what is loaded).
-    rows = DataFrame(spark._jsparkSession.internalCreateDataFrame(
-        spark._jsc.parallelize(jvm.java.util.ArrayList(), 2).rdd(), jvm.io.cdcpipeline.runner.ChangeBatch.rowType(),
-        False), spark)
+    rows = rows_dataframe(spark, jvm.java.util.ArrayList())
     rows.groupBy("op").agg(F.count("*"), F.concat_ws("\n", F.collect_list(F.col("after")["id"]))).collect()
     rows.select(F.to_json(F.struct("seq", "after"))).orderBy("seq").collect()
     for name in _RUNNER_CLASSES:

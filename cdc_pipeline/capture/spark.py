@@ -206,9 +206,13 @@ def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
     The rows are spread over the default parallelism as an RDD: a local relation would be converted on the driver,
     one row at a time, by the optimizer, instead of in parallel tasks.
     """
-    jvm: Any = spark._jvm
-    rdd = spark._jsc.parallelize(batch.data_rows(), spark.sparkContext.defaultParallelism).rdd()
-    row_type = java_class(jvm, "io.cdcpipeline.runner.ChangeBatch").rowType()
+    return rows_dataframe(spark, batch.data_rows())
+
+
+def rows_dataframe(spark: SparkSession, rows: Any) -> DataFrame:
+    """A DataFrame of a Java list of the runner's rows (`ChangeBatch.rowType`), over the default parallelism."""
+    rdd = spark._jsc.parallelize(rows, spark.sparkContext.defaultParallelism).rdd()
+    row_type = java_class(spark._jvm, f"{JAVA_PACKAGE}.ChangeBatch").rowType()
     return DataFrame(spark._jsparkSession.internalCreateDataFrame(rdd, row_type, False), spark)
 
 

@@ -114,18 +114,19 @@ class ParsedBatch:
     events: DataFrame | None  # None: a batch without data changes (schema changes, heartbeats), Spark not involved
     refs: list[EventRef] = field(default_factory=list)
     cached: bool = False
-    lines: DataFrame | None = None  # (seq, line): each data change's JSON line with its row images only
+    lines: DataFrame | None = None  # (seq, line): the JSON lines parsed (none for the runner's rows: `row_lines`)
 
     def data_line(self, seq: int) -> str:
         """The whole JSON line of one data change, as the runner writes it (for dead letters only): from the
         runner when it keeps its records, else (a replayed dead letter, a test's, a runner batch that keeps none)
-        the line with the row images alone that Spark parsed, or writes of the runner's row."""
+        the line with the row images alone that Spark parsed, or the runner's row written as one (`row_lines`)."""
         line = self.batch.line(seq)
         if line is not None:
             return line
-        if self.lines is None:
+        if self.events is None:
             raise ValueError("the batch keeps no lines")
-        rows = self.lines.where(F.col("seq") == seq).limit(1).collect()
+        lines = self.lines if self.lines is not None else row_lines(self.events)
+        rows = lines.where(F.col("seq") == seq).limit(1).collect()
         if not rows:
             raise ValueError(f"event {seq} is not among the batch's data changes")
         return rows[0].line
@@ -174,9 +175,14 @@ def row_events(rows: DataFrame, batch: FetchedBatch) -> ParsedBatch:
         "op", "before", "after",
         F.lit(False).alias("malformed"),  # the runner's rows are typed: only a JSON line can be malformed
     )
-    lines = rows.select("seq", F.to_json(F.struct("seq", "schema", F.struct("op", "before", "after").alias("value")))
-                        .alias("line"))
-    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch), lines=lines)
+    return ParsedBatch(batch=batch, events=events, refs=event_refs(batch))
+
+
+def row_lines(events: DataFrame) -> DataFrame:
+    """(seq, line): the events of `row_events` written as JSON lines with their row images alone, which
+    `parse_events` reads back to the same rows (a dead letter's line when its runner batch keeps no records)."""
+    value = F.struct("op", "before", "after").alias("value")
+    return events.select("seq", F.to_json(F.struct("seq", F.col("schema_id").alias("schema"), value)).alias("line"))
 
 
 def parse_events(data_lines: DataFrame, batch: FetchedBatch) -> ParsedBatch:

@@ -11,7 +11,7 @@ from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
 from cdc_pipeline.capture.runner import merge_batches
 from cdc_pipeline.capture.spark import batch_dataframe
-from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, parse_events, row_events
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, parse_events, row_events, row_lines
 from tests.helpers.spark import index_entry
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_index_entries_describe_their_lines_and_rows_read_as_the_lines_parse(pip
             spark.createDataFrame([(line,) for line in lines], "line string"), merged).events.where(
                 "op IN ('c', 'r', 'u', 'd')").select(images).orderBy("seq").collect()]
         # What a dead letter keeps of an event whose batch keeps no records: its row written as a line.
-        from_row_lines = [row.asDict() for row in parse_events(rows.lines.select("line"), merged).events.select(
+        from_row_lines = [row.asDict() for row in parse_events(row_lines(rows.events).select("line"), merged).events.select(
             images).orderBy("seq").collect()]
     assert entries == [index_entry(line) for line in lines]
     assert by_seq == lines

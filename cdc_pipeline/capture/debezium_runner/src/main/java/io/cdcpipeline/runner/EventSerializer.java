@@ -176,7 +176,7 @@ final class EventSerializer {
      * Common types are written directly; the rest (structs, arrays, Kafka's logical types) go through the JSON
      * converter and a Jackson copy of its token, as Spark does.
      */
-    String valueText(String topic, Schema schema, Object value) {
+    private String valueText(String topic, Schema schema, Object value) {
         if (value == null) {
             return null;
         }
@@ -214,7 +214,7 @@ final class EventSerializer {
     }
 
     /** What Spark's JSON parser gives for one JSON value read as a string (its JacksonParser, StringType). */
-    static String tokenText(String json) {
+    private static String tokenText(String json) {
         try (JsonParser parser = JSON.createParser(json)) {
             JsonToken token = parser.nextToken();
             if (token == null || token == JsonToken.VALUE_NULL) {
