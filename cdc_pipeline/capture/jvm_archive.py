@@ -49,14 +49,13 @@ def enabled() -> bool:
 
 def archive_path(classpath: list[Path]) -> Path:
     """Where the archive for this Java and this driver classpath lives (its name is their key)."""
-    import pyspark
+    from cdc_pipeline.capture.spark_home import spark_jars
 
     # The java Spark launches: $JAVA_HOME's, else the one on the PATH.
     java_home = os.environ.get("JAVA_HOME")
     java_path = Path(f"{java_home}/bin/java" if java_home else shutil.which("java") or "java").resolve()
-    spark_jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     parts = [f"{java_path}:{_stamp(java_path)}"]
-    parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars]]
+    parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars()]]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
     directory = Path(os.environ.get(ARCHIVE_DIR_ENV) or Path.home() / ".cache" / "cdc-pipeline")
     return directory / f"driver-{key}.jsa"

@@ -59,11 +59,10 @@ def _artifact_name(jar: Path) -> str:
 
 
 def spark_provided_artifacts() -> set[str]:
-    """Artifact names of the jars PySpark ships; the runner uses Spark's copy of each of them."""
-    import pyspark
+    """Artifact names of the Spark jars on the driver's classpath; the runner uses Spark's copy of each of them."""
+    from cdc_pipeline.capture.spark_home import spark_jars
 
-    jars_dir = Path(pyspark.__file__).parent / "jars"
-    return {_artifact_name(jar) for jar in jars_dir.glob("*.jar")}
+    return {_artifact_name(jar) for jar in spark_jars()}
 
 
 # Known causes of an engine failure, recognised in Debezium's message: (pattern, what to do).

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_pipeline.capture import jvm_archive
+from cdc_pipeline.capture import jvm_archive, spark_home
 from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV, SparkConfig
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, java_class, runner_classpath
 
@@ -87,13 +87,17 @@ def build_spark_session(spark: SparkConfig | None = None, *, conf: Mapping[str, 
     return _session_of(spark_settings(spark, conf))
 
 
-def _local_ip(settings: Mapping[str, str]) -> None:
+def _launch_environment(settings: Mapping[str, str]) -> None:
+    """What the driver JVM PySpark launches next is started with: a local master's address, and the driver's Spark
+    home (`spark_home`: Spark without MLlib, whose session extension costs a second of every start)."""
     if settings["spark.master"].startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if SparkContext._gateway is None:
+        spark_home.use()
 
 
 def _session_of(settings: Mapping[str, str]) -> SparkSession:
-    _local_ip(settings)
+    _launch_environment(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -123,7 +127,7 @@ class SparkStart:
 
     def _start(self) -> None:
         try:
-            _local_ip(self._settings)
+            _launch_environment(self._settings)
             if SparkContext._gateway is None:
                 conf = SparkConf()  # no JVM yet: the settings go to spark-submit, which launches it
                 for key, value in self._settings.items():

@@ -82,16 +82,16 @@ def _rss_mb(pid: int) -> int:
 def connect_server(work: Path) -> Iterator[dict[str, Any]]:
     """A Spark Connect server with the pipeline's driver settings on a free port; yields its port, pid and start
     seconds, and stops it at the end."""
-    import pyspark
-
     from cdc_pipeline.capture.spark import spark_settings
+    from cdc_pipeline.capture.spark_home import driver_home
     from cdc_pipeline.testing.servers import free_port
 
     port = free_port()
     settings = {**spark_settings(), "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(port)}
     memory = settings.pop("spark.driver.memory", "2g")
-    command = [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--class", SERVER_CLASS,
+    home = driver_home()
+    command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS,
                "--driver-memory", memory]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
@@ -99,7 +99,7 @@ def connect_server(work: Path) -> Iterator[dict[str, Any]]:
     log = (work / "connect-server.log").open("w")
     started = time.monotonic()
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                              env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                              env={**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"})
     try:
         while True:
             if server.poll() is not None:
