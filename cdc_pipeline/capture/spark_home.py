@@ -97,7 +97,8 @@ def driver_home() -> Path:
 
 def _prune(directory: Path, current: Path) -> None:
     """Keeps the newest homes (other checkouts and PySpark versions each have their own key)."""
-    homes = sorted((path for path in directory.glob("spark-home-*") if (path / MARKER).is_file() and path != current),
+    homes = sorted((path for path in directory.glob("spark-home-*")
+                    if path != current and not path.name.endswith(".partial") and (path / MARKER).is_file()),
                    key=lambda path: path.stat().st_mtime, reverse=True)
     for stale in homes[KEPT_HOMES - 1:]:
         shutil.rmtree(stale, ignore_errors=True)

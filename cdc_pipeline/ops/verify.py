@@ -217,6 +217,13 @@ class _TableCheck:
     def _source_where(self, lower: list[Any] | None, upper: list[Any] | None) -> str:
         return self.source.chunk_predicate(self.report.key, lower, upper) if self.ranged else "1 = 1"
 
+    def _source_select(self, fields: str, lower: list[Any] | None, upper: list[Any] | None) -> str:
+        """The source's query of `fields` (SQL the source module wrote) over the range, as text: PyMySQL has no
+        identifier composition like psycopg.sql, so the table's name is quoted by the source's own `qualified` and
+        the bounds are its literals (`chunk_predicate`)."""
+        return (f"SELECT {fields} FROM {self.source.qualified(self.database, self.table)} "
+                f"WHERE {self._source_where(lower, upper)}")
+
     def _dest_where(self, lower: list[Any] | None, upper: list[Any] | None) -> sql.Composable:
         if not self.ranged:
             return sql.SQL("true")
@@ -230,9 +237,8 @@ class _TableCheck:
 
     def hashes(self, lower: list[Any] | None, upper: list[Any] | None) -> tuple[tuple[int, int], tuple[int, int]]:
         """(rows, sum of row hashes) of the range in the source and in the destination."""
-        self.cur.execute(f"SELECT COUNT(*), COALESCE(SUM({self.source.row_hash_sql(self.source_line)}), 0) "
-                         f"FROM {self.source.qualified(self.database, self.table)} "
-                         f"WHERE {self._source_where(lower, upper)}")
+        self.cur.execute(self._source_select(
+            f"COUNT(*), COALESCE(SUM({self.source.row_hash_sql(self.source_line)}), 0)", lower, upper))
         source_rows, source_sum = self.cur.fetchone()
         dest_hash = sql.SQL(postgres.row_hash_sql("{}")).format(self.dest_line)
         query = sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} WHERE {}").format(
@@ -242,9 +248,7 @@ class _TableCheck:
 
     def rows(self, lower: list[Any] | None, upper: list[Any] | None) -> tuple[dict[tuple, str], dict[tuple, str]]:
         """Each side's rows of the range: key -> MD5 of the row's line."""
-        self.cur.execute(f"SELECT {self.source_key}, MD5({self.source_line}) "
-                         f"FROM {self.source.qualified(self.database, self.table)} "
-                         f"WHERE {self._source_where(lower, upper)}")
+        self.cur.execute(self._source_select(f"{self.source_key}, MD5({self.source_line})", lower, upper))
         source_rows = {self._key(key): digest for key, digest in self.cur.fetchall()}
         dest_rows = self.conn.execute(sql.SQL("SELECT {}, md5({}) FROM {} WHERE {}").format(
             self.dest_key_text, self.dest_line, sql.Identifier(self.dest_schema, self.dest_table),
@@ -333,9 +337,7 @@ class _TableCheck:
             if not wanted:
                 continue
             fields = ", ".join(f"MD5({self.texts[name].source})" for name in names)
-            self.cur.execute(f"SELECT {self.source_key}, {fields} "
-                             f"FROM {self.source.qualified(self.database, self.table)} "
-                             f"WHERE {self._source_where(leaf.lower, leaf.upper)}")
+            self.cur.execute(self._source_select(f"{self.source_key}, {fields}", leaf.lower, leaf.upper))
             source = {self._key(row[0]): row[1:] for row in self.cur.fetchall()}
             digests = sql.SQL(", ").join(sql.SQL("md5({})").format(_escaped(self.texts[name].destination))
                                          for name in names)

@@ -71,6 +71,8 @@ def test_other_jars_make_another_home_and_the_oldest_go(source: Path):
     assert "extra-0.jar" in {path.name for path in (homes[-1] / "jars").iterdir()}
     remaining = sorted(path for path in first.parent.iterdir() if path.name.startswith("spark-home-"))
     assert len(remaining) == spark_home.KEPT_HOMES and homes[-1] in remaining and first not in remaining
+    assert (source / "bin" / "spark-submit").is_file() and len(list((source / "jars").iterdir())) > len(KEPT_JARS), \
+        "a home removed takes its links, not what they point at"
 
 
 def test_a_home_that_cannot_be_made_leaves_spark_home_alone(source: Path, tmp_path: Path, monkeypatch, caplog):
