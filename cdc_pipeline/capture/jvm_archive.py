@@ -20,8 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from cdc_pipeline.capture.spark_home import CACHE_DIR_ENV as ARCHIVE_DIR_ENV, cache_dir, spark_jars
+
 ARCHIVE_ENV = "CDC_JVM_ARCHIVE"
-ARCHIVE_DIR_ENV = "CDC_JVM_ARCHIVE_DIR"
 # The JVM's CDS messages (classes it cannot archive, such as those of signed jars) are not the user's business.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # Classes of the runner's dependencies a run loads after the session starts; loading them here puts them in.
@@ -49,16 +50,13 @@ def enabled() -> bool:
 
 def archive_path(classpath: list[Path]) -> Path:
     """Where the archive for this Java and this driver classpath lives (its name is their key)."""
-    from cdc_pipeline.capture.spark_home import spark_jars
-
     # The java Spark launches: $JAVA_HOME's, else the one on the PATH.
     java_home = os.environ.get("JAVA_HOME")
     java_path = Path(f"{java_home}/bin/java" if java_home else shutil.which("java") or "java").resolve()
     parts = [f"{java_path}:{_stamp(java_path)}"]
     parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars()]]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-    directory = Path(os.environ.get(ARCHIVE_DIR_ENV) or Path.home() / ".cache" / "cdc-pipeline")
-    return directory / f"driver-{key}.jsa"
+    return cache_dir() / f"driver-{key}.jsa"
 
 
 def _stamp(path: Path) -> str:

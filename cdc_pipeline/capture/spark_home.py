@@ -62,6 +62,7 @@ def _key(home: Path) -> str:
 
 
 def cache_dir() -> Path:
+    """Where the driver's Spark homes and the JVM class archives are kept."""
     return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "cdc-pipeline")
 
 
