@@ -317,7 +317,9 @@ class ConnectorSession:
         self._phase = control.PHASE_LOADING
         loader = bulk_load.BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
         with self.cycle_stats.timed("load"):
-            done = loader.run(deadline, self.halted, self._count_loaded_rows)
+            # Looked up at every slice: a slice is a Spark job (a tenth of a second at least), and a load of small
+            # slices would otherwise go on for a second past its pause.
+            done = loader.run(deadline, lambda: self.halted(every=0.0), self._count_loaded_rows)
         self.bulk_load_pending = self.cycle_stats.bulk_snapshot_pending = not done
         if done:
             self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
@@ -477,10 +479,10 @@ class ConnectorSession:
         with self.cycle_stats.timed(timed_as):
             yield
 
-    def halted(self) -> bool:
-        """Whether the connector was paused while this cycle runs (looked up at most once a second)."""
+    def halted(self, every: float = STATE_CHECK_SECONDS) -> bool:
+        """Whether the connector was paused while this cycle runs (looked up at most once in `every` seconds)."""
         now = time.monotonic()
-        if self.conn is None or now - self._state_checked_at < STATE_CHECK_SECONDS:
+        if self.conn is None or now - self._state_checked_at < every:
             return False
         self._state_checked_at = now
         state = control.read_state(self.conn, self.control_schema, self.connector.name) or {}
