@@ -645,6 +645,20 @@ def test_the_source_tls_mode_reaches_debezium_under_its_own_names(connector_type
         assert properties["database.sslrootcert"] == str(ca_file)
 
 
+def test_the_engine_stop_waits_a_second_for_debezium_threads_unless_the_file_says_otherwise() -> None:
+    from cdc_pipeline.capture.runner import debezium_properties
+
+    data = valid_data()
+    default = parse_config(data, CONFIG_PATH)
+    data["connectors"]["inventory"]["debezium"] = {"executor.shutdown.timeout.ms": 4000}
+    chosen = parse_config(data, CONFIG_PATH)
+
+    assert debezium_properties(default.connector("inventory"), default.destination)[
+        "executor.shutdown.timeout.ms"] == "1000"
+    assert debezium_properties(chosen.connector("inventory"), chosen.destination)[
+        "executor.shutdown.timeout.ms"] == "4000"
+
+
 def test_tls_is_refused_for_sources_whose_connections_the_pipeline_does_not_make() -> None:
     data = with_connector_field("type", "sqlserver")
     data["connectors"]["inventory"]["tls_mode"] = "require"
