@@ -141,10 +141,17 @@ def test_a_long_apply_keeps_the_binlog_connection_and_applies_each_change_once(o
     pipeline.write_config(batch_size=200, apply_batch_events=400, **(
         {"debezium": {"connect.keep.alive.interval.ms": str(keep_alive_ms)}} if keep_alive_ms else {}))
     dumps_before = pipeline.mariadb.log_file.read_text().count("Start binlog_dump")
+    audit_log = sql.Identifier(pipeline.dest_schema, "audit_log")
     with psycopg.connect(pipeline.dest_dsn) as blocker:
-        blocker.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
-            sql.Identifier(pipeline.dest_schema, "audit_log")))
+        blocker.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(audit_log))
         run = pipeline.sync_cli()
+        # The 15 s count from the moment the run's apply waits on the lock, not from the run's start.
+        deadline = time.monotonic() + 240
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass(%s)"
+        while blocker.execute(waiting, (audit_log.as_string(blocker),)).fetchone()[0] == 0:
+            assert run.poll() is None, f"the run ended before it waited on the lock: {run.communicate()}"
+            assert time.monotonic() < deadline, "the run's apply never waited on the lock"
+            time.sleep(0.1)
         time.sleep(15)
     stdout, stderr = run.communicate(timeout=300)
 

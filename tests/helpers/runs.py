@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline import faults
+from cdc_pipeline import config, control, faults
 from tests.helpers import PROJECT_ROOT
 
 PAUSE_DEADLINE_SECONDS = 240
@@ -40,6 +40,19 @@ def kill_when(name: str, ready: Callable[[], bool], what: str, env: dict[str, st
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
+    _await_run_lock_freed(name, env)
+
+
+def _await_run_lock_freed(name: str, env: dict[str, str] | None) -> None:
+    """Waits until the destination ended the killed run's session: a session in the middle of a statement (a merge)
+    holds the connector's run lock until that statement ends, and the next run would find the connector busy."""
+    path = (env or {}).get(config.CONFIG_PATH_ENV) or os.environ.get(config.CONFIG_PATH_ENV)
+    destination = config.load_config(path).destination
+    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
+    with destination.connect(name) as conn:
+        while control.run_lock_held(conn, name):
+            assert time.monotonic() < deadline, f"the killed run's session kept the run lock of {name}"
+            time.sleep(0.05)
 
 
 def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:

@@ -44,6 +44,9 @@ def test_a_run_confirms_the_slot_past_wal_of_tables_it_does_not_capture(pg_pipel
     found = _check(pg_pipeline.name)
     assert found.work and "unconfirmed WAL" in found.reason, found
 
+    # The run's idle time must outlast the server's decoding of that WAL and a heartbeat after it: 5 s, not the
+    # fixture's 2 s, for a slow machine.
+    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.items"], retained_wal_run_mb=4, idle_timeout_seconds=5)
     pg_pipeline.sync()
     assert _unconfirmed_wal(pg_pipeline) < written // 4, "the run confirmed the slot past the uncaptured WAL"
     pg_pipeline.assert_same("items")

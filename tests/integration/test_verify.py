@@ -101,7 +101,7 @@ def test_a_busy_source_while_the_pipeline_syncs_raises_no_false_alarm(pipeline: 
     pipeline.source(["CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)",
                      f"INSERT INTO accounts SELECT seq, seq FROM seq_1_to_{rows}"])
     pipeline.sync()
-    pipeline.write_config(max_seconds_per_run=90, idle_timeout_seconds=60)
+    pipeline.write_config(max_seconds_per_run=300, idle_timeout_seconds=60)  # the test ends the run itself
     stop, written = threading.Event(), [0]
 
     def write() -> None:
