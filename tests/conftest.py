@@ -5,15 +5,22 @@ see each other. The classes and helpers live in `tests/helpers/`; this file hold
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from cdc_pipeline.capture.runner import build_runner
+from cdc_pipeline.config import SPARK_MASTER_ENV
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
 from tests.helpers.postgres_source import PostgresPipeline, new_pg_pipeline
+
+# Every run of the suite, in its process and in the `sync` processes it starts, has two cores, CI's: a bulk load's
+# slice is four rounds of the cores, and the tests' counts of chunks per run, and of writes that land during a load,
+# are written for two. A test of a cluster names its own master.
+os.environ.setdefault(SPARK_MASTER_ENV, "local[2]")
 
 
 @pytest.fixture(scope="session")

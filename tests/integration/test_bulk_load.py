@@ -24,9 +24,6 @@ pytestmark = pytest.mark.integration
 KEYED = "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), price DECIMAL(12,2), qty INT, " \
         "changed DATETIME(3), note TEXT)"
 KEYLESS = "CREATE TABLE events (kind VARCHAR(20), amount INT)"
-# A slice is four rounds of the cores: on two, a load of these sizes takes several slices, so that a test's writes land
-# during the load whatever the machine.
-TWO_CORES = {"master": "local[2]"}
 
 
 def _fill(pipeline: Pipeline, rows: int, start: int = 1) -> None:
@@ -151,7 +148,7 @@ def test_writes_on_the_source_during_the_load_end_exact(pipeline: Pipeline):
     pipeline.source([KEYED, KEYLESS, "CREATE TABLE big_key (id BIGINT PRIMARY KEY, v INT)"])
     _fill(pipeline, 30_000)
     _keyless_rows(pipeline, 2_000)
-    pipeline.write_config(snapshot_chunk_rows=500, spark=TWO_CORES)
+    pipeline.write_config(snapshot_chunk_rows=500)
 
     def write(i: int) -> None:
         low, high = 1 + (i * 7919) % 30_000, 1 + (i * 104_729) % 30_000
@@ -179,7 +176,7 @@ def test_writes_on_the_source_during_the_load_end_exact(pipeline: Pipeline):
 def test_a_column_added_on_the_source_during_the_load(pipeline: Pipeline):
     pipeline.source([KEYED])
     _fill(pipeline, 20_000)
-    pipeline.write_config(snapshot_chunk_rows=500, spark=TWO_CORES)
+    pipeline.write_config(snapshot_chunk_rows=500)
 
     def write(i: int) -> None:
         if i == 0:
