@@ -12,7 +12,6 @@ start as before. `CDC_JVM_ARCHIVE=off` turns it off; `CDC_JVM_ARCHIVE_DIR` moves
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from cdc_pipeline.capture.spark_home import CACHE_DIR_ENV as ARCHIVE_DIR_ENV, cache_dir, spark_jars
+from cdc_pipeline.capture.spark_home import CACHE_DIR_ENV as ARCHIVE_DIR_ENV, cache_dir, files_key, spark_jars
 
 ARCHIVE_ENV = "CDC_JVM_ARCHIVE"
 # The JVM's CDS messages (classes it cannot archive, such as those of signed jars) are not the user's business.
@@ -53,18 +52,7 @@ def archive_path(classpath: list[Path]) -> Path:
     # The java Spark launches: $JAVA_HOME's, else the one on the PATH.
     java_home = os.environ.get("JAVA_HOME")
     java_path = Path(f"{java_home}/bin/java" if java_home else shutil.which("java") or "java").resolve()
-    parts = [f"{java_path}:{_stamp(java_path)}"]
-    parts += [f"{jar.resolve()}:{_stamp(jar)}" for jar in [*classpath, *spark_jars()]]
-    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-    return cache_dir() / f"driver-{key}.jsa"
-
-
-def _stamp(path: Path) -> str:
-    try:
-        stat = path.stat()
-    except OSError:
-        return "missing"
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
+    return cache_dir() / f"driver-{files_key([java_path, *classpath, *spark_jars()])}.jsa"
 
 
 def java_options(classpath: list[Path]) -> str:

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Iterable
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,22 @@ def spark_jars(home: Path | None = None) -> list[Path]:
     return [jar for jar in sorted(jars_dir.glob("*.jar")) if not LEFT_OUT.match(jar.name)]
 
 
-def _key(home: Path) -> str:
-    parts = [str(home.resolve())]
-    for jar in sorted((home / "jars").glob("*.jar")):
-        stat = jar.stat()
-        parts.append(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}")
+def files_key(files: Iterable[Path], head: str = "") -> str:
+    """20 hex digits naming `head` and these files as they are now: each by its path, size and modification time
+    (a file that is not there counts as "missing"), so that a changed file makes another key."""
+    parts = [head] if head else []
+    for path in files:
+        try:
+            stat = path.stat()
+            stamp = f"{stat.st_size}:{stat.st_mtime_ns}"
+        except OSError:
+            stamp = "missing"
+        parts.append(f"{path.resolve()}:{stamp}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def _key(home: Path) -> str:
+    return files_key(sorted((home / "jars").glob("*.jar")), head=str(home.resolve()))
 
 
 def cache_dir() -> Path:
