@@ -21,7 +21,8 @@ from the source to the destination (the `mariadb` client in batch mode streaming
 `COPY ... FROM STDIN`, no conversion), and (ii) the Debezium snapshot engine on the first `--debezium-load-rows`
 rows of the same table (it keeps a run's batches in memory, so a whole large table does not fit one run).
 `--verify-rows N` measures `cdc-pipeline verify` instead: the wall time of a fresh verify process over the same
-table of N rows, loaded by the bulk engine first.
+table of N rows, loaded by the bulk engine first. `--tables N` measures N small tables against one table of as many
+rows instead: their load and a catch-up of changes spread over them (`bench_tables`).
 It is a command, not a test.
 """
 
@@ -741,6 +742,8 @@ def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from cdc_pipeline.testing import bench_tables
+
     parser = argparse.ArgumentParser(prog="cdc-pipeline bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
@@ -770,8 +773,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warm-driver-runs", type=int, default=0,
                         help="only: fresh client processes applying a catch-up's first group through a warm driver "
                              "(a Spark Connect server with the pipeline's driver settings; `warm_driver`)")
+    parser.add_argument("--tables", type=int, default=0,
+                        help="only: N tables of --table-rows rows each against one table of N times as many rows, "
+                             "loaded and then catching up --spread-changes changes (`bench_tables`)")
+    parser.add_argument("--table-rows", type=int, default=bench_tables.TABLE_ROWS, help="rows of each of --tables")
+    parser.add_argument("--spread-changes", type=int, default=bench_tables.SPREAD_CHANGES,
+                        help="with --tables: row changes written while no run is on, each on a random table")
+    parser.add_argument("--changes-per-transaction", type=int, default=bench_tables.CHANGES_PER_TRANSACTION,
+                        help="with --tables: the changes of each source transaction")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="with --tables: rounds of both sides, each on fresh servers (medians reported)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.tables:
+        spread = bench_tables.run_tables(args.tables, args.table_rows, args.spread_changes,
+                                         args.changes_per_transaction, args.runs)
+        print(json.dumps(spread, indent=2) if args.json else bench_tables.describe(spread))
+        return 0
     if args.peer and args.load_source == "postgres" and not args.backlog_changes:
         parser.error("--peer measures pg_chameleon from MariaDB only")
     if args.warm_driver_runs:
