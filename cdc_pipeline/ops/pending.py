@@ -41,7 +41,7 @@ class Pending:
     work: bool
     reason: str
     known: bool = True  # False: no run is asked for, though the source could not be checked (a slot in use)
-    caught_up: bool = False  # the source was checked and holds nothing the connector has not applied
+    caught_up: bool = False  # the source was checked to its end and holds nothing the connector has not applied
 
 
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
@@ -76,7 +76,8 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
                                  lambda table: sources.captures(connector, table))
     if found.checked is not None:
         control.record_source_checked(conn, schema, name, found.checked)
-    return Pending(found.changes, found.reason, found.known, caught_up=not found.changes and found.known)
+    return Pending(found.changes, found.reason, found.known,
+                   caught_up=not found.changes and found.known and found.reached_end)
 
 
 def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:
@@ -104,7 +105,7 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
                     or bulk_load.unreconciled_end(conn, schema, name) is not None:
                 return None
             found = _source_check(conn, schema, connector, state)
-            if found.work or not found.known:
+            if found.work or not found.caught_up:
                 return None
             rule_store.reload_mapping(conn, schema, connector)
             return found.reason

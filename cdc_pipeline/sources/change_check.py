@@ -11,12 +11,15 @@ from typing import Any
 class ChangeCheck:
     """Whether the source holds changes the connector has not applied, and why (or why not); `checked` is the source
     position read up to when only changes of other tables were found there (recorded, so the next check starts
-    from it), else None."""
+    from it), else None. `reached_end` says the check read the source's log up to where it ended when the check
+    began: only such a check can tell that there is nothing to do (one that stopped short, at its time budget,
+    says there are changes: a run reads the rest)."""
 
     changes: bool
     reason: str
     checked: dict[str, Any] | None = None
     known: bool = True  # False: no change was seen, though the source could not be checked (a slot in use)
+    reached_end: bool = False
 
 
 @dataclass(frozen=True)

@@ -626,7 +626,8 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     if not peeked.flushed:
         return ChangeCheck(False, f"replication slot {slot} holds no change of the WAL flushed; WAL written since is "
                                   "not flushed yet (synchronous_commit=off)", known=False)
-    return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)")
+    return ChangeCheck(False, f"replication slot {slot} holds no change ({unconfirmed_mb} MB of unconfirmed WAL)",
+                       reached_end=True)
 
 
 def preflight(connector: ConnectorConfig) -> list[Finding]:
