@@ -140,40 +140,43 @@ def summarize_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def measure_side(source: MariaDbServer, destination: PostgresServer, work: Path, tables: Sequence[str], rows: int,
                  changes: int, per_transaction: int) -> dict[str, Any]:
     """One side on its fresh servers: `tables` of `rows` rows each are made, loaded and checked, then `changes` are
-    written and caught up and every table checked again."""
+    written and caught up and every table checked again. A `sync` process that fails ends the side: its message is
+    kept (`error`) with what was measured before it."""
     dest_database = f"{DATABASE}_spark"
+    total_rows = len(tables) * rows
+    measured: dict[str, Any] = {"tables": len(tables), "rows_per_table": rows, "rows": total_rows,
+                                "changes": changes, "changes_per_transaction": per_transaction, "exact": False}
     started = time.monotonic()
     create_tables(source, DATABASE, tables, rows)
-    setup_seconds = time.monotonic() - started
-    total_rows = len(tables) * rows
-    load = summarize_runs(sync_until_done(source, destination, work, new_destination=True))
-    load["rows_per_second"] = round(total_rows / load["seconds"])
-    load_differing = differing_tables(source, destination, DATABASE, dest_database, tables)
-    if load["snapshot_rows"] != total_rows:
-        log.warning("the load copied %d rows of %d", load["snapshot_rows"], total_rows)
+    measured["setup_seconds"] = round(time.monotonic() - started, 2)
+    try:
+        load = summarize_runs(sync_until_done(source, destination, work, new_destination=True))
+        load["rows_per_second"] = round(total_rows / load["seconds"])
+        measured["load"] = load
+        load_differing = differing_tables(source, destination, DATABASE, dest_database, tables)
+        measured["differing_after_load"] = {"count": len(load_differing), "tables": load_differing[:20]}
 
-    started = time.monotonic()
-    kinds = write_spread_changes(source, DATABASE, tables, rows, changes, per_transaction)
-    write_seconds = time.monotonic() - started
-    catch_up = summarize_runs(sync_until_done(source, destination, work, new_destination=False))
-    catch_up["changes_per_second"] = round(changes / catch_up["seconds"])
+        started = time.monotonic()
+        measured["change_kinds"] = write_spread_changes(source, DATABASE, tables, rows, changes, per_transaction)
+        measured["write_seconds"] = round(time.monotonic() - started, 2)
+        catch_up = summarize_runs(sync_until_done(source, destination, work, new_destination=False))
+        catch_up["changes_per_second"] = round(changes / catch_up["seconds"])
+        measured["catch_up"] = catch_up
+    except RuntimeError as error:
+        log.error("%d table(s) of %d rows: %s", len(tables), rows, error)
+        measured["error"] = str(error)[-2000:]
+        return measured
     differing = differing_tables(source, destination, DATABASE, dest_database, tables)
-    if catch_up["changes"] != changes:
-        log.warning("the catch-up applied %d changes of %d", catch_up["changes"], changes)
-    return {"tables": len(tables), "rows_per_table": rows, "rows": total_rows,
-            "setup_seconds": round(setup_seconds, 2), "load": load, "load_exact": not load_differing,
-            "changes": changes, "changes_per_transaction": per_transaction, "change_kinds": kinds,
-            "write_seconds": round(write_seconds, 2), "catch_up": catch_up,
-            "exact": not load_differing and not differing,
-            "differing_after_load": {"count": len(load_differing), "tables": load_differing[:20]},
-            "differing_after_catch_up": {"count": len(differing), "tables": differing[:20]}}
+    measured["differing_after_catch_up"] = {"count": len(differing), "tables": differing[:20]}
+    measured["exact"] = not load_differing and not differing
+    return measured
 
 
 def run_tables(tables: int, table_rows: int = TABLE_ROWS, changes: int = SPREAD_CHANGES,
                per_transaction: int = CHANGES_PER_TRANSACTION, runs: int = 1) -> dict[str, Any]:
     """`runs` rounds of both sides, each side on fresh servers: `tables` tables of `table_rows` rows ("many"), and
     one table of `tables * table_rows` rows ("one"); `changes` changes in transactions of `per_transaction` on each.
-    Returns every round's figures, each side's medians over the rounds and the ratios many / one."""
+    Returns every round's figures, each side's medians over the rounds it measured and the ratios many / one."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -185,10 +188,11 @@ def run_tables(tables: int, table_rows: int = TABLE_ROWS, changes: int = SPREAD_
                     source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
                     sides[side].append(measure_side(source, destination, Path(work), names, rows, changes,
                                                     per_transaction))
-    medians = {side: {"load_seconds": _median(r["load"]["seconds"] for r in sides[side]),
-                      "rows_per_second": _median(r["load"]["rows_per_second"] for r in sides[side]),
-                      "catch_up_seconds": _median(r["catch_up"]["seconds"] for r in sides[side]),
-                      "changes_per_second": _median(r["catch_up"]["changes_per_second"] for r in sides[side]),
+    medians = {side: {"load_seconds": _median(r["load"]["seconds"] for r in sides[side] if "load" in r),
+                      "rows_per_second": _median(r["load"]["rows_per_second"] for r in sides[side] if "load" in r),
+                      "catch_up_seconds": _median(r["catch_up"]["seconds"] for r in sides[side] if "catch_up" in r),
+                      "changes_per_second": _median(r["catch_up"]["changes_per_second"] for r in sides[side]
+                                                    if "catch_up" in r),
                       "exact": all(r["exact"] for r in sides[side])} for side in SIDES}
     return {"tables": tables, "table_rows": table_rows, "rows": tables * table_rows, "changes": changes,
             "changes_per_transaction": per_transaction, "runs": runs, **medians,
@@ -199,38 +203,50 @@ def run_tables(tables: int, table_rows: int = TABLE_ROWS, changes: int = SPREAD_
 
 
 def describe(results: dict[str, Any]) -> str:
-    """The bench's printed report: a line per side, then the ratios many / one."""
-    many, one = results["many"], results["one"]
+    """The bench's printed report: a line per side, the ratios many / one, then what went wrong in any run (a
+    failed `sync`, rows or changes missing, tables differing)."""
     lines = [f"{results['tables']} tables of {results['table_rows']} rows against 1 table of {results['rows']} rows; "
              f"{results['changes']} changes in transactions of {results['changes_per_transaction']}, each on a random "
              f"table; fresh `cdc-pipeline sync` processes, their start included"
              + (f"; medians of {results['runs']} runs" if results["runs"] > 1 else ""),
              f"{'':12} {'load s':>8} {'rows/s':>8} {'catch-up s':>11} {'changes/s':>10} {'exact':>6}"]
-    for label, side in ((f"{results['tables']} tables", many), ("1 table", one)):
-        lines.append(f"{label:12} {side['load_seconds']:>8} {side['rows_per_second']:>8} "
-                     f"{side['catch_up_seconds']:>11} {side['changes_per_second']:>10} "
+    for label, side in ((f"{results['tables']} tables", results["many"]), ("1 table", results["one"])):
+        lines.append(f"{label:12} {_shown(side['load_seconds']):>8} {_shown(side['rows_per_second']):>8} "
+                     f"{_shown(side['catch_up_seconds']):>11} {_shown(side['changes_per_second']):>10} "
                      f"{'yes' if side['exact'] else 'NO':>6}")
-    lines.append(f"{'many / one':12} {'':>8} {results['rows_per_second_ratio']:>8} {'':>11} "
-                 f"{results['changes_per_second_ratio']:>10}")
+    lines.append(f"{'many / one':12} {'':>8} {_shown(results['rows_per_second_ratio']):>8} {'':>11} "
+                 f"{_shown(results['changes_per_second_ratio']):>10}")
     for side in SIDES:
         for number, measured in enumerate(results["rounds"][side], 1):
-            if measured["load"]["snapshot_rows"] != measured["rows"]:
-                lines.append(f"run {number}, {side}: the load copied {measured['load']['snapshot_rows']} rows of "
-                             f"{measured['rows']}")
-            if measured["catch_up"]["changes"] != measured["changes"]:
-                lines.append(f"run {number}, {side}: the catch-up applied {measured['catch_up']['changes']} changes "
-                             f"of {measured['changes']}")
-            for phase in ("load", "catch_up"):
-                differing = measured[f"differing_after_{phase}"]
-                if differing["count"]:
-                    lines.append(f"run {number}, {side}: after the {phase.replace('_', '-')} {differing['count']} "
-                                 f"table(s) differ: {', '.join(differing['tables'])}")
+            lines.extend(f"run {number}, {side}: {problem}" for problem in _problems(measured))
     return "\n".join(lines)
 
 
-def _median(values: Any) -> float:
-    return round(statistics.median(list(values)), 2)
+def _problems(measured: dict[str, Any]) -> list[str]:
+    """What went wrong in one side's run, in words."""
+    problems = []
+    if "error" in measured:
+        problems.append(f"a sync failed: {measured['error']}")
+    if "load" in measured and measured["load"]["snapshot_rows"] != measured["rows"]:
+        problems.append(f"the load copied {measured['load']['snapshot_rows']} rows of {measured['rows']}")
+    if "catch_up" in measured and measured["catch_up"]["changes"] != measured["changes"]:
+        problems.append(f"the catch-up applied {measured['catch_up']['changes']} changes of {measured['changes']}")
+    for phase in ("load", "catch_up"):
+        differing = measured.get(f"differing_after_{phase}", {"count": 0})
+        if differing["count"]:
+            problems.append(f"after the {phase.replace('_', '-')} {differing['count']} table(s) differ: "
+                            f"{', '.join(differing['tables'])}")
+    return problems
 
 
-def _ratio(numerator: float, denominator: float) -> float | None:
-    return round(numerator / denominator, 3) if denominator else None
+def _shown(value: float | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _median(values: Any) -> float | None:
+    measured = list(values)
+    return round(statistics.median(measured), 2) if measured else None
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return round(numerator / denominator, 3) if numerator is not None and denominator else None
