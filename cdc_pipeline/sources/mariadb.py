@@ -403,22 +403,34 @@ def list_columns(cur: Any, database: str, table: str) -> list[SourceColumn]:
 def chunk_key(cur: Any, database: str, table: str) -> list[str]:
     """The columns chunks are split by: the primary key, else the first unique key of NOT NULL columns; [] when the
     table has neither (it is read as one chunk)."""
-    cur.execute(
-        "SELECT s.index_name, s.column_name FROM information_schema.statistics s "
-        "JOIN information_schema.columns c ON c.table_schema = s.table_schema AND c.table_name = s.table_name "
-        "AND c.column_name = s.column_name "
-        "WHERE s.table_schema = %s AND s.table_name = %s AND s.non_unique = 0 "
-        "ORDER BY s.index_name <> 'PRIMARY', s.index_name, s.seq_in_index", (database, table))
-    keys: dict[str, list[str]] = {}
-    for index, column in cur.fetchall():
-        keys.setdefault(index, []).append(column)
-    cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "AND is_nullable = 'YES'", (database, table))
-    nullable = {row[0] for row in cur.fetchall()}
-    for columns in keys.values():
-        if not nullable.intersection(columns):
-            return columns
-    return []
+    return table_definitions(cur, database, [table]).get(table, ([], []))[1]
+
+
+def table_definitions(cur: Any, database: str,
+                      tables: Sequence[str]) -> dict[str, tuple[list[SourceColumn], list[str]]]:
+    """Each named table's columns (as `list_columns` reads them) and chunk key (as `chunk_key` chooses it), read in
+    two queries for all of them; a table the source does not have is left out."""
+    if not tables:
+        return {}
+    names = tuple(tables)
+    cur.execute("SELECT table_name, column_name, LOWER(data_type), LOWER(column_type), is_nullable = 'YES' "
+                "FROM information_schema.columns WHERE table_schema = %s AND table_name IN %s "
+                "ORDER BY table_name, ordinal_position", (database, names))
+    columns: dict[str, list[SourceColumn]] = {}
+    for table, name, data_type, column_type, nullable in cur.fetchall():
+        columns.setdefault(table, []).append(SourceColumn(name, data_type, column_type, bool(nullable)))
+    cur.execute("SELECT table_name, index_name, column_name FROM information_schema.statistics "
+                "WHERE table_schema = %s AND table_name IN %s AND non_unique = 0 "
+                "ORDER BY table_name, index_name <> 'PRIMARY', index_name, seq_in_index", (database, names))
+    keys: dict[str, dict[str, list[str]]] = {}
+    for table, index, column in cur.fetchall():
+        keys.setdefault(table, {}).setdefault(index, []).append(column)
+    definitions = {}
+    for table, table_columns in columns.items():
+        not_null = {column.name for column in table_columns if not column.nullable}
+        key = next((key for key in keys.get(table, {}).values() if not_null.issuperset(key)), [])
+        definitions[table] = (table_columns, key)
+    return definitions
 
 
 def key_value(value: Any) -> Any:

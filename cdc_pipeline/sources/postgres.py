@@ -372,6 +372,17 @@ def chunk_key(cur: Any, schema: str, table: str) -> list[str]:
     return [row[0] for row in cur.fetchall()]
 
 
+def table_definitions(cur: Any, schema: str,
+                      tables: Sequence[str]) -> dict[str, tuple[list[SourceColumn], list[str]]]:
+    """Each named table's columns (`list_columns`) and chunk key (`chunk_key`); a table the source does not have is
+    left out."""
+    cur.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = ANY(%s)", (schema, list(tables)))
+    present = {row[0] for row in cur.fetchall()}
+    return {table: (list_columns(cur, schema, table), chunk_key(cur, schema, table))
+            for table in tables if table in present}
+
+
 def literal(value: Any) -> str:
     """A stored key value (its text) as a PostgreSQL string constant of unknown type: compared with a key column,
     it is read as that column's type. An escape string constant (`E'...'`), read the same whatever the source's
