@@ -469,11 +469,7 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
     idle = measure_sync_process(source, destination, work, database, "spark", ["items"], new_destination=False)
     seconds = sum(run["seconds"] for run in runs)
     events = sum(run["events"] for run in runs)
-    cycle_seconds: dict[str, float] = {}
-    for run in runs:
-        for key, value in run["cycle"].items():
-            if key.endswith("_seconds") and key != "first_row_seconds":
-                cycle_seconds[key] = round(cycle_seconds.get(key, 0.0) + value, 3)
+    cycle_seconds = sum_cycle_seconds(runs)
     results = {"changes": made, "runs": len(runs), "events": events, "seconds": round(seconds, 2),
                "events_per_second": round(events / seconds),
                "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
@@ -486,6 +482,16 @@ def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Pa
     if peer_backlog:
         peer_chameleon.add_backlog(results, peer_backlog)
     return results
+
+
+def sum_cycle_seconds(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The seconds of each phase of the cycles of `measure_sync_process` runs, summed over the runs."""
+    cycle_seconds: dict[str, float] = {}
+    for run in runs:
+        for key, value in run["cycle"].items():
+            if key.endswith("_seconds") and key != "first_row_seconds":
+                cycle_seconds[key] = round(cycle_seconds.get(key, 0.0) + value, 3)
+    return cycle_seconds
 
 
 def same_items(source: MariaDbServer, destination: PostgresServer, database: str, dest_database: str) -> bool:

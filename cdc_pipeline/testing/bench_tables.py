@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 from cdc_pipeline.sources.mariadb import quote_mysql
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, destination_fingerprints,
-                                        items_table_statements, measure_sync_process, source_fingerprints)
+                                        items_table_statements, measure_sync_process, source_fingerprints,
+                                        sum_cycle_seconds)
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 log = logging.getLogger(__name__)
@@ -124,13 +125,14 @@ def sync_until_done(source: MariaDbServer, destination: PostgresServer, work: Pa
 
 def summarize_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One phase's fresh processes together: their number, summed wall seconds (each process's start included), the
-    rows they loaded and the changes they applied, CPU, peak memory and the first process's start to its first row."""
+    rows they loaded and the changes they applied, their cycles' seconds by phase, CPU, peak memory and the first
+    process's start to its first row."""
     def total(key: str) -> int:
         return sum(int(run["cycle"].get(key) or 0) for run in runs)
 
     return {"runs": len(runs), "seconds": round(sum(run["seconds"] for run in runs), 2),
             "snapshot_rows": total("snapshot_rows"), "changes": total("inserts") + total("updates") + total("deletes"),
-            "load_phase_seconds": round(sum(float(run["cycle"].get("load_seconds") or 0) for run in runs), 2),
+            "cycle_seconds": sum_cycle_seconds(runs),
             "cpu_seconds": round(sum(run["cpu_seconds"] for run in runs), 1),
             "peak_rss_mb_jvm": max(run["peak_rss_mb_jvm"] for run in runs),
             "peak_rss_mb_python": max(run["peak_rss_mb_python"] for run in runs),
