@@ -83,3 +83,28 @@ def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> Destinati
         types={name: ColumnType(name=type_name, base=base, category=category, builtin=builtin, user_defined=user)
                for name, type_name, _, _, user, base, category, builtin in rows},
     )
+
+
+class CatalogCache:
+    """The destination tables one run has read from the catalog, so that a group touching hundreds of tables reads
+    each once per run, not once per group. A table is forgotten when a schema change or a transaction that may
+    have changed it ends (`forget`); a missing table is never kept (a later step may create it)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, str], DestinationTable] = {}
+
+    def table(self, cur: psycopg.Cursor, schema: str, table: str) -> DestinationTable | None:
+        """`destination_table`, read once until forgotten."""
+        known = self._tables.get((schema, table))
+        if known is None:
+            known = destination_table(cur, schema, table)
+            if known is not None:
+                self._tables[(schema, table)] = known
+        return known
+
+    def forget(self, schema: str | None = None, table: str | None = None) -> None:
+        """Forgets one table, or every table when none is named."""
+        if schema is None or table is None:
+            self._tables.clear()
+        else:
+            self._tables.pop((schema, table), None)

@@ -396,7 +396,7 @@ class ConnectorSession:
         """
         stop_error: BaseException | None = None
         if self._staging is not None:
-            self._staging.close()
+            self._staging.close(self.jvm)
             self._staging = None
         if self.runner is not None:
             try:

@@ -27,6 +27,9 @@ DEFAULT_CONF = {
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+    # Compiled code kept per JVM: a group's steps compile one filter and one projection per table version, and a
+    # schema of hundreds of tables would evict them from Spark's default of 100 every group.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 

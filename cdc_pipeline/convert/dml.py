@@ -403,10 +403,21 @@ def zero_date(raw: Column, spec: FieldSpec) -> Column | None:
     return None
 
 
-def zero_dates(image: str, columns: list[ColumnPlan]) -> Column:
+ColumnKeys = Sequence[Column]
+"""Where each column's value is found in a row image, in the order of the columns: by default its source name; a
+group's shared line (`sink/apply.py`) reads the names from the row instead, so that tables of one shape share one
+expression."""
+
+
+def _raw(image: str, columns: Sequence[ColumnPlan], index: int, keys: ColumnKeys | None) -> Column:
+    """The value of column `index` in the row image `image`."""
+    return F.col(image)[keys[index] if keys is not None else columns[index].source_name]
+
+
+def zero_dates(image: str, columns: list[ColumnPlan], keys: ColumnKeys | None = None) -> Column:
     """How many values of the row image are zero dates (written as NULL by `copy_line`)."""
-    flags = [F.when(zero, 1).otherwise(0) for column in columns
-             if (zero := zero_date(F.col(image)[column.source_name], column.spec)) is not None]
+    flags = [F.when(zero, 1).otherwise(0) for index, column in enumerate(columns)
+             if (zero := zero_date(_raw(image, columns, index, keys), column.spec)) is not None]
     return sum(flags[1:], flags[0]) if flags else F.lit(0)
 
 
@@ -452,10 +463,13 @@ def may_leave_values_out(columns: Sequence[ColumnPlan], placeholder: str | None)
     return bool(placeholder) and any(placeholder_forms(placeholder, column.spec.type) for column in columns)
 
 
-def unchanged_columns(image: str, columns: list[ColumnPlan], placeholder: str | None) -> Column:
-    """The destination names of the columns whose value is the placeholder of an unchanged TOASTed value."""
-    flags = [F.when(flag, F.lit(column.dest_name)) for column in columns
-             if (flag := _is_placeholder(F.col(image)[column.source_name], column.spec, placeholder)) is not None]
+def unchanged_columns(image: str, columns: list[ColumnPlan], placeholder: str | None, keys: ColumnKeys | None = None,
+                      dest_names: ColumnKeys | None = None) -> Column:
+    """The destination names of the columns whose value is the placeholder of an unchanged TOASTed value (with
+    `dest_names`, each column's name is read from the row, as its value is with `keys`)."""
+    flags = [F.when(flag, dest_names[index] if dest_names is not None else F.lit(column.dest_name))
+             for index, column in enumerate(columns)
+             if (flag := _is_placeholder(_raw(image, columns, index, keys), column.spec, placeholder)) is not None]
     return F.array_compact(F.array(*flags)) if flags else F.array().cast("array<string>")
 
 
@@ -477,19 +491,19 @@ def _needs_copy_escape(spec: FieldSpec) -> bool:
 
 
 def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = None,
-              only: Collection[str] | None = None) -> Column:
-    """One COPY text line from the `before` or `after` map, in the order of `columns`.
+              only: Collection[str] | None = None, keys: ColumnKeys | None = None) -> Column:
+    """One COPY text line from the `before` or `after` map, in the order of `columns` (read by `keys`, if given).
 
     Zero dates become NULL, and so do placeholders of unchanged TOASTed values when `placeholder` is given:
     those columns are left out of the write (see `unchanged_columns`). With `only` (destination names), the other
     columns are NULL (a deleted key's line).
     """
     values = []
-    for column in columns:
+    for index, column in enumerate(columns):
         if only is not None and column.dest_name not in only:
             values.append(F.lit(NULL_TEXT))
             continue
-        raw = F.col(image)[column.source_name]
+        raw = _raw(image, columns, index, keys)
         value = column.convert(raw, column.spec, column.input_type)
         for nulled in (zero_date(raw, column.spec), _is_placeholder(raw, column.spec, placeholder)):
             if nulled is not None:

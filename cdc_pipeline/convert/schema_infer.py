@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from cdc_pipeline.catalog import DestinationTable, destination_table
+from cdc_pipeline.catalog import CatalogCache, DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
@@ -177,14 +177,16 @@ def table_def_from_event_schema(fields: Sequence[FieldSpec], key_fields: Sequenc
 def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema: str, table: str,
                          fields: Sequence[FieldSpec], key_fields: Sequence[str] | None = None, *,
                          source_table: str, position: object = None, object_map: ObjectMap | None = None,
-                         on_change: Callable[[TableDef], None] | None = None) -> DestinationTable:
+                         on_change: Callable[[TableDef], None] | None = None,
+                         catalog: CatalogCache | None = None) -> DestinationTable:
     """Makes the destination table match the events' value schema, then returns what the catalog says of it.
 
     For sources without DDL events (PostgreSQL) a missing table is created, with the record key (by
     default the columns the runner marked) as primary key, and a table whose columns differ is altered
     before the rows are applied; nothing runs when they already match. Column names and types follow
     `object_map`'s rules, and `on_change` is given the table definition created or altered. For the
-    others a missing table is an error: their DDL events create tables.
+    others a missing table is an error: their DDL events create tables. With `catalog`, the table is read through
+    that run's cache, and forgotten there once altered.
     """
     def mapped(wanted: TableDef) -> TableDef:
         return replace(object_map.map_table_def(wanted) if object_map else wanted, schema=schema, name=table)
@@ -194,7 +196,10 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
             return object_map.column_name(source_table, name)
         return dest_identifier(name, connector.letter_casing)
 
-    existing = destination_table(cur, schema, table)
+    def read() -> DestinationTable | None:
+        return catalog.table(cur, schema, table) if catalog is not None else destination_table(cur, schema, table)
+
+    existing = read()
     if connector.type not in SCHEMA_FROM_EVENTS_TYPES:
         if existing is None:
             raise ConversionError(
@@ -228,7 +233,9 @@ def ensure_table_matches(cur: psycopg.Cursor, connector: ConnectorConfig, schema
              table, source_table, len(statements), position)
     if on_change is not None:
         on_change(wanted)
-    altered = destination_table(cur, schema, table)
+    if catalog is not None:
+        catalog.forget(schema, table)
+    altered = read()
     assert altered is not None
     return altered
 

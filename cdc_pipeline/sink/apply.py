@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Collection, Iterable
 
 import psycopg
@@ -28,7 +28,7 @@ from cdc_pipeline import control, faults
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 
 from cdc_pipeline.sink import deferred_keys, stage_copy
-from cdc_pipeline.catalog import destination_table
+from cdc_pipeline.catalog import CatalogCache, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import copy_escape
 from cdc_pipeline.convert.ddl import (
@@ -51,8 +51,15 @@ from cdc_pipeline.convert.dml import (
     zero_dates,
 )
 from cdc_pipeline.errors import CdcError, ConversionError, StagingMismatchError, TableOwnerError
-from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRUNCATE, EventRef, index_entry_of
-from cdc_pipeline.convert.schema_infer import ensure_table_matches
+from cdc_pipeline.decode.events import (
+    DATA_CHANGE,
+    SCHEMA_CHANGE,
+    TRUNCATE,
+    EventRef,
+    fail_on_malformed,
+    index_entry_of,
+)
+from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES, ensure_table_matches
 from cdc_pipeline.capture.spark import collect_lines
 from cdc_pipeline.sink.plan import (
     DML_COUNTERS,
@@ -64,8 +71,10 @@ from cdc_pipeline.sink.plan import (
     SnapshotStep,
     TruncateStep,
     snapshot_reads,
+    with_frame,
 )
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
+from cdc_pipeline.catalog import DestinationTable
 from cdc_pipeline.sources import captures
 
 log = logging.getLogger(__name__)
@@ -79,8 +88,14 @@ SKIPPABLE_ERRORS = (psycopg.Error, CdcError, *SPARK_ERRORS)
 # The message of Spark's raise_error (a malformed event line) and the seq it names.
 _RAISED_IN_SPARK = re.compile(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
 _SEQ_IN_MESSAGE = re.compile(r"\(seq (\d+)\b")
-# Merge-line expressions kept per applier (one per table version; a connector rarely has more live at once).
-_EXPRESSION_CACHE_SIZE = 256
+# Line expressions kept per applier, the least recently used dropped first: two per table version, for schemas of a
+# few thousand tables.
+_EXPRESSION_CACHE_SIZE = 8192
+# A group's staged steps, by value schema: each row's target (its index in the group's staging targets), the shape
+# of its table (which shared line it takes), its step's seq range, and its columns' source and destination names.
+_STAGE_STEP = "_cdc_step"
+_STAGE_LOOKUP_TYPE = ("map<string, struct<target: string, shape: string, first: bigint, last: bigint, "
+                      "names: array<string>, dests: array<string>>>")
 
 
 @dataclass
@@ -96,6 +111,34 @@ class KeyMove:
     zero_dates: int
 
 
+@dataclass
+class PreparedDml:
+    """A DML step's destination, known before its rows move: the table (made to match the events' columns), the
+    columns' plan, the transforms of the mapping rules and the primary key's columns (none: a keyless table)."""
+
+    schema: str
+    table: str
+    destination: DestinationTable
+    columns: list[ColumnPlan]
+    transforms: dict[str, objmap.Transform]
+    key: list[str]
+
+
+@dataclass
+class StagedStep:
+    """A keyed DML step whose net changes Spark's tasks staged with the rest of its group (`_stage_group`): where,
+    under which step number, and what the staged rows hold (checked by one query for the whole group)."""
+
+    step: DmlStep
+    prepared: PreparedDml
+    key_columns: list[ColumnPlan]
+    compacted_in_spark: bool
+    staging: sql.Identifier
+    number: int = 0
+    zero_dates: int = 0
+    unchanged_sets: list[str] = field(default_factory=list)
+
+
 class BatchApplier:
     """Applies batch plans of one connector to the destination, each in one transaction."""
 
@@ -109,10 +152,14 @@ class BatchApplier:
         # driver collects them and COPYs them.
         self.staging = staging
         self._staging_seq = 0
-        self._merge_lines: dict[tuple, Column] = {}
+        self._merge_lines: OrderedDict[tuple, Column] = OrderedDict()
+        self._shared_lines: OrderedDict[tuple, tuple[Column, str]] = OrderedDict()
         self._batch_refs: list[EventRef] = []
         self._set_aside_seqs: set[int] = set()
-        self._claimed: set[tuple[str, str]] = set()  # the destination tables this batch claimed (`_claim`)
+        # The run's reads of the destination: forgotten at a schema change and when a transaction that may have
+        # changed them is undone (`_forget_run_reads`).
+        self._catalog = CatalogCache()
+        self._claimed: set[tuple[str, str]] = set()  # the destination tables this run claimed (`_claim`)
 
     def apply(self, plan: BatchPlan, *, dead_letter: int | None = None) -> control.BatchCounts:
         """Applies every step and records the batch's position, all in one transaction; returns the counts.
@@ -124,17 +171,24 @@ class BatchApplier:
         """
         self._batch_refs = plan.parsed.refs
         self._set_aside_seqs = set()
-        self._claimed = set()
         if self.staging is not None:
             self.staging.clear()
+        try:
+            return self._apply_in_transaction(plan, dead_letter)
+        except BaseException:
+            self._forget_run_reads()
+            raise
+
+    def _forget_run_reads(self) -> None:
+        """Forgets the catalog facts and claims read in this run: a transaction that wrote them was undone."""
+        self._catalog.forget()
+        self._claimed.clear()
+
+    def _apply_in_transaction(self, plan: BatchPlan, dead_letter: int | None) -> control.BatchCounts:
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             faults.take_snapshot_early(cur)
-            for step in plan.steps:
-                if skip:
-                    self._apply_step_or_set_aside(cur, plan, step)
-                else:
-                    self._apply_step(cur, plan, step)
+            self._apply_steps(cur, plan, skip)
             if dead_letter is not None:
                 if not control.resolve_dead_letter(cur, self.control_schema, dead_letter, control.DEAD_LETTER_RETRIED):
                     raise CdcError(f"dead letter {dead_letter} is no longer pending", connector=self.connector.name)
@@ -149,6 +203,194 @@ class BatchApplier:
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
             faults.pause_point(faults.IN_TRANSACTION)
         return plan.counts
+
+    def _apply_steps(self, cur: psycopg.Cursor, plan: BatchPlan, skip: bool) -> None:
+        """Applies the plan's steps in order; the keyed steps staged together (`_stage_group`) are merged in rounds
+        of consecutive steps, each round sent without a round trip per statement (`_merge_round`)."""
+        staged = self._stage_group(cur, plan, skip)
+        merge_round: list[StagedStep] = []
+        for index, step in enumerate(plan.steps):
+            staged_step = staged.get(index)
+            if staged_step is not None:
+                merge_round.append(staged_step)
+                continue
+            self._merge_round(cur, plan, merge_round, skip)
+            merge_round = []
+            if skip:
+                self._apply_step_or_set_aside(cur, plan, step)
+            else:
+                self._apply_step(cur, plan, step)
+        self._merge_round(cur, plan, merge_round, skip)
+
+    def _stage_group(self, cur: psycopg.Cursor, plan: BatchPlan, skip: bool) -> dict[int, StagedStep]:
+        """Stages the net changes of the group's keyed steps, up to its first step of another kind, in one Spark
+        job, and checks what was staged with one query; returns them by their index in the plan.
+
+        Tables of one shape share one expression (`_shared_stage_line`): each row finds its step, its target and
+        its columns' names in a lookup keyed by its value schema, so a group's job is planned once per shape of
+        table, not once per table, and its compiled code serves every later group.
+
+        Left to their own path: steps after a step of another kind (a schema change alters their columns), a second
+        step of one value schema, keyless tables, steps with transforms (a failing transform is traced to its value
+        there), steps Spark compacts (a change may leave a TOASTed value out) and key updates that leave such
+        values out. A step whose destination cannot be prepared ends the staging here: its own path raises (or,
+        under `skip`, sets its events aside) in its place in the plan.
+        """
+        events = plan.parsed.events
+        if self.staging is None or events is None:
+            return {}
+        chosen: dict[int, StagedStep] = {}
+        placeholder = unavailable_placeholder(self.connector)
+        may_alter = self.connector.type in SCHEMA_FROM_EVENTS_TYPES
+        for index, step in enumerate(plan.steps):
+            if not isinstance(step, DmlStep):
+                break
+            if any(other.step.schema_id == step.schema_id for other in chosen.values()):
+                break
+            try:
+                # Under `skip` a failure must leave the transaction usable: a table the events alter gets a savepoint.
+                with self.conn.transaction() if skip and may_alter else nullcontext():
+                    prepared = self._prepare_dml(cur, step)
+            except SKIPPABLE_ERRORS:
+                if not skip:
+                    raise
+                break
+            by_dest = {column.dest_name: column for column in prepared.columns}
+            if not prepared.key or prepared.transforms or any(name not in by_dest for name in prepared.key) \
+                    or may_leave_values_out(prepared.columns, placeholder):
+                continue
+            chosen[index] = StagedStep(step, prepared, [by_dest[name] for name in prepared.key], False,
+                                       sql.Identifier("-"))
+        if not chosen:
+            return {}
+        staged_steps = list(chosen.values())
+        stagings = self.staging.tables([(s.prepared.schema, s.prepared.table,
+                                         [column.dest_name for column in s.prepared.columns]) for s in staged_steps])
+        lookup: dict[str, dict] = {}
+        shapes: dict[str, tuple[str, Column]] = {}  # a shared line's text -> (its shape's id, the line)
+        for target, staged_step in enumerate(staged_steps):
+            line, text = self._shared_stage_line(staged_step.prepared.columns, staged_step.key_columns)
+            shape, _ = shapes.setdefault(text, (str(len(shapes)), line))
+            step = staged_step.step
+            lookup[step.schema_id] = {"target": str(target), "shape": shape, "first": step.first_seq,
+                                      "last": step.last_seq,
+                                      "names": [column.source_name for column in staged_step.prepared.columns],
+                                      "dests": [column.dest_name for column in staged_step.prepared.columns]}
+        # The lookup is a literal: Spark folds it into a map constant, kept out of the code it generates.
+        found = F.from_json(F.lit(json.dumps(lookup)), _STAGE_LOOKUP_TYPE)[F.col("schema_id")]
+        rows = fail_on_malformed(events).select("seq", "op", "before", "after", found.alias(_STAGE_STEP)).where(
+            F.col(f"{_STAGE_STEP}.first").isNotNull()
+            & F.col("seq").between(F.col(f"{_STAGE_STEP}.first"), F.col(f"{_STAGE_STEP}.last")))
+        frames = [rows.where(F.col(f"{_STAGE_STEP}.shape") == F.lit(shape)).select(
+                  F.col(f"{_STAGE_STEP}.target"), line) for shape, line in shapes.values()]
+        try:
+            written = self.staging.write_tagged(frames, [
+                (staging, [column.dest_name for column in s.prepared.columns])
+                for staging, s in zip(stagings, staged_steps)])
+        except SPARK_ERRORS as exc:
+            message, _ = spark_failure(exc)
+            log.info("%s: staging the group's %d steps failed (%s); each step is staged on its own to name the event",
+                     self.connector.name, len(staged_steps), message)
+            return {}
+        for staged_step, staging, (number, _) in zip(staged_steps, stagings, written):
+            staged_step.staging, staged_step.number = staging, number
+        self._read_staged(cur, staged_steps, [staged for _, staged in written])
+        return chosen
+
+    def _shared_stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan]) -> tuple[Column, str]:
+        """`_stage_line` with each column's source and destination name read from the row's step in the group's
+        lookup, and the expression's text: tables whose lines read the same share one projection."""
+        cache_key = ("shared", repr(columns), tuple(column.source_name for column in key_columns))
+        known = self._shared_lines.get(cache_key)
+        if known is None:
+            names = [F.col(f"{_STAGE_STEP}.names")[index] for index in range(len(columns))]
+            dests = [F.col(f"{_STAGE_STEP}.dests")[index] for index in range(len(columns))]
+            line = F.concat_ws(
+                "\t", F.col("op"), zero_dates("after", columns, names).cast("string"),
+                copy_escape(F.to_json(unchanged_columns("after", columns, None, names, dests))),
+                F.col("seq").cast("string"),
+                F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns},
+                                                     keys=names))
+                .otherwise(copy_line("after", columns, keys=names)))
+            known = (line, str(line._jc.toString()))
+            if len(self._shared_lines) >= _EXPRESSION_CACHE_SIZE:
+                self._shared_lines.popitem(last=False)
+            self._shared_lines[cache_key] = known
+        else:
+            self._shared_lines.move_to_end(cache_key)
+        return known
+
+    def _read_staged(self, cur: psycopg.Cursor, staged_steps: list[StagedStep], staged: list[int]) -> None:
+        """One query for the whole group: per step, the rows the batch's transaction sees (raises
+        StagingMismatchError unless they are those the tasks committed), the zero dates its merge writes as NULL,
+        and the sets of unchanged columns its upserts leave out."""
+        branches = []
+        for index, s in enumerate(staged_steps):
+            step_rows = sql.SQL("SELECT {op}, {z}, {u}, {last} AS last FROM {s} WHERE {step} = {n}").format(
+                op=sql.Identifier(stage_copy.OP), z=sql.Identifier(stage_copy.ZERO_DATES),
+                u=sql.Identifier(stage_copy.UNCHANGED), s=s.staging, step=sql.Identifier(stage_copy.STEP),
+                n=sql.Literal(s.number),
+                last=self._is_last_change(s) if self._drops_superseded(s) else sql.SQL("true"))
+            branches.append(sql.SQL(
+                "SELECT {i}, pg_catalog.count(*), coalesce(sum({z}) FILTER (WHERE {op} <> 'd' AND last), 0), "
+                "coalesce(array_agg(DISTINCT {u}) FILTER (WHERE {op} <> 'd' AND last), '{{}}') FROM ({rows}) AS w"
+            ).format(i=sql.Literal(index), z=sql.Identifier(stage_copy.ZERO_DATES),
+                     op=sql.Identifier(stage_copy.OP), u=sql.Identifier(stage_copy.UNCHANGED), rows=step_rows))
+        seen = {row[0]: row[1:] for row in cur.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall()}
+        for index, s in enumerate(staged_steps):
+            rows, zero_dates, unchanged_sets = seen[index]
+            if rows != staged[index]:
+                raise StagingMismatchError(
+                    f"the merge sees {rows} of the {staged[index]} rows Spark's tasks staged in "
+                    f"{s.staging.as_string(cur)} (events {s.step.first_seq}..{s.step.last_seq} of the batch): the batch "
+                    "is not applied", connector=self.connector.name, table=s.step.source_table,
+                    position=s.step.last_ref.position if s.step.last_ref else None)
+            s.zero_dates, s.unchanged_sets = int(zero_dates), sorted(unchanged_sets)
+
+    @staticmethod
+    def _drops_superseded(staged_step: StagedStep) -> bool:
+        """Whether the step's merge drops changes a later change of their key supersedes (`_drop_superseded`)."""
+        return not staged_step.compacted_in_spark and not set(staged_step.step.ops) <= {"c", "r"}
+
+    @staticmethod
+    def _is_last_change(staged_step: StagedStep) -> sql.Composed:
+        """Whether a staged row is its key's last change of the step (what `_drop_superseded` keeps)."""
+        return sql.SQL("{seq} = max({seq}) OVER (PARTITION BY {keys})").format(
+            seq=sql.Identifier(stage_copy.SEQ),
+            keys=sql.SQL(", ").join(sql.Identifier(column.dest_name) for column in staged_step.key_columns))
+
+    def _merge_round(self, cur: psycopg.Cursor, plan: BatchPlan, merge_round: list[StagedStep], skip: bool) -> None:
+        """Merges consecutive staged steps into their tables, their statements sent in one pipeline (no round trip
+        each), in a savepoint. When the destination refuses one, the round is undone and its steps applied one by
+        one, each through its own path, which names the value and its event (or, under `skip`, sets it aside)."""
+        if not merge_round:
+            return
+        try:
+            with self.conn.transaction(), self.conn.pipeline():
+                for staged_step in merge_round:
+                    for statement in self._staged_merge_statements(staged_step):
+                        cur.execute(statement)
+        except psycopg.Error as exc:
+            if self.conn.broken or isinstance(exc, psycopg.OperationalError):
+                raise
+            log.info("%s: the merge of %d staged steps refused a value (%s); applying them one by one to name it",
+                     self.connector.name, len(merge_round), exc.diag.message_primary or exc)
+            for staged_step in merge_round:
+                if skip:
+                    self._apply_step_or_set_aside(cur, plan, staged_step.step)
+                else:
+                    self._apply_step(cur, plan, staged_step.step)
+            return
+        for staged_step in merge_round:
+            plan.counts.zero_dates += self._zero_dates_written(staged_step.step, staged_step.zero_dates)
+
+    def _staged_merge_statements(self, s: StagedStep) -> list[sql.Composed]:
+        statements = []
+        if self._drops_superseded(s):
+            statements.append(self._drop_superseded_sql(s.staging, s.number, s.key_columns))
+        return statements + self._merge_sql(s.prepared.schema, s.prepared.table, s.step, s.staging, s.number,
+                                            s.prepared.columns, s.key_columns, s.prepared.transforms,
+                                            s.unchanged_sets)
 
     def _apply_step(self, cur: psycopg.Cursor, plan: BatchPlan, step: DdlStep | DmlStep | TruncateStep | SnapshotStep
                     ) -> None:
@@ -262,7 +504,7 @@ class BatchApplier:
 
     def _apply_truncate(self, cur: psycopg.Cursor, step: TruncateStep) -> None:
         schema, table = self._dest_names(step.source_table)
-        if destination_table(cur, schema, table) is None:
+        if self._catalog.table(cur, schema, table) is None:
             log.warning("TRUNCATE of %s: destination table %s.%s does not exist", step.source_table, schema, table)
             return
         self._claim(cur, step.source_table, schema, table)
@@ -289,7 +531,7 @@ class BatchApplier:
 
     def _empty_for_snapshot(self, cur: psycopg.Cursor, source_table: str, ref: EventRef, reason: str) -> None:
         schema, table = self._dest_names(source_table)
-        if destination_table(cur, schema, table) is None:
+        if self._catalog.table(cur, schema, table) is None:
             return
         self._claim(cur, source_table, schema, table)
         try:
@@ -303,7 +545,7 @@ class BatchApplier:
         return self.object_map.table_name(source_table)
 
     def _claim(self, cur: psycopg.Cursor, source_table: str, schema: str, table: str) -> None:
-        """Makes sure the connector writes the destination table alone (once a batch per table): a table another
+        """Makes sure the connector writes the destination table alone (once a run per table): a table another
         connector created, that a source without DDL events would find matching, is refused, not written."""
         if (schema, table) not in self._claimed:
             rule_store.claim_table(cur, self.control_schema, self.connector.name, schema, table, source_table)
@@ -322,15 +564,19 @@ class BatchApplier:
                 statements = self._rename_table(cur, change)
                 for statement in statements:
                     cur.execute(statement)
+                self._catalog.forget()
                 existing = destination_table(cur, change.schema, change.name)
                 statements = create_table_sql(change.table) if existing is None else alter_table_sql(
                     change.table, existing.columns, existing_primary_key=existing.primary_key,
                     column_renames=change.column_renames, existing_defaults=existing.defaults,
                     existing_not_null=existing.not_null, existing_unique=existing.unique,
                     unique_dropped=change.unique_dropped, user_typed=existing.user_typed)
+            self._catalog.forget()
             for statement in statements:
                 cur.execute(statement)
             self._record_columns(cur, change)
+            # A dropped or renamed table's claim is let go (`_record_columns`): claim again from here on.
+            self._claimed.clear()
             log.info("Applied %s of %s as %s.%s (%d statements) for %r at %s", change.kind, change.source_table,
                      change.schema, change.name, len(statements), change.ddl_text[:200], ref.position)
         except psycopg.Error as exc:
@@ -348,15 +594,14 @@ class BatchApplier:
         else:
             rule_store.record_columns(cur, schema, name, change.table)
 
-    def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
-        if self._set_aside_seqs and step.frame is not None:
-            step = replace(step, frame=step.frame.where(~F.col("seq").isin(sorted(self._set_aside_seqs))))
+    def _prepare_dml(self, cur: psycopg.Cursor, step: DmlStep) -> PreparedDml:
+        """Claims the step's destination table, makes it match the events' columns, and plans its columns."""
         schema, table = self._dest_names(step.source_table)
         position = step.last_ref.position if step.last_ref else None
         self._claim(cur, step.source_table, schema, table)
         destination = ensure_table_matches(
             cur, self.connector, schema, table, step.fields, source_table=step.source_table, position=position,
-            object_map=self.object_map,
+            object_map=self.object_map, catalog=self._catalog,
             on_change=lambda wanted: rule_store.record_columns(cur, self.control_schema, self.connector.name, wanted))
         columns = plan_columns(step.fields, destination.columns,
                                lambda name: self.object_map.column_name(step.source_table, name),
@@ -364,6 +609,16 @@ class BatchApplier:
                                dest_types=destination.types, position=position)
         columns, transforms = self.object_map.transforms(step.source_table, columns)
         key = list(destination.primary_key[1]) if destination.primary_key else []
+        return PreparedDml(schema, table, destination, columns, transforms, key)
+
+    def _apply_dml(self, cur: psycopg.Cursor, step: DmlStep) -> int:
+        with_frame(step)
+        if self._set_aside_seqs and step.frame is not None:
+            step = replace(step, frame=step.frame.where(~F.col("seq").isin(sorted(self._set_aside_seqs))))
+        prepared = self._prepare_dml(cur, step)
+        schema, table, columns, transforms, key = (prepared.schema, prepared.table, prepared.columns,
+                                                   prepared.transforms, prepared.key)
+        position = step.last_ref.position if step.last_ref else None
         try:
             # With transforms, a savepoint: a transform failing on a value is then traced to its column and event.
             with self.conn.transaction() if transforms else nullcontext():
@@ -598,7 +853,7 @@ class BatchApplier:
         try:
             with self.conn.transaction():
                 if not in_spark and not set(step.ops) <= {"c", "r"}:
-                    self._drop_superseded(cur, staging, number, key_columns)
+                    cur.execute(self._drop_superseded_sql(staging, number, key_columns))
                 return self._merge_staged(cur, schema, table, step, staging, number, columns, key_columns, transforms)
         except psycopg.Error as exc:
             if self.conn.broken or isinstance(exc, psycopg.OperationalError):
@@ -621,9 +876,8 @@ class BatchApplier:
                 position=step.last_ref.position if step.last_ref else None)
 
     @staticmethod
-    def _drop_superseded(cur: psycopg.Cursor, staging: sql.Identifier, number: int,
-                         key_columns: list[ColumnPlan]) -> None:
-        """Deletes the staged changes of step `number` that a later change of the same key supersedes, leaving each
+    def _drop_superseded_sql(staging: sql.Identifier, number: int, key_columns: list[ColumnPlan]) -> sql.Composed:
+        """The statement that deletes the staged changes of step `number` that a later change of the same key supersedes, leaving each
         key's last change in source order, as `compact_by_key` leaves it. A delete's row holds its key (from the
         row's `before`), any other change's its new key: a key update, sent as a delete and a create, ends as both.
 
@@ -633,40 +887,55 @@ class BatchApplier:
         took a minute a group of 18,000 changes."""
         keys = [sql.Identifier(column.dest_name) for column in key_columns]
         seq, step = sql.Identifier(stage_copy.SEQ), sql.Identifier(stage_copy.STEP)
-        cur.execute(sql.SQL(
+        return sql.SQL(
             "DELETE FROM {s} WHERE ctid = ANY (ARRAY(SELECT w.ctid FROM (SELECT ctid, {seq} AS seq, max({seq}) OVER "
             "(PARTITION BY {keys}) AS last FROM {s} WHERE {step} = {n}) AS w WHERE w.seq < w.last))").format(
-            s=staging, keys=sql.SQL(", ").join(keys), seq=seq, step=step, n=sql.Literal(number)))
+            s=staging, keys=sql.SQL(", ").join(keys), seq=seq, step=step, n=sql.Literal(number))
 
     def _merge_staged(self, cur: psycopg.Cursor, schema: str, table: str, step: DmlStep, staging: sql.Identifier,
                       number: int, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
                       transforms: dict[str, objmap.Transform]) -> int:
         """Deletes and upserts the staged net changes of step `number`; returns the zero dates written as NULL."""
+        unchanged_column = sql.Identifier("s", stage_copy.UNCHANGED)
+        cur.execute(sql.SQL("SELECT {u}, sum(s.{z}) FROM {s} AS s WHERE s.{step} = {n} AND s.{op} <> 'd' "
+                            "GROUP BY {u}").format(
+            u=unchanged_column, z=sql.Identifier(stage_copy.ZERO_DATES), s=staging,
+            step=sql.Identifier(stage_copy.STEP), n=sql.Literal(number), op=sql.Identifier(stage_copy.OP)))
+        groups = cur.fetchall()
+        for statement in self._merge_sql(schema, table, step, staging, number, columns, key_columns, transforms,
+                                         [unchanged_text for unchanged_text, _ in groups]):
+            cur.execute(statement)
+        return self._zero_dates_written(step, sum(int(zero_dates) for _, zero_dates in groups))
+
+    @staticmethod
+    def _merge_sql(schema: str, table: str, step: DmlStep, staging: sql.Identifier, number: int,
+                   columns: list[ColumnPlan], key_columns: list[ColumnPlan], transforms: dict[str, objmap.Transform],
+                   unchanged_sets: list[str]) -> list[sql.Composed]:
+        """The statements that delete and upsert the staged net changes of step `number`: one DELETE for its
+        deletes, one INSERT ... ON CONFLICT per set of unchanged columns its upserts leave out (JSON arrays)."""
         target = sql.Identifier(schema, table)
         names = [column.dest_name for column in columns]
         key_names = [column.dest_name for column in key_columns]
         values = transform_sql.staged_values(columns, transforms, "s", all_text=True)
         this_step = sql.SQL("s.{} = {}").format(sql.Identifier(stage_copy.STEP), sql.Literal(number))
         op = sql.Identifier("s", stage_copy.OP)
+        statements = []
         if "d" in step.ops:
-            cur.execute(sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE {step} AND {op} = 'd' AND {match}").format(
+            statements.append(sql.SQL(
+                "DELETE FROM {t} AS t USING {s} AS s WHERE {step} AND {op} = 'd' AND {match}").format(
                 t=target, s=staging, step=this_step, op=op, match=_match_columns(key_names, "t", values)))
         unchanged_column = sql.Identifier("s", stage_copy.UNCHANGED)
-        cur.execute(sql.SQL("SELECT {u}, sum(s.{z}) FROM {s} AS s WHERE {step} AND {op} <> 'd' GROUP BY {u}").format(
-            u=unchanged_column, z=sql.Identifier(stage_copy.ZERO_DATES), s=staging, step=this_step, op=op))
-        zero_dates_written = 0
-        for unchanged_text, zero_dates_of_rows in cur.fetchall():
-            zero_dates_written += int(zero_dates_of_rows)
+        for unchanged_text in unchanged_sets:
             unchanged = set(json.loads(unchanged_text))
             written = [name for name in names if name not in unchanged]
-            cur.execute(sql.SQL(
+            statements.append(sql.SQL(
                 "INSERT INTO {t} AS t ({cols}) SELECT {values} FROM {s} AS s WHERE {step} AND {op} <> 'd' "
                 "AND {u} = {unchanged} ON CONFLICT ({key}) {action}").format(
                 t=target, s=staging, cols=sql.SQL(", ").join(map(sql.Identifier, written)),
                 values=sql.SQL(", ").join(values[name] for name in written), step=this_step, op=op,
                 u=unchanged_column, unchanged=sql.Literal(unchanged_text),
                 key=sql.SQL(", ").join(map(sql.Identifier, key_names)), action=_on_conflict(written, key_names)))
-        return self._zero_dates_written(step, zero_dates_written)
+        return statements
 
     def _stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None
                     ) -> Column:
@@ -695,14 +964,17 @@ class BatchApplier:
     def _cached_line(self, kind: str, columns: list[ColumnPlan], key_columns: list[ColumnPlan],
                      placeholder: str | None, build: Callable[[], Column]) -> Column:
         """A line expression, built once per kind and table version and reused by every later batch: it depends only
-        on the columns, and building it costs many calls into the JVM. The oldest is dropped past the cache's size."""
+        on the columns, and building it costs many calls into the JVM. The least recently used is dropped past the
+        cache's size."""
         cache_key = (kind, repr(columns), tuple(column.source_name for column in key_columns), placeholder)
         line = self._merge_lines.get(cache_key)
         if line is None:
             line = build()
             if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
-                self._merge_lines.pop(next(iter(self._merge_lines)))
+                self._merge_lines.popitem(last=False)
             self._merge_lines[cache_key] = line
+        else:
+            self._merge_lines.move_to_end(cache_key)
         return line
 
     def _zero_dates_written(self, step: DmlStep, count: int) -> int:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
+from decimal import Decimal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_pipeline import control
@@ -55,6 +56,9 @@ class DmlStep:
     last_ref: EventRef | None = None
     fields: list[FieldSpec] = field(default_factory=list)
     frame: DataFrame | None = None
+    # The batch's rows, and whether the step holds them all: its `frame` is made from them on first use
+    # (`with_frame`), since a group staged whole (`sink/apply.py`) never needs one per step.
+    rows_of_batch: tuple[DataFrame, bool] | None = None
 
 
 @dataclass
@@ -294,7 +298,8 @@ def snapshot_reads(connector: ConnectorConfig, source_table: str) -> bool:
 
 
 def attach_dml_frames(plan: BatchPlan) -> None:
-    """Gives each DML segment its rows (lazily, in Spark) and its columns from the batch's value schema.
+    """Gives each DML segment its columns from the batch's value schema, and its rows (lazily, in Spark: see
+    `with_frame`).
 
     The events DataFrame holds the batch's data changes only. When one segment has them all (one table, one
     schema: the usual batch) it is the segment's frame as is. Otherwise the parsed rows are cached and each
@@ -311,6 +316,26 @@ def attach_dml_frames(plan: BatchPlan) -> None:
     for step in segments:
         assert events is not None, "a batch with data changes has their frame"
         step.fields = plan.parsed.fields(step.schema_id)
+        step.frame = None
+        step.rows_of_batch = (events, whole)
+
+
+def with_frame(step: DmlStep) -> DmlStep:
+    """The step, with its rows (`frame`) made from the batch's on first use."""
+    if step.frame is None and step.rows_of_batch is not None:
+        events, whole = step.rows_of_batch
         step.frame = fail_on_malformed(events if whole else events.where(
-            F.col("seq").between(step.first_seq, step.last_seq)
+            seq_between(step.first_seq, step.last_seq)
             & ((F.col("schema_id") == step.schema_id) | F.col("schema_id").isNull())))
+    return step
+
+
+def seq_between(first: int, last: int) -> Column:
+    """Whether a row's seq lies in [first, last], with the bounds as decimals: Spark writes a long literal into the
+    code it generates, so every group's segments would be compiled anew, and keeps a decimal one as a reference,
+    so a table's segments share one compiled filter across groups."""
+    return F.col("seq").cast(_SEQ_DECIMAL).between(F.lit(Decimal(first)).cast(_SEQ_DECIMAL),
+                                                   F.lit(Decimal(last)).cast(_SEQ_DECIMAL))
+
+
+_SEQ_DECIMAL = "decimal(20,0)"

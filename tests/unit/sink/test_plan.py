@@ -20,6 +20,7 @@ from cdc_pipeline.sink.plan import (
     SnapshotStep,
     attach_dml_frames,
     plan_batch,
+    with_frame,
 )
 from cdc_pipeline.config import ConnectorConfig, parse_config
 from tests.helpers.spark import all_events_batch, fixture_records, get_spark, parse_records
@@ -123,7 +124,7 @@ def test_snapshot_drops_and_database_statements_make_no_ddl_step(plan: BatchPlan
 def test_attached_frames_hold_exactly_each_segments_events(plan: BatchPlan) -> None:
     attach_dml_frames(plan)
     segments = [step for step in plan.steps if isinstance(step, DmlStep)]
-    tagged: list[DataFrame] = [segment.frame.select(F.lit(index).alias("segment"), "seq")
+    tagged: list[DataFrame] = [with_frame(segment).frame.select(F.lit(index).alias("segment"), "seq")
                                for index, segment in enumerate(segments)]
     rows = reduce(DataFrame.unionByName, tagged).collect()
     seqs_by_segment: dict[int, list[int]] = {}
