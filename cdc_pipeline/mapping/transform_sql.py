@@ -84,12 +84,13 @@ def staged_cast_type(pg_type: str) -> str:
 
 
 def staged_values(columns: Sequence[ColumnPlan], transforms: Mapping[str, Transform], alias: str, *,
-                  all_text: bool = False) -> dict[str, sql.Composable]:
+                  all_text: bool = False, staged_names: Mapping[str, str] | None = None) -> dict[str, sql.Composable]:
     """Each column's destination value read from a staging table: the staged column, or its transform.
 
-    `all_text`: every staged column holds text (`stage_copy`), and is cast to its column's type."""
+    `all_text`: every staged column holds text (`stage_copy`), and is cast to its column's type. `staged_names`:
+    the staging table's column of each destination column, where it is not the same name."""
     def value(column: ColumnPlan) -> sql.Composable:
-        staged = sql.Identifier(alias, column.dest_name)
+        staged = sql.Identifier(alias, staged_names[column.dest_name] if staged_names else column.dest_name)
         if column.dest_name in transforms:
             return transform_sql(transforms[column.dest_name], staged, column.pg_type, with_parameters=False)
         if all_text:

@@ -264,13 +264,11 @@ class BatchApplier:
         if not chosen:
             return {}
         staged_steps = list(chosen.values())
-        stagings = self.staging.tables([(s.prepared.schema, s.prepared.table,
-                                         [column.dest_name for column in s.prepared.columns]) for s in staged_steps])
         lookup: dict[str, dict] = {}
-        shapes: dict[str, tuple[str, Column]] = {}  # a shared line's text -> (its shape's id, the line)
+        shapes: dict[str, tuple[str, Column, int]] = {}  # a shared line's text -> (its shape's id, the line, width)
         for target, staged_step in enumerate(staged_steps):
             line, text = self._shared_stage_line(staged_step.prepared.columns, staged_step.key_columns)
-            shape, _ = shapes.setdefault(text, (str(len(shapes)), line))
+            shape, _, _ = shapes.setdefault(text, (str(len(shapes)), line, len(staged_step.prepared.columns)))
             step = staged_step.step
             lookup[step.schema_id] = {"target": str(target), "shape": shape, "first": step.first_seq,
                                       "last": step.last_seq,
@@ -281,19 +279,17 @@ class BatchApplier:
         rows = fail_on_malformed(events).select("seq", "op", "before", "after", found.alias(_STAGE_STEP)).where(
             F.col(f"{_STAGE_STEP}.first").isNotNull()
             & F.col("seq").between(F.col(f"{_STAGE_STEP}.first"), F.col(f"{_STAGE_STEP}.last")))
-        frames = [rows.where(F.col(f"{_STAGE_STEP}.shape") == F.lit(shape)).select(
-                  F.col(f"{_STAGE_STEP}.target"), line) for shape, line in shapes.values()]
+        frames = [(rows.where(F.col(f"{_STAGE_STEP}.shape") == F.lit(shape)).select(
+                   F.col(f"{_STAGE_STEP}.target"), line), width) for shape, line, width in shapes.values()]
         try:
-            written = self.staging.write_tagged(frames, [
-                (staging, [column.dest_name for column in s.prepared.columns])
-                for staging, s in zip(stagings, staged_steps)])
+            written = self.staging.write_tagged(frames, [len(s.prepared.columns) for s in staged_steps])
         except SPARK_ERRORS as exc:
             message, _ = spark_failure(exc)
             log.info("%s: staging the group's %d steps failed (%s); each step is staged on its own to name the event",
                      self.connector.name, len(staged_steps), message)
             return {}
-        for staged_step, staging, (number, _) in zip(staged_steps, stagings, written):
-            staged_step.staging, staged_step.number = staging, number
+        for staged_step, (number, _) in zip(staged_steps, written):
+            staged_step.staging, staged_step.number = self.staging.table, number
         self._read_staged(cur, staged_steps, [staged for _, staged in written])
         return chosen
 
@@ -330,7 +326,8 @@ class BatchApplier:
                 op=sql.Identifier(stage_copy.OP), z=sql.Identifier(stage_copy.ZERO_DATES),
                 u=sql.Identifier(stage_copy.UNCHANGED), s=s.staging, step=sql.Identifier(stage_copy.STEP),
                 n=sql.Literal(s.number),
-                last=self._is_last_change(s) if self._drops_superseded(s) else sql.SQL("true"))
+                last=self._is_last_change(s.number, s.key_columns, s.prepared.columns) if self._drops_superseded(s)
+                else sql.SQL("true"))
             branches.append(sql.SQL(
                 "SELECT {i}, pg_catalog.count(*), coalesce(sum({z}) FILTER (WHERE {op} <> 'd' AND last), 0), "
                 "coalesce(array_agg(DISTINCT {u}) FILTER (WHERE {op} <> 'd' AND last), '{{}}') FROM ({rows}) AS w"
@@ -353,11 +350,11 @@ class BatchApplier:
         return not staged_step.compacted_in_spark and not set(staged_step.step.ops) <= {"c", "r"}
 
     @staticmethod
-    def _is_last_change(staged_step: StagedStep) -> sql.Composed:
-        """Whether a staged row is its key's last change of the step (what `_drop_superseded` keeps)."""
+    def _is_last_change(number: int, key_columns: list[ColumnPlan], columns: list[ColumnPlan]) -> sql.Composed:
+        """Whether a staged row of step `number` is its key's last change of the step (what `_drop_superseded`
+        keeps)."""
         return sql.SQL("{seq} = max({seq}) OVER (PARTITION BY {keys})").format(
-            seq=sql.Identifier(stage_copy.SEQ),
-            keys=sql.SQL(", ").join(sql.Identifier(column.dest_name) for column in staged_step.key_columns))
+            seq=sql.Identifier(stage_copy.SEQ), keys=sql.SQL(", ").join(_staged_keys(key_columns, columns)))
 
     def _merge_round(self, cur: psycopg.Cursor, plan: BatchPlan, merge_round: list[StagedStep], skip: bool) -> None:
         """Merges consecutive staged steps into their tables, their statements sent in one pipeline (no round trip
@@ -387,7 +384,7 @@ class BatchApplier:
     def _staged_merge_statements(self, s: StagedStep) -> list[sql.Composed]:
         statements = []
         if self._drops_superseded(s):
-            statements.append(self._drop_superseded_sql(s.staging, s.number, s.key_columns))
+            statements.append(self._drop_superseded_sql(s.staging, s.number, s.key_columns, s.prepared.columns))
         return statements + self._merge_sql(s.prepared.schema, s.prepared.table, s.step, s.staging, s.number,
                                             s.prepared.columns, s.key_columns, s.prepared.transforms,
                                             s.unchanged_sets)
@@ -846,14 +843,14 @@ class BatchApplier:
         in_spark = may_leave_values_out(columns, unavailable_placeholder(self.connector))
         compacted, key_columns, placeholder = self._net_changes(schema, table, step, columns, key, compact=in_spark)
         names = [column.dest_name for column in columns]
-        staging = self.staging.table(schema, table, names)
+        staging = self.staging.table
         number, staged = self.staging.write(compacted.select(self._stage_line(columns, key_columns, placeholder)),
-                                            staging, names)
+                                            names)
         self._check_staged_rows(cur, step, staging, number, staged)
         try:
             with self.conn.transaction():
                 if not in_spark and not set(step.ops) <= {"c", "r"}:
-                    cur.execute(self._drop_superseded_sql(staging, number, key_columns))
+                    cur.execute(self._drop_superseded_sql(staging, number, key_columns, columns))
                 return self._merge_staged(cur, schema, table, step, staging, number, columns, key_columns, transforms)
         except psycopg.Error as exc:
             if self.conn.broken or isinstance(exc, psycopg.OperationalError):
@@ -876,7 +873,8 @@ class BatchApplier:
                 position=step.last_ref.position if step.last_ref else None)
 
     @staticmethod
-    def _drop_superseded_sql(staging: sql.Identifier, number: int, key_columns: list[ColumnPlan]) -> sql.Composed:
+    def _drop_superseded_sql(staging: sql.Identifier, number: int, key_columns: list[ColumnPlan],
+                             columns: list[ColumnPlan]) -> sql.Composed:
         """The statement that deletes the staged changes of step `number` that a later change of the same key supersedes, leaving each
         key's last change in source order, as `compact_by_key` leaves it. A delete's row holds its key (from the
         row's `before`), any other change's its new key: a key update, sent as a delete and a create, ends as both.
@@ -885,7 +883,7 @@ class BatchApplier:
         table's statistics can make quadratic. They were gathered while the table held another step (the step
         number is new each time): a join of the table with itself, estimated at a row, ran as a nested loop that
         took a minute a group of 18,000 changes."""
-        keys = [sql.Identifier(column.dest_name) for column in key_columns]
+        keys = _staged_keys(key_columns, columns)
         seq, step = sql.Identifier(stage_copy.SEQ), sql.Identifier(stage_copy.STEP)
         return sql.SQL(
             "DELETE FROM {s} WHERE ctid = ANY (ARRAY(SELECT w.ctid FROM (SELECT ctid, {seq} AS seq, max({seq}) OVER "
@@ -916,7 +914,8 @@ class BatchApplier:
         target = sql.Identifier(schema, table)
         names = [column.dest_name for column in columns]
         key_names = [column.dest_name for column in key_columns]
-        values = transform_sql.staged_values(columns, transforms, "s", all_text=True)
+        values = transform_sql.staged_values(columns, transforms, "s", all_text=True,
+                                             staged_names=ExecutorStaging.value_columns(names))
         this_step = sql.SQL("s.{} = {}").format(sql.Identifier(stage_copy.STEP), sql.Literal(number))
         op = sql.Identifier("s", stage_copy.OP)
         statements = []
@@ -1117,6 +1116,12 @@ def _on_conflict(written: list[str], key_names: list[str]) -> sql.Composable:
         return sql.SQL("DO NOTHING")
     return sql.SQL("DO UPDATE SET {}").format(
         sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
+
+
+def _staged_keys(key_columns: list[ColumnPlan], columns: list[ColumnPlan]) -> list[sql.Identifier]:
+    """The staging table's columns that hold a step's key (`ExecutorStaging.value_column`)."""
+    staged = ExecutorStaging.value_columns([column.dest_name for column in columns])
+    return [sql.Identifier(staged[column.dest_name]) for column in key_columns]
 
 
 def _match_columns(names: list[str], left: str, values: dict[str, sql.Composable]) -> sql.Composed:

@@ -1,17 +1,20 @@
-"""Keyed stream steps staged by Spark's tasks: the converted rows go from the executors straight into an unlogged
-staging table of the destination (the runner's `StageCopyWriter`: COPY over JDBC, in the task that computed them),
-and the driver merges them into their table inside the batch's own transaction. No row passes through Python.
+"""Keyed stream steps staged by Spark's tasks: the converted rows go from the executors straight into the
+connector's unlogged staging table in the destination (the runner's `StageCopyWriter`: one COPY over JDBC per task,
+in the task that computed them), and the driver merges them into their tables inside the batch's own transaction.
+No row passes through Python.
 
-A staging table belongs to one connector and one destination table's column list. Its columns are the step's
-number, the Spark partition that wrote the row, the change's op, its zero dates written as NULL, the columns it
-left out (unchanged TOASTed values, as a JSON array of destination names), the change's seq (its place in the
-batch: the merge keeps each key's last change), then each column's converted value as text: the merge casts each
-value to its column's type, so a staging table never needs the target's type (which the batch's transaction may be
-changing) and never locks it.
+One staging table serves every destination table of a connector, so a group of steps on hundreds of tables is one
+Spark job and one COPY per task. Its columns are the step's number (each step of a session has its own), the Spark
+partition that wrote the row, the change's op, its zero dates written as NULL, the columns it left out (unchanged
+TOASTed values, as a JSON array of destination names), the change's seq (its place in the batch: the merge keeps
+each key's last change), then the step's columns' converted values as text, by position (`v1`, `v2`, ...: a step
+of n columns fills the first n, the rest stay NULL; the table widens as wider steps come). The merge casts each
+value to its column's type, so the staging table never needs a target's type (which the batch's transaction may be
+changing) and never locks a target.
 
 Staged rows are committed by the tasks before the merge reads them, outside the batch's transaction, so they are
-scratch: a staging table is emptied when a session first uses it and again before each batch, and a crashed run's
-rows are never merged. The data and the applied position still commit together, in the batch's transaction.
+scratch: the staging table is emptied when a session first uses it and again before each batch, and a crashed
+run's rows are never merged. The data and the applied position still commit together, in the batch's transaction.
 """
 
 from __future__ import annotations
@@ -40,98 +43,93 @@ _LINE = "_cdc_line"
 
 
 class ExecutorStaging:
-    """The staging tables of one connector's session, and the COPY of a group's step lines into them by Spark's
-    tasks: one Spark job for every step of a group (`write_group`), whatever the number of tables it touches."""
+    """The connector's staging table in one session, and the COPY of a group's step lines into it by Spark's tasks:
+    one Spark job for every step of a group (`write_tagged`), whatever the number of tables it touches."""
 
     def __init__(self, destination: DestinationConfig, control_schema: str, connector: str) -> None:
         self.destination = destination
         self.control_schema = control_schema
         self.connector = connector
+        digest = hashlib.sha256(json.dumps([connector]).encode()).hexdigest()[:24]
+        self._name = f"_stage_{digest}"
+        self.table = sql.Identifier(control_schema, self._name)
         self._conn: psycopg.Connection | None = None
-        self._ready: set[str] = set()  # created and emptied in this session
-        self._written: set[str] = set()  # written since they were last emptied
+        self._width = 0  # value columns the table has had this session (0: not yet made and emptied)
+        self._written = False  # written since it was last emptied
         self._step = 0
         self._jdbc_target = jdbc_target(destination)  # the tasks' JDBC URL, user and password
 
-    def table(self, schema: str, table: str, columns: list[str]) -> sql.Identifier:
-        """The staging table for `columns` of `schema.table`, created (and emptied) on its first use this session."""
-        return self.tables([(schema, table, columns)])[0]
+    @staticmethod
+    def value_column(index: int) -> str:
+        """The staging table's column of a step's column `index` (from 0)."""
+        return f"v{index + 1}"
 
-    def tables(self, targets: list[tuple[str, str, list[str]]]) -> list[sql.Identifier]:
-        """The staging tables for each (schema, table, columns); those not used yet this session are created (and
-        emptied) together, in one round trip.
+    @classmethod
+    def value_columns(cls, columns: list[str]) -> dict[str, str]:
+        """Each of a step's columns (destination names, in its lines' order) -> its staging column."""
+        return {column: cls.value_column(index) for index, column in enumerate(columns)}
 
-        Made on a connection of its own, so the tasks can write them at once: the batch's transaction is open."""
-        identifiers, statements, created = [], [], []
-        for schema, table, columns in targets:
-            digest = hashlib.sha256(json.dumps([self.connector, schema, table, columns]).encode()).hexdigest()[:24]
-            name = f"_stage_{digest}"
-            identifier = sql.Identifier(self.control_schema, name)
-            identifiers.append(identifier)
-            if name not in self._ready:
-                statements.extend(self._create_statements(identifier, schema, table, columns))
-                created.append(name)
-        if statements:
-            self._connection().execute(sql.SQL("; ").join(statements))
-            self._ready.update(created)
-        return identifiers
+    def _ensure_width(self, width: int) -> None:
+        """Makes the staging table (and empties it) on the session's first use; gives it at least `width` value
+        columns. Made on a connection of its own, so the tasks can write it at once: the batch's transaction is
+        open."""
+        if width <= self._width and self._width:
+            return
+        statements = []
+        if not self._width:
+            header = [sql.SQL("{} bigint NOT NULL").format(sql.Identifier(STEP)),
+                      sql.SQL("{} integer NOT NULL").format(sql.Identifier(PARTITION)),
+                      sql.SQL("{} text NOT NULL").format(sql.Identifier(OP)),
+                      sql.SQL("{} integer NOT NULL").format(sql.Identifier(ZERO_DATES)),
+                      sql.SQL("{} text NOT NULL").format(sql.Identifier(UNCHANGED)),
+                      sql.SQL("{} bigint").format(sql.Identifier(SEQ))]
+            statements += [
+                sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(self.table, sql.SQL(", ").join(header)),
+                # Each statement of a merge reads one step's rows.
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                    sql.Identifier(f"{self._name}_step"), self.table, sql.Identifier(STEP)),
+                sql.SQL("COMMENT ON TABLE {} IS {}").format(self.table, sql.Literal(
+                    f"cdc-pipeline: rows staged by Spark's tasks for connector {self.connector}")),
+                sql.SQL("TRUNCATE {}").format(self.table)]
+        width = max(width, 1)
+        statements.append(sql.SQL("ALTER TABLE {} {}").format(self.table, sql.SQL(", ").join(
+            sql.SQL("ADD COLUMN IF NOT EXISTS {} text").format(sql.Identifier(self.value_column(index)))
+            for index in range(width))))
+        self._connection().execute(sql.SQL("; ").join(statements))
+        self._width = max(self._width, width)
 
-    def _create_statements(self, identifier: sql.Identifier, schema: str, table: str, columns: list[str]
-                           ) -> list[sql.Composed]:
-        header = [sql.SQL("{} bigint NOT NULL").format(sql.Identifier(STEP)),
-                  sql.SQL("{} integer NOT NULL").format(sql.Identifier(PARTITION)),
-                  sql.SQL("{} text NOT NULL").format(sql.Identifier(OP)),
-                  sql.SQL("{} integer NOT NULL").format(sql.Identifier(ZERO_DATES)),
-                  sql.SQL("{} text NOT NULL").format(sql.Identifier(UNCHANGED)),
-                  sql.SQL("{} bigint").format(sql.Identifier(SEQ))]
-        return [
-            sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({})").format(
-                identifier, sql.SQL(", ").join(header + [sql.SQL("{} text").format(sql.Identifier(column))
-                                                         for column in columns])),
-            # A staging table made before the seq was staged gets its column (nullable: it may hold rows until the
-            # TRUNCATE below).
-            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint").format(identifier, sql.Identifier(SEQ)),
-            sql.SQL("COMMENT ON TABLE {} IS {}").format(identifier, sql.Literal(
-                f"cdc-pipeline: rows staged by Spark's tasks for {self.connector} into {schema}.{table}")),
-            sql.SQL("TRUNCATE {}").format(identifier)]
+    def write(self, lines: DataFrame, columns: list[str]) -> tuple[int, int]:
+        """Has Spark's tasks COPY `lines` (one string column: the `LINE_HEADER` fields and the values of `columns`,
+        tab-separated COPY text) into the staging table under a new step number; returns that number and how many
+        rows the tasks committed (what the merge must find)."""
+        tagged = lines.toDF(_LINE).select(F.lit("0"), _LINE)
+        return self.write_tagged([(tagged, len(columns))], [len(columns)])[0]
 
-    def write(self, lines: DataFrame, staging: sql.Identifier, columns: list[str]) -> tuple[int, int]:
-        """Has Spark's tasks COPY `lines` into `staging` under a new step number (see `write_group`); returns that
-        number and how many rows the tasks committed."""
-        return self.write_group([(lines, staging, columns)])[0]
+    def write_tagged(self, frames: list[tuple[DataFrame, int]], targets: list[int]) -> list[tuple[int, int]]:
+        """Has Spark's tasks COPY the rows of `frames` into the staging table, in one Spark job, each target (a
+        step, given by its number of columns) under a new step number; returns, per target, that number and the
+        rows the tasks committed.
 
-    def write_group(self, parts: list[tuple[DataFrame, sql.Identifier, list[str]]]) -> list[tuple[int, int]]:
-        """Has Spark's tasks COPY each part's `lines` (one string column: the `LINE_HEADER` fields and the values of
-        its `columns`, tab-separated COPY text) into its staging table under a new step number, all in one Spark
-        job; returns, per part, that number and how many rows the tasks committed (what its merge must find)."""
-        tagged = [lines.toDF(_LINE).select(F.lit(str(index)), _LINE) for index, (lines, _, _) in enumerate(parts)]
-        return self.write_tagged(tagged, [(staging, columns) for _, staging, columns in parts])
-
-    def write_tagged(self, frames: list[DataFrame], targets: list[tuple[sql.Identifier, list[str]]]
-                     ) -> list[tuple[int, int]]:
-        """Has Spark's tasks COPY the rows of `frames` (two string columns: the index of the row's target in
-        `targets`, and its line as `write_group` takes it) into each target's staging table, under a new step
-        number per target, in one Spark job; returns, per target, that number and the rows the tasks committed.
-
-        The frames' rows are one RDD (a union, coalesced to the default parallelism: a group of hundreds of small
-        steps runs as a few tasks, not hundreds)."""
+        Each frame has two string columns: the index of the row's target in `targets`, and its line as `write`
+        takes it, of the number of columns the frame gives. The frames' rows are one RDD (a union, coalesced to the
+        default parallelism: a group of hundreds of small steps runs as a few tasks, not hundreds)."""
         if not targets:
             return []
+        width = max(targets)
+        self._ensure_width(width)
         conn = self._connection()
-        spark = frames[0].sparkSession
+        spark = frames[0][0].sparkSession
         jvm: Any = spark._jvm
-        numbers, stagings, deletes, copies = [], [], [], []
-        for staging, columns in targets:
-            self._step += 1
-            numbers.append(str(self._step))
-            staging_name = staging.as_string(conn)
-            self._written.add(staging_name)
-            stagings.append(staging_name)
-            deletes.append(sql.SQL("DELETE FROM {} WHERE {} = ? AND {} = ?").format(
-                staging, sql.Identifier(STEP), sql.Identifier(PARTITION)).as_string(conn))
-            copies.append(sql.SQL("COPY {} ({}) FROM STDIN").format(staging, sql.SQL(", ").join(
-                map(sql.Identifier, [STEP, PARTITION, *LINE_HEADER, *columns]))).as_string(conn))
-        rdds = [frame._jdf.queryExecution().toRdd().toJavaRDD() for frame in frames]
+        numbers = [self._step + 1 + index for index in range(len(targets))]
+        self._step += len(targets)
+        self._written = True
+        rdds = []
+        for frame, columns in frames:
+            if columns < width:
+                # Short lines end with NULLs up to the group's width (a text literal: not written into the code).
+                frame = frame.toDF("_cdc_target", _LINE).select(
+                    "_cdc_target", F.concat(F.col(_LINE), F.lit("\t\\N" * (width - columns))))
+            rdds.append(frame._jdf.queryExecution().toRdd().toJavaRDD())
         context = spark.sparkContext
         if len(rdds) == 1:
             union = rdds[0]
@@ -139,29 +137,32 @@ class ExecutorStaging:
             array = context._gateway.new_array(java_class(jvm, "org.apache.spark.api.java.JavaRDD"), len(rdds))
             for index, rdd in enumerate(rdds):
                 array[index] = rdd
-            union = context._jsc.union(array).coalesce(context.defaultParallelism)
+            union = context._jsc.union(array)
+        union = union.coalesce(context.defaultParallelism) if union.getNumPartitions() > context.defaultParallelism \
+            else union
         url, user, password = self._jdbc_target
-        separator = "\0"
+        delete = sql.SQL("DELETE FROM {} WHERE {} BETWEEN ? AND ? AND {} = ?").format(
+            self.table, sql.Identifier(STEP), sql.Identifier(PARTITION))
+        copy = sql.SQL("COPY {} ({}) FROM STDIN").format(self.table, sql.SQL(", ").join(map(sql.Identifier, [
+            STEP, PARTITION, *LINE_HEADER, *(self.value_column(index) for index in range(width))])))
         staged = context._jsc.sc().collectionAccumulator(f"{self.connector} staged rows")
-        writer = java_class(jvm, f"{JAVA_PACKAGE}.StageCopyWriter").forTargets(
-            staged, url, user, password, separator.join(stagings), separator.join(numbers), separator.join(deletes),
-            separator.join(copies))
+        writer = getattr(jvm, f"{JAVA_PACKAGE}.StageCopyWriter")(
+            staged, url, user, password, self.table.as_string(conn), ",".join(map(str, numbers)),
+            delete.as_string(conn), copy.as_string(conn))
         union.foreachPartition(writer)
         counts = [int(count) for count in str(writer.stagedCounts()).split(",")]
-        return [(int(number), count) for number, count in zip(numbers, counts)]
+        return list(zip(numbers, counts))
 
     def clear(self) -> None:
-        """Empties the staging tables written since the last time; between batches only (a batch's transaction
-        that read one would hold the TRUNCATE up)."""
+        """Empties the staging table if it was written since the last time; between batches only (a batch's
+        transaction that read it would hold the TRUNCATE up)."""
         if not self._written:
             return
-        conn = self._connection()
-        conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(
-            sql.SQL(name) for name in sorted(self._written))))
-        self._written.clear()
+        self._connection().execute(sql.SQL("TRUNCATE {}").format(self.table))
+        self._written = False
 
     def close(self, jvm: Any = None) -> None:
-        """Empties the staging tables and closes the session's connection; with the driver's `jvm`, also the
+        """Empties the staging table and closes the session's connection; with the driver's `jvm`, also the
         connections its tasks kept idle."""
         if jvm is not None:
             try:
@@ -173,7 +174,7 @@ class ExecutorStaging:
                 if not self._conn.closed and not self._conn.broken:
                     self.clear()
             except psycopg.Error as exc:
-                log.warning("%s: could not empty the staging tables: %s", self.connector, exc)
+                log.warning("%s: could not empty the staging table: %s", self.connector, exc)
             finally:
                 self._conn.close()
                 self._conn = None

@@ -13,72 +13,62 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.util.CollectionAccumulator;
 
 /**
- * Writes the converted rows of a group's streamed steps into staging tables of the destination with COPY, in the
- * executor that computed them, in one Spark job for every step of the group; the driver then merges the staged
- * rows into their tables in the group's own transaction. No row travels through the driver.
+ * Writes the converted rows of a group's streamed steps into the connector's staging table in the destination with
+ * one COPY per Spark task, in the executor that computed them; the driver then merges the staged rows into their
+ * tables in the group's own transaction. No row travels through the driver.
  *
- * Each row holds its target (column 0: the index of its step, as text) and the COPY text of the staged columns
- * after the first two (column 1); the writer puts the step's number and the partition index in front. A task
- * writes all its rows in one transaction on a borrowed connection (`ExecutorJdbc.borrow`): for each target it
- * meets, it first takes an advisory lock on (staging table, step, partition) and deletes what an earlier attempt
- * at the same partition wrote, so a retried or speculative attempt replaces those rows, never adds to them. A
- * target's rows need not be contiguous in a partition. All SQL comes from the driver, built with the
- * destination's quoting rules.
+ * Each row holds its target (column 0: the index of its step in the group, as text) and the COPY text of the
+ * staged columns after the first two (column 1); the writer puts the step's number and the partition index in
+ * front. A task writes its rows in one transaction on a borrowed connection (`ExecutorJdbc.borrow`): it first takes
+ * an advisory lock on (staging table, group, partition) and deletes what an earlier attempt at the same partition
+ * wrote for the group's steps, so a retried or speculative attempt replaces those rows, never adds to them. All SQL
+ * comes from the driver, built with the destination's quoting rules.
  *
  * Each task adds the rows it committed per target to the `staged` accumulator, as "target:rows" (Spark applies a
  * task's update once, whatever its retries), so the driver knows how many rows each merge must find.
  */
 public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>>, Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
     private static final String LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))";
-    // Separates the fields of a list the driver hands in one string: PostgreSQL text never holds a NUL.
-    private static final String SEPARATOR = "\u0000";
+    // Separates the step numbers the driver hands in one string.
+    private static final String SEPARATOR = ",";
 
     private final String url;
     private final String user;
     private final String password;
-    private final String[] stagings;
+    private final String staging;
     private final long[] steps;
-    private final String[] deleteSqls;
-    private final String[] copySqls;
+    private final String deleteSql;
+    private final String copySql;
     private final CollectionAccumulator<String> staged;
 
     /**
-     * The writer of a group's targets, each given by its staging table's name (the lock's name), its step number
-     * (the staged rows' first column), its delete (takes the step and the partition index; deletes an earlier
-     * attempt's rows) and its COPY ... FROM STDIN statement; the lists come NUL-separated, in target order.
+     * @param staging   the staging table's name, as the lock's name
+     * @param steps     each target's step number (the staged rows' first column), comma-separated, in target order
+     * @param deleteSql takes the group's first and last step numbers and the partition index; deletes an earlier
+     *                  attempt's rows
+     * @param copySql   the COPY ... FROM STDIN statement
+     * @param staged    counts the rows the tasks committed per target
      */
-    public static StageCopyWriter forTargets(CollectionAccumulator<String> staged, String url, String user,
-                                             String password, String stagings, String steps, String deleteSqls,
-                                             String copySqls) {
+    public StageCopyWriter(CollectionAccumulator<String> staged, String url, String user, String password,
+                           String staging, String steps, String deleteSql, String copySql) {
         String[] numbers = steps.split(SEPARATOR, -1);
-        long[] stepNumbers = new long[numbers.length];
+        this.steps = new long[numbers.length];
         for (int i = 0; i < numbers.length; i++) {
-            stepNumbers[i] = Long.parseLong(numbers[i]);
-        }
-        return new StageCopyWriter(url, user, password, stagings.split(SEPARATOR, -1), stepNumbers,
-                                   deleteSqls.split(SEPARATOR, -1), copySqls.split(SEPARATOR, -1), staged);
-    }
-
-    private StageCopyWriter(String url, String user, String password, String[] stagings, long[] steps,
-                            String[] deleteSqls, String[] copySqls, CollectionAccumulator<String> staged) {
-        if (steps.length != stagings.length || deleteSqls.length != stagings.length
-                || copySqls.length != stagings.length) {
-            throw new IllegalArgumentException("a staging writer's lists differ in length");
+            this.steps[i] = Long.parseLong(numbers[i]);
         }
         this.url = url;
         this.user = user;
         this.password = password;
-        this.stagings = stagings;
-        this.steps = steps;
-        this.deleteSqls = deleteSqls;
-        this.copySqls = copySqls;
+        this.staging = staging;
+        this.deleteSql = deleteSql;
+        this.copySql = copySql;
         this.staged = staged;
     }
 
     /** The rows the tasks committed per target, comma-separated in target order (read once the job ended). */
     public String stagedCounts() {
-        long[] counts = new long[stagings.length];
+        long[] counts = new long[steps.length];
         for (String update : staged.value()) {
             int colon = update.indexOf(':');
             counts[Integer.parseInt(update.substring(0, colon))] += Long.parseLong(update.substring(colon + 1));
@@ -99,33 +89,34 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
             return;
         }
         int partition = TaskContext.getPartitionId();
-        TargetRows targetRows = new TargetRows(rows);
-        long[] copied = new long[stagings.length];
-        boolean[] started = new boolean[stagings.length];
+        long first = steps[0];
+        long last = steps[steps.length - 1];
+        long[] copied = new long[steps.length];
+        byte[][] prefixes = new byte[steps.length][];
+        for (int i = 0; i < steps.length; i++) {
+            prefixes[i] = (steps[i] + "\t" + partition + "\t").getBytes(StandardCharsets.UTF_8);
+        }
         Connection connection = ExecutorJdbc.borrow(url, user, password);
         boolean committed = false;
-        int target = -1;
         try {
             connection.setAutoCommit(false);
-            while (targetRows.hasNext()) {
-                target = targetRows.target();
-                if (!started[target]) {
-                    forgetEarlierAttempt(connection, target, partition);
-                    started[target] = true;
-                }
-                byte[] prefix = (steps[target] + "\t" + partition + "\t").getBytes(StandardCharsets.UTF_8);
-                int current = target;
-                copied[target] += CopyFeeder.copy(connection, copySqls[target], "cdc-stage-copy", out -> {
-                    InternalRow row = targetRows.nextOf(current);
-                    if (row == null) {
-                        return false;
-                    }
-                    out.write(prefix);
-                    row.getUTF8String(1).writeTo(out);
-                    out.write('\n');
-                    return true;
-                });
+            try (PreparedStatement lock = connection.prepareStatement(LOCK_SQL)) {
+                lock.setString(1, staging + ":" + first + ":" + partition);
+                lock.executeQuery().close();
             }
+            try (PreparedStatement delete = connection.prepareStatement(deleteSql)) {
+                delete.setLong(1, first);
+                delete.setLong(2, last);
+                delete.setInt(3, partition);
+                delete.executeUpdate();
+            }
+            CopyFeeder.copyRows(connection, copySql, "cdc-stage-copy", rows, (row, out) -> {
+                int target = Integer.parseInt(row.getUTF8String(0).toString());
+                copied[target]++;
+                out.write(prefixes[target]);
+                row.getUTF8String(1).writeTo(out);
+                out.write('\n');
+            });
             connection.commit();
             committed = true;
         }
@@ -136,8 +127,8 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
             catch (SQLException ignored) {
                 // The connection is closed below; the task fails with the first error.
             }
-            String where = target < 0 ? "a staging table" : stagings[target] + " (step " + steps[target] + ")";
-            throw new SQLException("staging partition " + partition + " into " + where + ": " + e.getMessage(), e);
+            throw new SQLException("staging partition " + partition + " of steps " + first + ".." + last + " into "
+                                   + staging + ": " + e.getMessage(), e);
         }
         finally {
             if (committed) {
@@ -148,61 +139,8 @@ public final class StageCopyWriter implements VoidFunction<Iterator<InternalRow>
             }
         }
         for (int i = 0; i < copied.length; i++) {
-            if (started[i]) {
+            if (copied[i] > 0) {
                 staged.add(i + ":" + copied[i]);
-            }
-        }
-    }
-
-    private void forgetEarlierAttempt(Connection connection, int target, int partition) throws SQLException {
-        try (PreparedStatement lock = connection.prepareStatement(LOCK_SQL)) {
-            lock.setString(1, stagings[target] + ":" + steps[target] + ":" + partition);
-            lock.executeQuery().close();
-        }
-        try (PreparedStatement delete = connection.prepareStatement(deleteSqls[target])) {
-            delete.setLong(1, steps[target]);
-            delete.setInt(2, partition);
-            delete.executeUpdate();
-        }
-    }
-
-    /** A partition's rows, one looked at ahead: its target tells where the current COPY ends. */
-    private static final class TargetRows {
-        private final Iterator<InternalRow> rows;
-        private InternalRow ahead;
-        private int aheadTarget;
-
-        TargetRows(Iterator<InternalRow> rows) {
-            this.rows = rows;
-        }
-
-        boolean hasNext() {
-            return ahead != null || rows.hasNext();
-        }
-
-        int target() {
-            look();
-            return aheadTarget;
-        }
-
-        /** The next row if it belongs to `target`, else null (it stays ahead). */
-        InternalRow nextOf(int target) {
-            if (!hasNext()) {
-                return null;
-            }
-            look();
-            if (aheadTarget != target) {
-                return null;
-            }
-            InternalRow row = ahead;
-            ahead = null;
-            return row;
-        }
-
-        private void look() {
-            if (ahead == null) {
-                ahead = rows.next();
-                aheadTarget = Integer.parseInt(ahead.getUTF8String(0).toString());
             }
         }
     }
