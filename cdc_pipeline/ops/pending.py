@@ -3,16 +3,20 @@ launches a run (`cdc-pipeline pending NAME` asks the same).
 
 A connector has work when it never ran, when its bulk snapshot is not finished, or when its source holds changes it
 has not applied, which its source type's module tells (`check_changes`):
-- MariaDB/MySQL: a run that ends idle records the source's binlog position from the start of its idle wait
-  (`connector_state.source_checked`: everything before it was read). The check reads the binlog from there
-  (`SHOW BINLOG EVENTS`, a bounded number of events per check) for a row event of a captured table or a schema
-  change of the database; events of other tables and databases move the recorded position on, so writes
-  elsewhere on the server launch nothing.
+- MariaDB/MySQL: a run that ends idle records the source's binlog end from the middle of its idle wait, once its
+  log reader read past it (`connector_state.source_checked`: every change before it was applied). The check reads
+  the binlog from there up to where it ended when the check began (`SHOW BINLOG EVENTS`, page by page, for at most
+  a few seconds) for a row event of a captured table or a schema change of the database; events of other tables
+  and databases move the recorded position on, so writes elsewhere on the server launch nothing. A check out of
+  time before the end says there is work (a busy server's other databases): the run reads the rest and records
+  where it ended idle.
 - PostgreSQL: the connector's replication slot is peeked (`pg_logical_slot_peek_binary_changes`, nothing is
   consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
   `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
 - SQL Server and Oracle have no such check: every check says there is work (the schedule's behaviour).
+Only a check that read the source to its end tells that there is nothing to do (`Pending.caught_up`, what `sync`
+asks in `nothing_to_do`).
 A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has
 none, and neither has one whose fetch cycle runs now (its run lock is held: a run the sensor did not launch, such
 as a materialization of its assets or `cdc-pipeline sync`). `stopped` is not one of those: a connector whose last run failed has none under error_strategy exit until it
