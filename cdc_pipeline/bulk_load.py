@@ -27,7 +27,9 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any, Callable, Sequence
 
 import psycopg
@@ -62,6 +64,14 @@ _STAGING = "_cdc_bulk_staging"
 _POSITION_ALIAS = "_cdc_position"
 _LINE_ALIAS = "_cdc_line"
 _GEOMETRY_LOGICAL = "io.debezium.data.geometry.Geometry"
+# A table read as one chunk (a small one, or one without a key) shares a Spark job with other such tables, up to this
+# many times `slice_chunks` chunks a job (and the rows of a slice of full chunks, as estimated), and such jobs run
+# two at a time: a job's start and end, and the driver's bookkeeping, cost more than a small chunk's copy.
+SMALL_CHUNKS_PER_SLICE_ROUND = 4
+SLICES_IN_FLIGHT = 2
+# A table estimated below this many rows keeps its indexes other than its keys through its load: building an index
+# again after the data costs a statement and a scan of the table, more than keeping it up for a few rows.
+KEEP_INDEXES_BELOW_ROWS = 10_000
 
 
 @dataclass
@@ -77,6 +87,7 @@ class TableLoad:
     planned: bool
     finished: bool
     source_definition: dict[str, Any] | None = None
+    chunk_rows: int = 0  # this run's rows per chunk (`BulkLoader._size_chunks`)
 
     @property
     def database(self) -> str:
@@ -208,8 +219,19 @@ def tables_awaiting_creation(conn: psycopg.Connection, schema: str, connector: C
         return []
     with source.connect(connector) as source_conn, source_conn.cursor() as cur:
         listed, _ = _load_tables(conn, schema, connector, cur)
-    with conn.cursor() as dest:
-        return [table.name for table in listed if destination_table(dest, *object_map.table_name(table.name)) is None]
+    targets = {table.name: object_map.table_name(table.name) for table in listed}
+    existing = _existing_tables(conn, list(targets.values()))
+    return [name for name, target in targets.items() if target not in existing]
+
+
+def _existing_tables(conn: psycopg.Connection | psycopg.Cursor,
+                     tables: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of these destination tables (schema, name) exist, in one query."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM unnest(%s::text[], %s::text[]) AS t(nsp, rel) "
+        "JOIN pg_namespace n ON n.nspname = t.nsp JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.rel "
+        "AND c.relkind IN ('r', 'p')", ([schema for schema, _ in tables], [name for _, name in tables])).fetchall()
+    return {(nsp, rel) for nsp, rel in rows}
 
 
 def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, dict[str, Any]]:
@@ -221,8 +243,10 @@ def snapshot_positions(conn: psycopg.Connection, schema: str, connector: str) ->
     return {table: position for table, position in rows}
 
 
-def read_progress(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:
-    """Per table of each connector's latest load: rows done, the estimate of all, chunks, rows/s and ETA."""
+def read_progress(conn: psycopg.Connection, schema: str, connector: str | None = None,
+                  tables: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Per table of each connector's latest load (or of its `tables` only): rows done, the estimate of all, chunks,
+    rows/s and ETA."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(sql.SQL(
             """SELECT t.connector, t.source_table, t.estimated_rows, t.started_at, t.finished_at,
@@ -231,10 +255,11 @@ def read_progress(conn: psycopg.Connection, schema: str, connector: str | None =
                       t.planned, extract(epoch FROM coalesce(t.finished_at, max(c.done_at)) - t.started_at)
                         AS seconds
                FROM {tables} t LEFT JOIN {chunks} c ON c.connector = t.connector AND c.source_table = t.source_table
-               WHERE %(connector)s::text IS NULL OR t.connector = %(connector)s
+               WHERE (%(connector)s::text IS NULL OR t.connector = %(connector)s)
+                 AND (%(tables)s::text[] IS NULL OR t.source_table = ANY(%(tables)s))
                GROUP BY t.connector, t.source_table ORDER BY t.connector, t.source_table""").format(
             tables=_table(schema, "bulk_load_tables"), chunks=_table(schema, "bulk_load_chunks")),
-            {"connector": connector})
+            {"connector": connector, "tables": None if tables is None else list(tables)})
         rows = cur.fetchall()
     for row in rows:
         done, seconds = int(row["rows_done"]), float(row["seconds"] or 0)
@@ -279,50 +304,118 @@ class BulkLoader:
             on_rows: Callable[[int, int, float | None], None]) -> bool:
         """Copies chunks until the load is done (True), or until `deadline` (monotonic) passes or `halted()` says
         so between two slices (False: the next run goes on from the chunks done). `on_rows(rows, zero_dates,
-        first_copy_epoch)`
-        hears of every slice copied."""
+        first_copy_epoch)` hears of every slice copied.
+
+        A slice is the chunks of one table read in several, or the chunks of tables read as one together; the next
+        slice is planned while the last is copied, and two slices of the latter are copied at once."""
         name = self.connector.name
         load_id = running_load(self.conn, self.schema, name)
         if load_id is None:
             return True
-        copied = False  # a run copies one slice at least, whatever its budget
-        running: _SliceCopy | None = None
         with self.source.connect(self.connector) as source, source.cursor() as cur:
+            slices = _Slices(self, on_rows)
             try:
-                for table in self._tables(cur, load_id):
-                    if table.finished:
-                        continue
-                    columns = self._columns(cur, table)
-                    while True:
-                        # The next slice is looked at and planned while the last one is copied (its chunks are not
-                        # done yet, so they are left out); nothing is changed until that copy ended.
-                        changed = self._definition_changed(cur, table)
-                        chunks = [] if changed else self._next_chunks(cur, load_id, table,
-                                                                      running.ids if running else ())
-                        if running is not None:
-                            on_rows(*running.result())
-                            running = None
-                            copied = True
-                            self._log_progress(table)
-                            faults.pause_point(faults.BULK_SLICE)
-                        if changed:
+                todo = [table for table in self._tables(cur, load_id) if not table.finished]
+                self._size_chunks(cur, todo)
+                while True:
+                    parts, changed = self._next_slice(cur, load_id, todo, slices)
+                    if changed:
+                        # The table's chunks being copied end first; its copy stops (see `_copy_again_later`).
+                        slices.wait_all()
+                        for table in changed:
                             self._copy_again_later(table)
-                            break
-                        if not chunks:
-                            self._finish_table(table)
-                            break
-                        if copied and (time.monotonic() >= deadline or halted()):
-                            log.info("%s: the bulk snapshot goes on in the next run (run budget spent or paused)", name)
-                            return False
-                        running = _SliceCopy(self, table, columns, chunks)
+                            if table in todo:
+                                todo.remove(table)
+                        continue
+                    if not parts:
+                        break
+                    packed = _whole_table(parts[0].chunks[0])
+                    slices.wait_until_fewer(SLICES_IN_FLIGHT if packed else 1)
+                    if slices.started and (time.monotonic() >= deadline or halted()):
+                        slices.wait_all()
+                        log.info("%s: the bulk snapshot goes on in the next run (run budget spent or paused)", name)
+                        return False
+                    slices.start(parts)
+                slices.wait_all()
                 self._finish_load(self.source.load_end_position(cur))
             finally:
-                if running is not None:
-                    running.wait()
+                slices.abandon()
         return True
 
+    def _next_slice(self, cur: Any, load_id: int, todo: list[TableLoad],
+                    slices: "_Slices") -> tuple[list["_SlicePart"], list[TableLoad]]:
+        """The next slice's chunks by table: the first table of `todo` read in several chunks gets a slice of its
+        own (`slice_chunks` of them); tables read as one chunk share one (their chunks gathered in `todo`'s order,
+        those of the same reading path, up to SMALL_CHUNKS_PER_SLICE_ROUND times `slice_chunks` chunks and the rows
+        of `slice_chunks` full chunks, as estimated). Tables whose chunks are all copied or being copied leave
+        `todo` (finished once their last slice ends). Or the tables whose definition changed since the load planned
+        them (nothing else then)."""
+        pack_chunks = self.slice_chunks * SMALL_CHUNKS_PER_SLICE_ROUND
+        while todo:
+            # A table whose columns or key changed since the load planned it would have its chunks read in a shape
+            # the destination table does not have until the stream applies the change (a widened column's values do
+            # not fit, a keyless table's new column is not read and its changes before the chunk are skipped, a table
+            # that lost its key has its changes replayed onto rows the chunks copied). Those whose last chunks are
+            # being copied are looked at too.
+            candidates = todo[:pack_chunks]
+            checked = candidates + [table for table in slices.awaiting_finish if table not in candidates]
+            definitions = self._definitions(cur, checked)
+            changed = [table for table in checked if table.source_definition is not None
+                       and definitions[table.source_table].stored != table.source_definition]
+            if changed:
+                return [], changed
+            parts: list[_SlicePart] = []
+            rows_left = self.slice_chunks * self.connector.snapshot_chunk_rows
+            direct: bool | None = None
+            for table in candidates:
+                if len(parts) >= pack_chunks or rows_left <= 0:
+                    break
+                # One chunk says whether the table is read whole (planning its first one when it has none yet).
+                chunks = self._next_chunks(cur, load_id, table, slices.copying, 1)
+                if not chunks:
+                    todo.remove(table)
+                    slices.finish_when_copied(table)
+                    continue
+                whole = _whole_table(chunks[0])
+                if not whole:
+                    if parts:
+                        continue  # read in several chunks: in a slice of its own
+                    chunks = self._next_chunks(cur, load_id, table, slices.copying, self.slice_chunks)
+                columns = self._columns(cur, table, definitions[table.source_table].columns)
+                table_direct = self._copy_fields(columns) is not None
+                if direct is not None and table_direct != direct:
+                    continue  # read the other way: in a slice of its own
+                if whole:
+                    weight = max(1, min(table.estimated_rows, table.chunk_rows))
+                    if parts and weight > rows_left:
+                        break
+                    rows_left -= weight
+                # Its last chunks (planned, and fewer than asked for): it leaves `todo`, finished once copied.
+                last = whole or (table.planned and len(chunks) < self.slice_chunks)
+                if last:
+                    todo.remove(table)
+                direct = table_direct
+                parts.append(_SlicePart(table, columns, chunks, last))
+                if not whole:
+                    break
+            if parts:
+                return parts, []
+        return [], []
+
+    def _definitions(self, cur: Any, tables: Sequence[TableLoad]) -> dict[str, "_SourceDefinition"]:
+        """The source's columns and key of each of these tables, read together per database (a table the source no
+        longer has: no columns and no key)."""
+        by_database: dict[str, list[str]] = {}
+        for table in tables:
+            by_database.setdefault(table.database, []).append(table.table)
+        read = {f"{database}.{name}": _SourceDefinition(columns, key)
+                for database, names in by_database.items()
+                for name, (columns, key) in self.source.table_definitions(cur, database, names).items()}
+        return {table.source_table: read.get(table.source_table, _SourceDefinition([], [])) for table in tables}
+
     def _tables(self, cur: Any, load_id: int) -> list[TableLoad]:
-        """The load's tables; planned on its first run: listed, their keys read, emptied (one transaction)."""
+        """The load's tables; planned on its first run: listed, their keys read, emptied (one transaction; the
+        source's and the destination's catalogs read once for all of them)."""
         tables = self._read_tables(load_id)
         if tables:
             return tables
@@ -330,42 +423,67 @@ class BulkLoader:
         if missing:
             raise CdcError(f"the bulk snapshot asked for tables the source does not have: {', '.join(missing)}",
                            connector=self.connector.name)
+        loads = [TableLoad(table.name, *self.object_map.table_name(table.name), [], table.estimated_rows, None,
+                           False, False) for table in listed]
+        definitions = self._definitions(cur, loads)
         with self.conn.transaction(), self.conn.cursor() as dest:
-            for table in listed:
-                database, _, name = table.name.partition(".")
-                dest_schema, dest_name = self.object_map.table_name(table.name)
+            existing = _existing_tables(dest, [(table.dest_schema, table.dest_table) for table in loads])
+            for table in loads:
+                definition = definitions[table.source_table]
                 if not self.source.DDL_EVENTS:
                     # A source without DDL events: its catalog makes the destination table match, as the value
                     # schema of the table's first change would.
-                    specs = field_specs_of(self.source.list_columns(cur, database, name),
-                                           self.source.chunk_key(cur, database, name))
                     ensure_table_matches(
-                        dest, self.connector, dest_schema, dest_name, specs,
-                        source_table=table.name, object_map=self.object_map,
+                        dest, self.connector, table.dest_schema, table.dest_table,
+                        field_specs_of(definition.columns, definition.key), source_table=table.source_table,
+                        object_map=self.object_map,
                         on_change=lambda wanted: rule_store.record_columns(dest, self.schema, self.connector.name,
-                                                                       wanted))
-                elif destination_table(dest, dest_schema, dest_name) is None:
-                    raise CdcError(f"the destination table {dest_schema}.{dest_name} does not exist (a table the "
-                                   "connector's schema snapshot did not see: take a new snapshot of every table, "
-                                   f"cdc-pipeline restart {self.connector.name} always)",
-                                   connector=self.connector.name, table=table.name)
-                definition = self._source_definition(cur, database, name)
-                if not definition["key"]:
-                    self.source.require_snapshot_position(cur, self.connector, table.name)
+                                                                           wanted))
+                elif (table.dest_schema, table.dest_table) not in existing:
+                    raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} does not exist (a "
+                                   "table the connector's schema snapshot did not see: take a new snapshot of every "
+                                   f"table, cdc-pipeline restart {self.connector.name} always)",
+                                   connector=self.connector.name, table=table.source_table)
+                if not definition.key:
+                    self.source.require_snapshot_position(cur, self.connector, table.source_table)
                 # Emptied for its copy: only by the connector that writes it.
-                rule_store.claim_table(dest, self.schema, self.connector.name, dest_schema, dest_name, table.name)
-                dest.execute(sql.SQL("TRUNCATE TABLE {}").format(_table(dest_schema, dest_name)))
-                deferred_keys.withhold(dest, self.schema, self.connector.name, dest_schema, dest_name)
-                dest.execute(sql.SQL(
+                rule_store.claim_table(dest, self.schema, self.connector.name, table.dest_schema, table.dest_table,
+                                       table.source_table)
+            if loads:
+                dest.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.SQL(", ").join(
+                    _table(table.dest_schema, table.dest_table) for table in loads)))
+                self._withhold(dest, loads)
+                dest.executemany(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
                                        estimated_rows, source_definition)
-                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""").format(
-                    _table(self.schema, "bulk_load_tables")),
-                    (self.connector.name, load_id, table.name, dest_schema, dest_name, definition["key"],
-                     table.estimated_rows, json.dumps(definition)))
+                       VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""").format(_table(self.schema, "bulk_load_tables")),
+                    [(self.connector.name, load_id, table.source_table, table.dest_schema, table.dest_table,
+                      definitions[table.source_table].key, table.estimated_rows,
+                      json.dumps(definitions[table.source_table].stored)) for table in loads])
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
         return self._read_tables(load_id)
+
+    def _withhold(self, dest: psycopg.Cursor, tables: Sequence[TableLoad]) -> None:
+        """Withholds the tables' constraints across rows and their indexes (`deferred_keys.withhold`) where they
+        have any: every unique key, exclusion constraint and foreign key, while a small table (fewer than
+        KEEP_INDEXES_BELOW_ROWS rows estimated) with no such constraint keeps its other indexes. One query tells
+        which tables have what."""
+        rows = dest.execute(
+            """SELECT t.nsp, t.rel,
+                      EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = ANY(%s))
+                      OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND NOT x.indisprimary
+                                 AND x.indisunique),
+                      EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND NOT x.indisprimary)
+               FROM unnest(%s::text[], %s::text[]) AS t(nsp, rel) JOIN pg_namespace n ON n.nspname = t.nsp
+               JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.rel""",
+            (list(deferred_keys._ACROSS_ROWS), [table.dest_schema for table in tables],
+             [table.dest_table for table in tables])).fetchall()
+        held = {(nsp, rel): (across_rows, indexes) for nsp, rel, across_rows, indexes in rows}
+        for table in tables:
+            across_rows, indexes = held.get((table.dest_schema, table.dest_table), (False, False))
+            if across_rows or (indexes and table.estimated_rows >= KEEP_INDEXES_BELOW_ROWS):
+                deferred_keys.withhold(dest, self.schema, self.connector.name, table.dest_schema, table.dest_table)
 
     def _read_tables(self, load_id: int) -> list[TableLoad]:
         rows = self.conn.execute(sql.SQL(
@@ -374,21 +492,6 @@ class BulkLoader:
                ORDER BY source_table""").format(
             _table(self.schema, "bulk_load_tables")), (self.connector.name, load_id)).fetchall()
         return [TableLoad(*row[:4], int(row[4]), row[5], row[6], row[7], row[8]) for row in rows]
-
-    def _source_definition(self, cur: Any, database: str, name: str) -> dict[str, Any]:
-        """The source table's columns (name, type, nullability) and the key its chunks are cut by."""
-        return {"columns": [[column.name, column.column_type, column.nullable]
-                            for column in self.source.list_columns(cur, database, name)],
-                "key": self.source.chunk_key(cur, database, name)}
-
-    def _definition_changed(self, cur: Any, table: TableLoad) -> bool:
-        """Whether the source table's columns or key changed since the load planned it. The chunks not copied yet
-        would then be read in a shape the destination table does not have until the stream applies the change
-        (a widened column's values do not fit, a keyless table's new column is not read and its changes before the
-        chunk are skipped, a table that lost its key has its changes replayed onto rows the chunks copied)."""
-        if table.source_definition is None:
-            return False
-        return self._source_definition(cur, table.database, table.table) != table.source_definition
 
     def _copy_again_later(self, table: TableLoad) -> None:
         """Stops copying a table whose definition changed: it is copied again, in a new load of its own, once the
@@ -405,39 +508,49 @@ class BulkLoader:
                     "and it is copied again once the stream has applied the change", self.connector.name,
                     table.source_table)
 
-    def _columns(self, cur: Any, table: TableLoad) -> list[BulkColumn]:
-        """The source columns that the destination table has (by the mapping rules), with the type each is
-        written as. A column the source added or dropped during the load is left to the stream's DDL."""
+    def _columns(self, cur: Any, table: TableLoad, source_columns: Sequence[Any] | None = None) -> list[BulkColumn]:
+        """The source columns (`source_columns`, else read now) that the destination table has (by the mapping
+        rules), with the type each is written as. A column the source added or dropped during the load is left to
+        the stream's DDL."""
         with self.conn.cursor() as dest:
             existing = destination_table(dest, table.dest_schema, table.dest_table)
         if existing is None:
             raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} no longer exists",
                            connector=self.connector.name, table=table.source_table)
+        if source_columns is None:
+            source_columns = self.source.list_columns(cur, table.database, table.table)
         columns = []
-        for column in self.source.list_columns(cur, table.database, table.table):
+        for column in source_columns:
             dest_name = self.object_map.column_name(table.source_table, column.name)
             if dest_name in existing.columns:
                 columns.append(BulkColumn(column, dest_name, input_type(existing, dest_name)))
         return columns
 
-    def _chunk_rows(self, cur: Any, table: TableLoad) -> int:
-        """`snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES a chunk)."""
-        average = next((t.average_row_bytes for t in self.source.list_tables(cur, table.database, table.table)), 0)
+    def _size_chunks(self, cur: Any, tables: Sequence[TableLoad]) -> None:
+        """Sets each table's rows per chunk: `snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES
+        a chunk); the source's row sizes read once per database."""
+        sizes: dict[str, int] = {}
+        for database in {table.database for table in tables}:
+            sizes.update((listed.name, listed.average_row_bytes) for listed in self.source.list_tables(cur, database))
         rows = self.connector.snapshot_chunk_rows
-        return min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
+        for table in tables:
+            average = sizes.get(table.source_table, 0)
+            table.chunk_rows = min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
 
-    def _next_chunks(self, cur: Any, load_id: int, table: TableLoad, copying: Sequence[int] = ()) -> list[Chunk]:
-        """The next slice of chunks not done (nor being copied: `copying`), planning more (and keeping them) when
-        too few are planned."""
-        chunks = self._pending_chunks(table, copying)
-        if len(chunks) >= self.slice_chunks or table.planned:
+    def _next_chunks(self, cur: Any, load_id: int, table: TableLoad, copying: Sequence[int] = (),
+                     limit: int | None = None) -> list[Chunk]:
+        """The table's next chunks not done (nor being copied: `copying`), at most `limit` (`slice_chunks`), planning
+        more (and keeping them) when too few are planned."""
+        limit = self.slice_chunks if limit is None else limit
+        # A table with no chunk planned yet has none pending.
+        chunks = [] if table.next_lower is None and not table.planned else self._pending_chunks(table, copying, limit)
+        if len(chunks) >= limit or table.planned:
             return chunks
-        chunk_rows = self._chunk_rows(cur, table)
         with self.conn.transaction(), self.conn.cursor() as dest:
-            while len(chunks) < self.slice_chunks and not table.planned:
+            while len(chunks) < limit and not table.planned:
                 lower = table.next_lower
                 upper = self.source.next_chunk_start(cur, table.database, table.table, table.key_columns, lower,
-                                                 chunk_rows) if table.key_columns else None
+                                                     table.chunk_rows) if table.key_columns else None
                 dest.execute(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, lower_bound, upper_bound)
                        VALUES (%s, %s, %s, %s, %s) RETURNING id""").format(_table(self.schema, "bulk_load_chunks")),
@@ -449,12 +562,13 @@ class BulkLoader:
                          (_json(table.next_lower), table.planned, self.connector.name, table.source_table))
         return chunks
 
-    def _pending_chunks(self, table: TableLoad, copying: Sequence[int] = ()) -> list[Chunk]:
+    def _pending_chunks(self, table: TableLoad, copying: Sequence[int] = (), limit: int | None = None) -> list[Chunk]:
         rows = self.conn.execute(sql.SQL(
             "SELECT id, lower_bound, upper_bound FROM {} WHERE connector = %s AND source_table = %s "
             "AND done_at IS NULL AND id <> ALL(%s) ORDER BY id LIMIT %s").format(
                 _table(self.schema, "bulk_load_chunks")),
-            (self.connector.name, table.source_table, list(copying), self.slice_chunks)).fetchall()
+            (self.connector.name, table.source_table, list(copying),
+             self.slice_chunks if limit is None else limit)).fetchall()
         return [Chunk(int(row[0]), row[1], row[2]) for row in rows]
 
     def _copied(self, chunks: Sequence[int]) -> tuple[int, int, float | None]:
@@ -471,37 +585,50 @@ class BulkLoader:
                         f"failed: {_root_message(exc.java_exception)}", connector=self.connector.name,
                         table=table.source_table)
 
-    def _source_copier(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any | None:
-        """The Spark job's input and writer of a slice whose tasks read the source themselves (the runner's
-        SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field
-        (`copy_field_sql`), a task runs its chunk's SELECT over the source's JDBC driver and writes the rows, no
-        per-row expression in the source nor Spark row between. None where a column needs Spark (`_lines`)."""
+    def _copy_fields(self, columns: list[BulkColumn]) -> list[tuple[str, int]] | None:
+        """How the source selects each column as a value the runner's SourceChunkCopier writes as a COPY text field
+        (`copy_field_sql`); None where a column needs Spark (`_lines`)."""
         field_sql = getattr(self.source, "copy_field_sql", None)
         fields = [field_sql(column.source, column.pg_type) for column in columns] if field_sql else []
         if not columns or not fields or any(field is None for field in fields):
             return None
-        select = f"SELECT {', '.join(render for render, _ in fields)} FROM " \
-                 f"{self.source.qualified(table.database, table.table)}"
-        session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
-        position = None
-        if table.key_columns:
-            queries = [f"{select} WHERE {self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper)}"
-                       for chunk in chunks]
-        else:
-            queries = [select] * len(chunks)  # one chunk, under its own consistent snapshot
-            session.append(self.source.CONSISTENT_SNAPSHOT)
-            position = self.source.snapshot_position_select(_POSITION_ALIAS, [])
+        return fields
+
+    def _source_copier(self, parts: Sequence["_SlicePart"]) -> tuple[Any, Any] | None:
+        """The Spark job's input and writer of a slice whose tasks read the source themselves (the runner's
+        SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field, a
+        task runs its chunks' SELECTs over the source's JDBC driver and writes the rows, no per-row expression in
+        the source nor Spark row between. None where a column needs Spark (`_lines`)."""
+        queries, positions, kinds = [], [], []
+        for part in parts:
+            fields = self._copy_fields(part.columns)
+            if fields is None:
+                return None
+            table = part.table
+            select = f"SELECT {', '.join(render for render, _ in fields)} FROM " \
+                     f"{self.source.qualified(table.database, table.table)}"
+            for chunk in part.chunks:
+                if table.key_columns:
+                    predicate = self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper)
+                    queries.append(f"{select} WHERE {predicate}")
+                    positions.append(None)
+                else:
+                    # One chunk, under its own consistent snapshot.
+                    queries.append(select)
+                    positions.append(self.source.snapshot_position_select(_POSITION_ALIAS, []))
+                kinds.append([kind for _, kind in fields])
         jvm: Any = self.spark._jvm
         gateway: Any = self.spark.sparkContext._gateway
-        kinds = gateway.new_array(jvm.int, len(fields))
-        for i, (_, kind) in enumerate(fields):
-            kinds[i] = kind
-        copier = getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")(
-            self._writer(table, columns, chunks), self.source.JDBC_DRIVER,
-            self.source.jdbc_url(self.connector), self.connector.user, self.connector.password.reveal(),
-            self._array(session), position, self._array(queries), kinds, FETCH_SIZE)
-        return getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier").chunks(self.spark.sparkContext._jsc,
-                                                                          len(chunks)), copier
+        kind_arrays = gateway.new_array(jvm.int, len(kinds), 0)
+        for i, chunk_kinds in enumerate(kinds):
+            kind_arrays[i] = self._ints(chunk_kinds)
+        session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
+        copier_class = getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
+        copier = copier_class(
+            self._writer(parts), self.source.JDBC_DRIVER, self.source.jdbc_url(self.connector), self.connector.user,
+            self.connector.password.reveal(), self._array(session), self.source.CONSISTENT_SNAPSHOT,
+            self._array(positions), self._array(queries), kind_arrays, FETCH_SIZE)
+        return copier_class.chunks(self.spark.sparkContext._jsc, len(queries), self.slice_chunks), copier
 
     def _read(self, table: TableLoad, renders: list[str], selected: list[str],
               chunks: list[Chunk]) -> tuple[DataFrame, Column]:
@@ -557,14 +684,13 @@ class BulkLoader:
             line = F.when(F.col(_POSITION_ALIAS).isNull(), line)
         return frame.select(line.alias("line"), position.alias("position"), zero_dates.alias("zero_dates"))
 
-    def _writer(self, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> Any:
-        """The runner's ChunkCopyWriter of these chunks: it writes a partition's COPY lines (`_lines`) in its
-        chunk's transaction, which `SourceChunkCopier` runs too."""
+    def _writer(self, parts: Sequence["_SlicePart"]) -> Any:
+        """The runner's ChunkCopyWriter of these tables' chunks: it writes a partition's COPY lines (`_lines`) in
+        its chunk's transaction, which `SourceChunkCopier` runs too."""
         jvm: Any = self.spark._jvm
         gateway: Any = self.spark.sparkContext._gateway
         url, user, password = jdbc_target(self.destination)
         chunks_table = _table(self.schema, "bulk_load_chunks")
-        before, copy, after = copy_statements(self.object_map, table, columns)
         claim = sql.SQL("UPDATE {} SET done_at = now() WHERE id = ? AND done_at IS NULL").format(chunks_table)
         finish = sql.SQL(
             """WITH chunk AS (UPDATE {chunks} SET rows = ?, zero_dates = ?, snapshot_position = CAST(? AS jsonb)
@@ -577,12 +703,29 @@ class BulkLoader:
                  zero_dates = s.zero_dates + EXCLUDED.zero_dates,
                  first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
             chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
-        chunk_ids = gateway.new_array(jvm.long, len(chunks))
-        for i, chunk in enumerate(chunks):
-            chunk_ids[i] = chunk.id
+        chunk_ids, table_of_chunk = [], []
+        string_class = java_class(jvm, "java.lang.String")
+        befores = gateway.new_array(string_class, len(parts), 0)
+        copies = []
+        afters = gateway.new_array(string_class, len(parts), 0)
+        for i, part in enumerate(parts):
+            before, copy, after = copy_statements(self.object_map, part.table, part.columns)
+            befores[i], afters[i] = self._strings(before), self._strings(after)
+            copies.append(self._text(copy))
+            chunk_ids.extend(chunk.id for chunk in part.chunks)
+            table_of_chunk.extend([i] * len(part.chunks))
+        ids = gateway.new_array(jvm.long, len(chunk_ids))
+        for i, chunk_id in enumerate(chunk_ids):
+            ids[i] = chunk_id
         return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
-            url, user, password, chunk_ids, self._text(claim), self._strings(before), self._text(copy),
-            self._strings(after), self._text(finish))
+            url, user, password, ids, self._ints(table_of_chunk), self._text(claim), befores, self._array(copies),
+            afters, self._text(finish))
+
+    def _ints(self, values: Sequence[int]) -> Any:
+        array = self.spark.sparkContext._gateway.new_array(self.spark._jvm.int, len(values))
+        for i, value in enumerate(values):
+            array[i] = value
+        return array
 
     def _text(self, statement: sql.Composable) -> str:
         return statement.as_string(self.conn)
@@ -602,12 +745,19 @@ class BulkLoader:
         columns = self._columns(cur, table)
         return columns, self._lines(table, columns, chunks)
 
-    def _finish_table(self, table: TableLoad) -> None:
-        self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s AND source_table = %s "
-                                  "AND finished_at IS NULL").format(_table(self.schema, "bulk_load_tables")),
-                          (self.connector.name, table.source_table))
-        table.finished = True
-        self._log_progress(table)
+    def _finish_tables(self, tables: Sequence[TableLoad], logged: Sequence[TableLoad] = ()) -> None:
+        """Marks these tables finished, and logs the progress of them and of `logged` (one query)."""
+        if tables:
+            self.conn.execute(sql.SQL("UPDATE {} SET finished_at = now() WHERE connector = %s "
+                                      "AND source_table = ANY(%s) AND finished_at IS NULL").format(
+                _table(self.schema, "bulk_load_tables")),
+                (self.connector.name, [table.source_table for table in tables]))
+        for table in tables:
+            table.finished = True
+        names = sorted({table.source_table for table in (*tables, *logged)})
+        if names:
+            for row in read_progress(self.conn, self.schema, self.connector.name, names):
+                log.info("%s: bulk snapshot %s", self.connector.name, format_progress(row))
 
     def _finish_load(self, end_position: dict[str, Any]) -> None:
         """Marks the load finished at `end_position`, the source's position after its last chunk was read. Until
@@ -628,10 +778,30 @@ class BulkLoader:
                 _table(self.schema, "stats")), (self.connector.name,))
         log.info("%s: bulk snapshot done", self.connector.name)
 
-    def _log_progress(self, table: TableLoad) -> None:
-        for row in read_progress(self.conn, self.schema, self.connector.name):
-            if row["source_table"] == table.source_table:
-                log.info("%s: bulk snapshot %s", self.connector.name, format_progress(row))
+
+@dataclass
+class _SlicePart:
+    """A table's chunks in a slice, and the columns they copy."""
+
+    table: TableLoad
+    columns: list[BulkColumn]
+    chunks: list[Chunk]
+    last: bool = False  # the table has no chunk left to copy after these
+
+
+@dataclass
+class _SourceDefinition:
+    """A source table's columns and the key its chunks are cut by, as the load read them."""
+
+    columns: list[Any]  # the source module's SourceColumn
+    key: list[str]
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """What `cdc.bulk_load_tables.source_definition` keeps of it: the columns' names, types and nullability,
+        and the key."""
+        return {"columns": [[column.name, column.column_type, column.nullable] for column in self.columns],
+                "key": self.key}
 
 
 class _SliceCopy:
@@ -639,16 +809,17 @@ class _SliceCopy:
     thread of its own so that the driver plans the next slice meanwhile; the driver's connection is used by the
     calling thread only."""
 
-    def __init__(self, loader: BulkLoader, table: TableLoad, columns: list[BulkColumn], chunks: list[Chunk]) -> None:
-        self.loader, self.table = loader, table
-        self.ids = [chunk.id for chunk in chunks]
-        direct = loader._source_copier(table, columns, chunks)
+    def __init__(self, loader: BulkLoader, parts: list[_SlicePart]) -> None:
+        self.loader, self.parts = loader, parts
+        self.ids = [chunk.id for part in parts for chunk in part.chunks]
+        direct = loader._source_copier(parts)
         if direct is not None:
             self._rdd, writer = direct
         else:
-            lines = loader._lines(table, columns, chunks)
-            writer = loader._writer(table, columns, chunks)
-            # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are.
+            lines = reduce(DataFrame.union, [loader._lines(part.table, part.columns, part.chunks) for part in parts])
+            writer = loader._writer(parts)
+            # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are. A union
+            # keeps its inputs' partitions in order: one a chunk, as the writer numbers them.
             self._rdd = lines._jdf.queryExecution().toRdd().toJavaRDD()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._copy, args=(writer,), name="bulk-slice", daemon=True)
@@ -656,6 +827,11 @@ class _SliceCopy:
 
     def _copy(self, writer: Any) -> None:
         try:
+            # Named in Spark (its UI, its status tracker) by connector, in this thread's jobs only.
+            tables = len(self.parts)
+            self.loader.spark.sparkContext.setJobGroup(
+                slice_job_group(self.loader.connector.name),
+                f"bulk snapshot: {len(self.ids)} chunks of {tables} table{'s' if tables > 1 else ''}")
             self._rdd.foreachPartition(writer)
         except BaseException as exc:  # noqa: BLE001 - raised by result(), in the driver's thread
             self._error = exc
@@ -667,10 +843,87 @@ class _SliceCopy:
         """Waits for the copy; returns what `BulkLoader._copied` says of its chunks, or raises its failure."""
         self._thread.join()
         if isinstance(self._error, Py4JJavaError):
-            raise self.loader._copy_error(self.table, self._error) from None
+            raise self.loader._copy_error(self._failed_table(self._error), self._error) from None
         if self._error is not None:
             raise self._error
         return self.loader._copied(self.ids)
+
+    def _failed_table(self, error: Py4JJavaError) -> TableLoad:
+        """The table of the chunk the writer's error names (the slice's first when it names none)."""
+        chunk = _root_message(error.java_exception).partition(":")[0]
+        for part in self.parts:
+            if any(chunk == f"chunk {c.id}" for c in part.chunks):
+                return part.table
+        return self.parts[0].table
+
+
+class _Slices:
+    """The slices being copied, oldest first: each one's rows reported (`on_rows`) once it ends, and the tables
+    whose last chunks it held finished then."""
+
+    def __init__(self, loader: BulkLoader, on_rows: Callable[[int, int, float | None], None]) -> None:
+        self.loader, self.on_rows = loader, on_rows
+        self.running: deque[_SliceCopy] = deque()
+        self.started = False
+        self._copied_last: dict[str, TableLoad] = {}  # tables with every chunk dispatched, by name
+
+    @property
+    def awaiting_finish(self) -> list[TableLoad]:
+        """The tables whose last chunks are being copied."""
+        return list(self._copied_last.values())
+
+    @property
+    def copying(self) -> list[int]:
+        return [chunk_id for copy in self.running for chunk_id in copy.ids]
+
+    def start(self, parts: list[_SlicePart]) -> None:
+        self.running.append(_SliceCopy(self.loader, parts))
+        self.started = True
+        for part in parts:
+            if part.last:
+                self.finish_when_copied(part.table)
+
+    def finish_when_copied(self, table: TableLoad) -> None:
+        """The table has no chunk left to copy: it is finished once no slice being copied holds its chunks."""
+        if self._holding(table):
+            self._copied_last[table.source_table] = table
+        else:
+            self.loader._finish_tables([table])
+
+    def wait_until_fewer(self, count: int) -> None:
+        while len(self.running) >= count:
+            self._wait_oldest()
+
+    def wait_all(self) -> None:
+        self.wait_until_fewer(1)
+
+    def abandon(self) -> None:
+        """Waits for the slices still copied, reporting nothing (the run is failing)."""
+        while self.running:
+            self.running.popleft().wait()
+
+    def _wait_oldest(self) -> None:
+        copy = self.running[0]
+        self.on_rows(*copy.result())
+        self.running.popleft()
+        tables = [part.table for part in copy.parts]
+        done = [self._copied_last.pop(table.source_table) for table in tables
+                if table.source_table in self._copied_last and not self._holding(table)]
+        self.loader._finish_tables(done, logged=tables)
+        faults.pause_point(faults.BULK_SLICE)
+
+    def _holding(self, table: TableLoad) -> bool:
+        return any(part.table.source_table == table.source_table for copy in self.running for part in copy.parts)
+
+
+def _whole_table(chunk: Chunk) -> bool:
+    """Whether the chunk is its table's only one (a small table, or one without a key)."""
+    return chunk.lower is None and chunk.upper is None
+
+
+def slice_job_group(connector: str) -> str:
+    """The Spark job group of the connector's bulk snapshot jobs (one a slice)."""
+    return f"cdc-bulk-snapshot:{connector}"
 
 
 def copy_statements(object_map: objmap.ObjectMap, table: TableLoad, columns: list[BulkColumn]) -> tuple[

@@ -103,10 +103,10 @@ def test_runs_killed_between_chunks_and_inside_one_lose_and_repeat_nothing(pipel
     _fill(pipeline, 6_000)
     _keyless_rows(pipeline, 3_000)
     pipeline.write_config(snapshot_chunk_rows=500)
-    # The keyless table (one chunk) comes first: the first kill follows its commit, the second is inside the
-    # transaction of a chunk of the keyed table.
+    # The keyless table (one chunk) comes first: the first kill follows its commit (the keyed table's first slice
+    # planned meanwhile, not begun), the second is inside the transaction of a chunk of the keyed table.
     kill_at(pipeline.name, "bulk_slice", tmp_path / "slice", env=pipeline.env)
-    assert _chunks(pipeline) == [(f"{pipeline.source_db}.events", 1, 1, 3_000)]
+    assert _chunks(pipeline) == [(f"{pipeline.source_db}.events", 1, 1, 3_000), (f"{pipeline.source_db}.items", 8, 0, 0)]
     kill_at(pipeline.name, "bulk_copy", tmp_path / "copy", env=pipeline.env)
     assert pipeline.dest_query("SELECT count(*) FROM cdc.bulk_load_chunks WHERE done_at IS NOT NULL "
                                "AND source_table LIKE '%%.items'") == [(0,)]

@@ -20,7 +20,8 @@ import org.apache.spark.sql.catalyst.InternalRow;
 
 /**
  * Writes one chunk of a bulk snapshot per Spark partition into the destination PostgreSQL with COPY, in the
- * executor that read it, and checkpoints the chunk in the same transaction.
+ * executor that read it, and checkpoints the chunk in the same transaction. One job's chunks may belong to several
+ * tables (small tables' chunks share a job): each chunk names the table whose statements write it.
  *
  * Each partition's rows are its chunk's COPY text lines (column 0), for a chunk read under a consistent snapshot
  * the source position of that snapshot (column 1, on its first row), and the row's zero dates written as NULL
@@ -41,40 +42,47 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
     private final String user;
     private final String password;
     private final long[] chunkIds;
+    private final int[] tableOfChunk;
     private final String claimSql;
-    private final String[] beforeCopy;
-    private final String copySql;
-    private final String[] afterCopy;
+    private final String[][] beforeCopy;
+    private final String[] copySql;
+    private final String[][] afterCopy;
     private final String finishSql;
 
     /**
-     * @param chunkIds   the chunk id of each partition, by partition index
-     * @param claimSql   takes the chunk id; updates one row when the chunk is not done yet
-     * @param beforeCopy statements run after the claim (emptying the table, a staging table)
-     * @param copySql    the COPY ... FROM STDIN statement
-     * @param afterCopy  statements run after the COPY (a merge from the staging table)
-     * @param finishSql  takes the row count, the zero dates, the position (text or null) and the chunk id
+     * @param chunkIds     the chunk id of each partition, by partition index
+     * @param tableOfChunk the index of each chunk's table in the statements below, by partition index
+     * @param claimSql     takes the chunk id; updates one row when the chunk is not done yet
+     * @param beforeCopy   per table, the statements run after the claim (a staging table)
+     * @param copySql      per table, the COPY ... FROM STDIN statement
+     * @param afterCopy    per table, the statements run after the COPY (a merge from the staging table)
+     * @param finishSql    takes the row count, the zero dates, the position (text or null) and the chunk id
      */
-    public ChunkCopyWriter(String url, String user, String password, long[] chunkIds, String claimSql,
-                           String[] beforeCopy, String copySql, String[] afterCopy, String finishSql) {
+    public ChunkCopyWriter(String url, String user, String password, long[] chunkIds, int[] tableOfChunk,
+                           String claimSql, String[][] beforeCopy, String[] copySql, String[][] afterCopy,
+                           String finishSql) {
         this.url = url;
         this.user = user;
         this.password = password;
         this.chunkIds = chunkIds.clone();
+        this.tableOfChunk = tableOfChunk.clone();
         this.claimSql = claimSql;
         this.beforeCopy = beforeCopy.clone();
-        this.copySql = copySql;
+        this.copySql = copySql.clone();
         this.afterCopy = afterCopy.clone();
         this.finishSql = finishSql;
     }
 
     @Override
     public void call(Iterator<InternalRow> rows) throws Exception {
-        copyChunk(TaskContext.getPartitionId(), connection -> {
-            ChunkRows text = new ChunkRows();
-            long copied = CopyFeeder.copyRows(connection, copySql, "cdc-chunk-copy", rows, text);
-            return new CopyResult(copied, text.zeroDates, text.position);
-        });
+        int index = TaskContext.getPartitionId();
+        try (Connection connection = connect()) {
+            copyChunk(connection, index, destination -> {
+                ChunkRows text = new ChunkRows();
+                long copied = CopyFeeder.copyRows(destination, copySql(index), "cdc-chunk-copy", rows, text);
+                return new CopyResult(copied, text.zeroDates, text.position);
+            });
+        }
     }
 
     /** Copies a chunk's rows into the destination connection it is given, in the chunk's transaction. */
@@ -82,41 +90,48 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         CopyResult copy(Connection destination) throws Exception;
     }
 
+    /** A destination connection for chunks' transactions (one after the other: a task's chunks share it). */
+    Connection connect() throws SQLException {
+        Connection connection = ExecutorJdbc.connect(url, user, password);
+        connection.setAutoCommit(false);
+        return connection;
+    }
+
     /**
-     * The transaction of the chunk of partition `index`: claims the chunk (nothing is written when it is done
-     * already), runs the statements before the copy, the copy, those after it and the checkpoint, and commits.
+     * The transaction of chunk `index` on `connection`: claims the chunk (nothing is written when it is done
+     * already), runs its table's statements before the copy, the copy, those after it and the checkpoint, and
+     * commits.
      */
-    void copyChunk(int index, ChunkCopy chunkCopy) throws Exception {
+    void copyChunk(Connection connection, int index, ChunkCopy chunkCopy) throws Exception {
         long chunkId = chunkIds[index];
-        try (Connection connection = ExecutorJdbc.connect(url, user, password)) {
-            connection.setAutoCommit(false);
-            try {
-                if (!claim(connection, chunkId)) {
-                    connection.rollback();
-                    return;
-                }
-                execute(connection, beforeCopy);
-                CopyResult result = chunkCopy.copy(connection);
-                execute(connection, afterCopy);
-                try (PreparedStatement finish = connection.prepareStatement(finishSql)) {
-                    finish.setLong(1, result.rows);
-                    finish.setLong(2, result.zeroDates);
-                    finish.setString(3, result.position);
-                    finish.setLong(4, chunkId);
-                    finish.executeUpdate();
-                }
-                pauseIfAsked();
-                connection.commit();
-            }
-            catch (Exception e) {
+        int table = tableOfChunk[index];
+        try {
+            if (!claim(connection, chunkId)) {
                 connection.rollback();
-                throw new SQLException("chunk " + chunkId + ": " + e.getMessage(), e);
+                return;
             }
+            execute(connection, beforeCopy[table]);
+            CopyResult result = chunkCopy.copy(connection);
+            execute(connection, afterCopy[table]);
+            try (PreparedStatement finish = connection.prepareStatement(finishSql)) {
+                finish.setLong(1, result.rows);
+                finish.setLong(2, result.zeroDates);
+                finish.setString(3, result.position);
+                finish.setLong(4, chunkId);
+                finish.executeUpdate();
+            }
+            pauseIfAsked();
+            connection.commit();
+        }
+        catch (Exception e) {
+            connection.rollback();
+            throw new SQLException("chunk " + chunkId + ": " + e.getMessage(), e);
         }
     }
 
-    String copySql() {
-        return copySql;
+    /** The COPY statement of chunk `index`'s table. */
+    String copySql(int index) {
+        return copySql[tableOfChunk[index]];
     }
 
     private boolean claim(Connection connection, long chunkId) throws SQLException {

@@ -31,8 +31,10 @@ import org.apache.spark.api.java.function.VoidFunction;
  * value's UTF-8 bytes are escaped as bytes, never decoded. The source runs no per-row expression (in MariaDB,
  * rendering COPY text in the SELECT cost three times the plain SELECT), and no Spark row is built.
  *
- * A chunk read under a consistent snapshot (a table without a key) runs the session's statements first, then
- * `positionSql`, whose one value is the snapshot's source position, checkpointed with the chunk.
+ * A chunk read under a consistent snapshot (a table without a key) runs on a source session of its own: the
+ * session's statements, `snapshotStatement`, then its `positionSql`, whose one value is the snapshot's source
+ * position, checkpointed with the chunk. A task may hold several chunks (small tables' chunks share a job): the
+ * others share one source session and one destination connection, each chunk still in its own transaction.
  */
 public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>, Serializable {
     private static final long serialVersionUID = 1L;
@@ -49,66 +51,102 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     private final String sourceUser;
     private final String sourcePassword;
     private final String[] sessionStatements;
-    private final String positionSql;
+    private final String snapshotStatement;
+    private final String[] positionSql;
     private final String[] chunkQueries;
-    private final int[] kinds;
+    private final int[][] kinds;
     private final int fetchSize;
 
     /**
-     * @param transaction       the chunks' transactions in the destination (it holds each partition's chunk id)
+     * @param transaction       the chunks' transactions in the destination (it holds each chunk's id and table)
      * @param driverClass       the source's JDBC driver class
-     * @param sessionStatements run first in the source session (a consistent snapshot's start)
-     * @param positionSql       the query of the snapshot's position, or null
-     * @param chunkQueries      each chunk's SELECT of its fields, by partition index
-     * @param kinds             how to write each field
+     * @param sessionStatements run first in every source session
+     * @param snapshotStatement starts a consistent snapshot (run before a chunk's `positionSql`)
+     * @param positionSql       per chunk, the query of its snapshot's position, or null (a chunk read by key range)
+     * @param chunkQueries      per chunk, the SELECT of its fields
+     * @param kinds             per chunk, how to write each field
      */
     public SourceChunkCopier(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                              String sourceUser, String sourcePassword, String[] sessionStatements,
-                             String positionSql, String[] chunkQueries, int[] kinds, int fetchSize) {
+                             String snapshotStatement, String[] positionSql, String[] chunkQueries, int[][] kinds,
+                             int fetchSize) {
         this.transaction = transaction;
         this.driverClass = driverClass;
         this.sourceUrl = sourceUrl;
         this.sourceUser = sourceUser;
         this.sourcePassword = sourcePassword;
         this.sessionStatements = sessionStatements.clone();
-        this.positionSql = positionSql;
+        this.snapshotStatement = snapshotStatement;
+        this.positionSql = positionSql.clone();
         this.chunkQueries = chunkQueries.clone();
         this.kinds = kinds.clone();
         this.fetchSize = fetchSize;
     }
 
-    /** The job's input: one partition per chunk, holding the chunk's index. */
-    public static JavaRDD<Integer> chunks(JavaSparkContext context, int count) {
+    /** The job's input: the chunks' indexes, in order, in `partitions` partitions (a task copies its in turn). */
+    public static JavaRDD<Integer> chunks(JavaSparkContext context, int count, int partitions) {
         List<Integer> indexes = new ArrayList<>(count);
         for (int i = 0; i < count; i++) {
             indexes.add(i);
         }
-        return context.parallelize(indexes, count);
+        return context.parallelize(indexes, Math.max(1, Math.min(count, partitions)));
     }
 
     @Override
     public void call(Iterator<Integer> partition) throws Exception {
-        while (partition.hasNext()) {
-            int index = partition.next();
-            transaction.copyChunk(index, destination -> copy(chunkQueries[index], destination));
+        Connection shared = null;
+        try (Connection destination = transaction.connect()) {
+            while (partition.hasNext()) {
+                int index = partition.next();
+                if (positionSql[index] != null) {
+                    try (Connection source = session()) {
+                        transaction.copyChunk(destination, index, target -> copy(source, index, target));
+                    }
+                    continue;
+                }
+                if (shared == null) {
+                    shared = session();
+                }
+                Connection source = shared;
+                transaction.copyChunk(destination, index, target -> copy(source, index, target));
+            }
+        }
+        finally {
+            if (shared != null) {
+                shared.close();
+            }
         }
     }
 
-    private ChunkCopyWriter.CopyResult copy(String query, Connection destination) throws Exception {
-        try (Connection source = connect(); Statement statement = source.createStatement()) {
+    /** A source session, its statements run. */
+    private Connection session() throws Exception {
+        Connection connection = connect();
+        try (Statement statement = connection.createStatement()) {
             for (String sql : sessionStatements) {
                 statement.execute(sql);
             }
+        }
+        catch (SQLException e) {
+            connection.close();
+            throw e;
+        }
+        return connection;
+    }
+
+    private ChunkCopyWriter.CopyResult copy(Connection source, int index, Connection destination) throws Exception {
+        try (Statement statement = source.createStatement()) {
             String position = null;
-            if (positionSql != null) {
-                try (ResultSet rows = statement.executeQuery(positionSql)) {
+            if (positionSql[index] != null) {
+                statement.execute(snapshotStatement);
+                try (ResultSet rows = statement.executeQuery(positionSql[index])) {
                     position = rows.next() ? rows.getString(1) : null;
                 }
             }
             statement.setFetchSize(fetchSize);
-            try (ResultSet rows = statement.executeQuery(query)) {
-                Fields fields = new Fields(rows, kinds);
-                long copied = CopyFeeder.copy(destination, transaction.copySql(), "cdc-chunk-copy", fields::write);
+            try (ResultSet rows = statement.executeQuery(chunkQueries[index])) {
+                Fields fields = new Fields(rows, kinds[index]);
+                long copied = CopyFeeder.copy(destination, transaction.copySql(index), "cdc-chunk-copy",
+                                              fields::write);
                 return new ChunkCopyWriter.CopyResult(copied, 0, position);
             }
         }
