@@ -78,10 +78,16 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
     found = source.check_changes(connector, state.get("source_checked"),
                                  control.read_applied_offset(conn, schema, name) or {},
                                  lambda table: sources.captures(connector, table))
-    if found.checked is not None:
+    if found.checked is not None and _recorded_checked(conn, schema, name) == state.get("source_checked"):
         control.record_source_checked(conn, schema, name, found.checked)
     return Pending(found.changes, found.reason, found.known,
                    caught_up=not found.changes and found.known and found.reached_end)
+
+
+def _recorded_checked(conn: psycopg.Connection, schema: str, name: str) -> Any:
+    """The source position recorded as checked now: a run that ended idle while a check read the source (a sync or a
+    materialization the sensor did not launch) recorded its own, later one, which the check leaves."""
+    return (control.read_state(conn, schema, name) or {}).get("source_checked")
 
 
 def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) -> str | None:

@@ -1,9 +1,12 @@
 """The change check on a server whose other databases write much more than the connector's: a change of a captured
 table behind tens of thousands of other databases' binlog events is found (sync runs a cycle for it, the sensor's
 check says there is work), a check out of time says there is work rather than none, and a check that read to the
-binlog's end over other databases' events only says there is none and records how far it read."""
+binlog's end over other databases' events only says there is none and records how far it read (unless a run recorded
+a later position meanwhile)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -92,3 +95,25 @@ def test_a_check_that_read_to_the_end_over_other_databases_only_says_no_work(pip
     later = _binlog_end(pipeline)
     assert pending.nothing_to_do(connector, config.destination) \
         == f"no change of the connector's tables up to {later['file']}:{later['pos']}"
+
+
+def test_a_check_leaves_the_later_position_a_run_recorded_while_it_read(pipeline: Pipeline, monkeypatch):
+    pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v TEXT)"])
+    pipeline.write_config(tables=[f"{pipeline.source_db}.items"])
+    pipeline.sync()
+    _write_elsewhere(pipeline, 100)
+    config = load_config()
+    connector = config.connector(pipeline.name)
+    run_end = {"file": "mariadb-bin.999999", "pos": 4}
+    check_changes = mariadb.check_changes
+
+    def check_while_a_run_ends_idle(*args, **kwargs):
+        found = check_changes(*args, **kwargs)
+        pipeline.dest_query("UPDATE cdc.connector_state SET source_checked = %s WHERE connector = %s RETURNING 1",
+                            (json.dumps(run_end), pipeline.name))
+        return found
+
+    monkeypatch.setattr(mariadb, "check_changes", check_while_a_run_ends_idle)
+    found = pending.check(connector, config.destination)
+    assert not found.work and found.caught_up, found
+    assert _source_checked(pipeline) == run_end
