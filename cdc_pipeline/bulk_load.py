@@ -49,7 +49,7 @@ from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
-from cdc_pipeline.capture.runner import JAVA_PACKAGE, java_class, jdbc_target
+from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
 from cdc_pipeline.sources import captures, mariadb, module_for
 
@@ -617,17 +617,13 @@ class BulkLoader:
                     queries.append(select)
                     positions.append(self.source.snapshot_position_select(_POSITION_ALIAS, []))
                 kinds.append([kind for _, kind in fields])
-        jvm: Any = self.spark._jvm
-        gateway: Any = self.spark.sparkContext._gateway
-        kind_arrays = gateway.new_array(jvm.int, len(kinds), 0)
-        for i, chunk_kinds in enumerate(kinds):
-            kind_arrays[i] = self._ints(chunk_kinds)
         session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
-        copier_class = getattr(jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
-        copier = copier_class(
-            self._writer(parts), self.source.JDBC_DRIVER, self.source.jdbc_url(self.connector), self.connector.user,
-            self.connector.password.reveal(), self._array(session), self.source.CONSISTENT_SNAPSHOT,
-            self._array(positions), self._array(queries), kind_arrays, FETCH_SIZE)
+        plan = {"sessionStatements": session, "snapshotStatement": self.source.CONSISTENT_SNAPSHOT,
+                "positionSql": positions, "chunkQueries": queries, "kinds": kinds, "fetchSize": FETCH_SIZE}
+        copier_class = getattr(self.spark._jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
+        copier = copier_class.fromJson(self._writer(parts), self.source.JDBC_DRIVER,
+                                       self.source.jdbc_url(self.connector), self.connector.user,
+                                       self.connector.password.reveal(), json.dumps(plan))
         return copier_class.chunks(self.spark.sparkContext._jsc, len(queries), self.slice_chunks), copier
 
     def _read(self, table: TableLoad, renders: list[str], selected: list[str],
@@ -687,8 +683,6 @@ class BulkLoader:
     def _writer(self, parts: Sequence["_SlicePart"]) -> Any:
         """The runner's ChunkCopyWriter of these tables' chunks: it writes a partition's COPY lines (`_lines`) in
         its chunk's transaction, which `SourceChunkCopier` runs too."""
-        jvm: Any = self.spark._jvm
-        gateway: Any = self.spark.sparkContext._gateway
         url, user, password = jdbc_target(self.destination)
         chunks_table = _table(self.schema, "bulk_load_chunks")
         claim = sql.SQL("UPDATE {} SET done_at = now() WHERE id = ? AND done_at IS NULL").format(chunks_table)
@@ -703,42 +697,21 @@ class BulkLoader:
                  zero_dates = s.zero_dates + EXCLUDED.zero_dates,
                  first_applied_at = coalesce(s.first_applied_at, now()), last_applied_at = now()""").format(
             chunks=chunks_table, stats=_table(self.schema, "stats"), connector=sql.Literal(self.connector.name))
-        chunk_ids, table_of_chunk = [], []
-        string_class = java_class(jvm, "java.lang.String")
-        befores = gateway.new_array(string_class, len(parts), 0)
-        copies = []
-        afters = gateway.new_array(string_class, len(parts), 0)
+        plan: dict[str, Any] = {"chunkIds": [], "tableOfChunk": [], "claimSql": self._text(claim),
+                                "beforeCopy": [], "copySql": [], "afterCopy": [], "finishSql": self._text(finish)}
         for i, part in enumerate(parts):
             before, copy, after = copy_statements(self.object_map, part.table, part.columns)
-            befores[i], afters[i] = self._strings(before), self._strings(after)
-            copies.append(self._text(copy))
-            chunk_ids.extend(chunk.id for chunk in part.chunks)
-            table_of_chunk.extend([i] * len(part.chunks))
-        ids = gateway.new_array(jvm.long, len(chunk_ids))
-        for i, chunk_id in enumerate(chunk_ids):
-            ids[i] = chunk_id
-        return getattr(jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter")(
-            url, user, password, ids, self._ints(table_of_chunk), self._text(claim), befores, self._array(copies),
-            afters, self._text(finish))
-
-    def _ints(self, values: Sequence[int]) -> Any:
-        array = self.spark.sparkContext._gateway.new_array(self.spark._jvm.int, len(values))
-        for i, value in enumerate(values):
-            array[i] = value
-        return array
+            plan["beforeCopy"].append([self._text(statement) for statement in before])
+            plan["copySql"].append(self._text(copy))
+            plan["afterCopy"].append([self._text(statement) for statement in after])
+            plan["chunkIds"].extend(chunk.id for chunk in part.chunks)
+            plan["tableOfChunk"].extend([i] * len(part.chunks))
+        # One JSON text, not a py4j call per array element.
+        return getattr(self.spark._jvm, f"{JAVA_PACKAGE}.ChunkCopyWriter").fromJson(url, user, password,
+                                                                                   json.dumps(plan))
 
     def _text(self, statement: sql.Composable) -> str:
         return statement.as_string(self.conn)
-
-    def _strings(self, statements: list[sql.Composable]) -> Any:
-        return self._array([self._text(statement) for statement in statements])
-
-    def _array(self, texts: list[str]) -> Any:
-        gateway: Any = self.spark.sparkContext._gateway
-        array = gateway.new_array(java_class(self.spark._jvm, "java.lang.String"), len(texts))
-        for i, text in enumerate(texts):
-            array[i] = text
-        return array
 
     def repair_lines(self, cur: Any, table: TableLoad, chunks: list[Chunk]) -> tuple[list[BulkColumn], DataFrame]:
         """The table's columns and the COPY lines of these key ranges, read as a load reads them (verify's repair)."""

@@ -14,6 +14,8 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.Iterator;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -71,6 +73,57 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         this.copySql = copySql.clone();
         this.afterCopy = afterCopy.clone();
         this.finishSql = finishSql;
+    }
+
+    /**
+     * The writer of a slice's chunks as the driver describes them in one JSON text (a py4j call per array element
+     * would cost the driver more than a small chunk's copy): {@code chunkIds}, {@code tableOfChunk},
+     * {@code claimSql}, {@code beforeCopy}, {@code copySql}, {@code afterCopy}, {@code finishSql}, as the
+     * constructor takes them.
+     */
+    public static ChunkCopyWriter fromJson(String url, String user, String password, String json) throws IOException {
+        JsonNode plan = new ObjectMapper().readTree(json);
+        return new ChunkCopyWriter(url, user, password, longs(plan.get("chunkIds")), ints(plan.get("tableOfChunk")),
+                                   plan.get("claimSql").asText(), textLists(plan.get("beforeCopy")),
+                                   texts(plan.get("copySql")), textLists(plan.get("afterCopy")),
+                                   plan.get("finishSql").asText());
+    }
+
+    static long[] longs(JsonNode values) {
+        long[] array = new long[values.size()];
+        for (int i = 0; i < array.length; i++) {
+            array[i] = values.get(i).asLong();
+        }
+        return array;
+    }
+
+    static int[] ints(JsonNode values) {
+        int[] array = new int[values.size()];
+        for (int i = 0; i < array.length; i++) {
+            array[i] = values.get(i).asInt();
+        }
+        return array;
+    }
+
+    /** The text of a JSON value, a JSON null as null. */
+    static String text(JsonNode value) {
+        return value == null || value.isNull() ? null : value.asText();
+    }
+
+    static String[] texts(JsonNode values) {
+        String[] array = new String[values.size()];
+        for (int i = 0; i < array.length; i++) {
+            array[i] = text(values.get(i));
+        }
+        return array;
+    }
+
+    static String[][] textLists(JsonNode values) {
+        String[][] array = new String[values.size()][];
+        for (int i = 0; i < array.length; i++) {
+            array[i] = texts(values.get(i));
+        }
+        return array;
     }
 
     @Override

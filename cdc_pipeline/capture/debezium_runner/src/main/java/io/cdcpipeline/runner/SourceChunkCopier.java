@@ -1,6 +1,7 @@
 package io.cdcpipeline.runner;
 
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -15,6 +16,8 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Properties;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.VoidFunction;
@@ -81,6 +84,28 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
         this.chunkQueries = chunkQueries.clone();
         this.kinds = kinds.clone();
         this.fetchSize = fetchSize;
+    }
+
+    /**
+     * The copier of a slice's chunks as the driver describes them in one JSON text (see
+     * `ChunkCopyWriter.fromJson`): {@code sessionStatements}, {@code snapshotStatement}, {@code positionSql},
+     * {@code chunkQueries}, {@code kinds} and {@code fetchSize}, as the constructor takes them.
+     */
+    public static SourceChunkCopier fromJson(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
+                                             String sourceUser, String sourcePassword, String json)
+            throws IOException {
+        JsonNode plan = new ObjectMapper().readTree(json);
+        JsonNode kindLists = plan.get("kinds");
+        int[][] kinds = new int[kindLists.size()][];
+        for (int i = 0; i < kinds.length; i++) {
+            kinds[i] = ChunkCopyWriter.ints(kindLists.get(i));
+        }
+        return new SourceChunkCopier(transaction, driverClass, sourceUrl, sourceUser, sourcePassword,
+                                     ChunkCopyWriter.texts(plan.get("sessionStatements")),
+                                     ChunkCopyWriter.text(plan.get("snapshotStatement")),
+                                     ChunkCopyWriter.texts(plan.get("positionSql")),
+                                     ChunkCopyWriter.texts(plan.get("chunkQueries")), kinds,
+                                     plan.get("fetchSize").asInt());
     }
 
     /** The job's input: the chunks' indexes, in order, in `partitions` partitions (a task copies its in turn). */
