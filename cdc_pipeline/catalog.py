@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import psycopg
 
@@ -45,11 +46,24 @@ class DestinationTable:
 def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> DestinationTable | None:
     """The table's columns and their types, NOT NULLs, defaults, primary key and unique constraints; None when
     it does not exist. Domains are resolved to their base type, through domains over domains."""
+    return destination_tables(cur, [(schema, table)]).get((schema, table))
+
+
+def destination_tables(cur: psycopg.Cursor, names: Iterable[tuple[str, str]]
+                       ) -> dict[tuple[str, str], DestinationTable]:
+    """`destination_table` of each (schema, table) that exists, read with two queries whatever their number."""
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return {}
+    schemas, tables = [schema for schema, _ in wanted], [table for _, table in wanted]
     cur.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
-                  t.typnamespace <> 'pg_catalog'::regnamespace,
+        """SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                  pg_get_expr(d.adbin, d.adrelid), t.typnamespace <> 'pg_catalog'::regnamespace,
                   format_type(base.oid, base.typmod), bt.typcategory, bt.typnamespace = 'pg_catalog'::regnamespace
-           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           FROM unnest(%s::text[], %s::text[]) AS w(schema_name, table_name)
+           JOIN pg_namespace n ON n.nspname = w.schema_name
+           JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.table_name
+           JOIN pg_attribute a ON a.attrelid = c.oid
            JOIN pg_type t ON t.oid = a.atttypid
            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
            CROSS JOIN LATERAL (
@@ -60,19 +74,31 @@ def destination_table(cur: psycopg.Cursor, schema: str, table: str) -> Destinati
                    FROM chain JOIN pg_type dt ON dt.oid = chain.oid WHERE dt.typtype = 'd')
                SELECT oid, typmod FROM chain ORDER BY depth DESC LIMIT 1) AS base
            JOIN pg_type bt ON bt.oid = base.oid
-           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
-           ORDER BY a.attnum""", (schema, table))
-    rows = cur.fetchall()
-    if not rows:
-        return None
+           WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY n.nspname, c.relname, a.attnum""", (schemas, tables))
+    columns: dict[tuple[str, str], list[tuple]] = {}
+    for row in cur.fetchall():
+        columns.setdefault((row[0], row[1]), []).append(row[2:])
+    if not columns:
+        return {}
     cur.execute(
-        """SELECT con.conname, con.contype, array_agg(a.attname ORDER BY k.ord)
-           FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        """SELECT n.nspname, c.relname, con.conname, con.contype, array_agg(a.attname ORDER BY k.ord)
+           FROM unnest(%s::text[], %s::text[]) AS w(schema_name, table_name)
+           JOIN pg_namespace n ON n.nspname = w.schema_name
+           JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.table_name
+           JOIN pg_constraint con ON con.conrelid = c.oid
            JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, ord) ON true
            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-           WHERE n.nspname = %s AND c.relname = %s AND con.contype IN ('p', 'u')
-           GROUP BY con.conname, con.contype""", (schema, table))
-    constraints = cur.fetchall()
+           WHERE con.contype IN ('p', 'u')
+           GROUP BY n.nspname, c.relname, con.conname, con.contype""",
+        ([schema for schema, _ in columns], [table for _, table in columns]))
+    constraints: dict[tuple[str, str], list[tuple]] = {}
+    for row in cur.fetchall():
+        constraints.setdefault((row[0], row[1]), []).append(row[2:])
+    return {name: _table_of(rows, constraints.get(name, [])) for name, rows in columns.items()}
+
+
+def _table_of(rows: list[tuple], constraints: list[tuple]) -> DestinationTable:
     primary = next(((name, tuple(cols)) for name, kind, cols in constraints if kind == "p"), None)
     return DestinationTable(
         columns={row[0]: row[1] for row in rows},
@@ -101,6 +127,12 @@ class CatalogCache:
             if known is not None:
                 self._tables[(schema, table)] = known
         return known
+
+    def prefetch(self, cur: psycopg.Cursor, names: Iterable[tuple[str, str]]) -> None:
+        """Reads the tables not known yet, all with one catalog read."""
+        missing = [name for name in names if name not in self._tables]
+        if missing:
+            self._tables.update(destination_tables(cur, missing))
 
     def forget(self, schema: str | None = None, table: str | None = None) -> None:
         """Forgets one table, or every table when none is named."""

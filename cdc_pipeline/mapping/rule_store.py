@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from cdc_pipeline.catalog import destination_table
+from cdc_pipeline.catalog import CatalogCache, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.convert.ddl import TableDef, rename_table_sql, retype_column_sql
 from cdc_pipeline.errors import MappingRuleError, TableOwnerError
@@ -133,11 +133,39 @@ def claim_table(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: s
         (dest_schema, dest_table, connector, source_table))
     other = table_owner(cur, schema, dest_schema, dest_table)
     if other != connector:
-        raise TableOwnerError(
-            f"the destination table {dest_schema}.{dest_table} is written by connector {other!r}; connector "
-            f"{connector!r} would write it too (from {source_table}), and a destination table has one writer: give "
-            "one of them its own destination_schema, or a table rule to another table",
-            connector=connector, table=source_table)
+        raise _owned_by_another(dest_schema, dest_table, str(other), connector, source_table)
+
+
+def claim_tables(cur: psycopg.Cursor, schema: str, connector: str, tables: list[tuple[str, str, str]]) -> None:
+    """`claim_table` for several (dest_schema, dest_table, source_table) at once, in two statements."""
+    wanted = list(dict.fromkeys(tables))
+    if not wanted:
+        return
+    columns = ([dest_schema for dest_schema, _, _ in wanted], [dest_table for _, dest_table, _ in wanted],
+               [source_table for _, _, source_table in wanted])
+    owners = sql.Identifier(schema, "table_owners")
+    cur.execute(sql.SQL(
+        """INSERT INTO {} (dest_schema, dest_table, connector, source_table)
+           SELECT w.dest_schema, w.dest_table, %s, w.source_table
+           FROM unnest(%s::text[], %s::text[], %s::text[]) AS w(dest_schema, dest_table, source_table)
+           ON CONFLICT (dest_schema, dest_table) DO NOTHING""").format(owners), (connector, *columns))
+    others = cur.execute(sql.SQL(
+        """SELECT o.dest_schema, o.dest_table, o.connector, w.source_table
+           FROM unnest(%s::text[], %s::text[], %s::text[]) AS w(dest_schema, dest_table, source_table)
+           JOIN {} AS o ON o.dest_schema = w.dest_schema AND o.dest_table = w.dest_table
+           WHERE o.connector <> %s""").format(owners), (*columns, connector)).fetchall()
+    if others:
+        dest_schema, dest_table, other, source_table = others[0]
+        raise _owned_by_another(dest_schema, dest_table, other, connector, source_table)
+
+
+def _owned_by_another(dest_schema: str, dest_table: str, other: str, connector: str,
+                      source_table: str) -> TableOwnerError:
+    return TableOwnerError(
+        f"the destination table {dest_schema}.{dest_table} is written by connector {other!r}; connector "
+        f"{connector!r} would write it too (from {source_table}), and a destination table has one writer: give "
+        "one of them its own destination_schema, or a table rule to another table",
+        connector=connector, table=source_table)
 
 
 @dataclass
@@ -171,9 +199,11 @@ def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorCo
         by_table: dict[str, list[_RecordedColumn]] = {}
         for row in rows:
             by_table.setdefault(row[0], []).append(_RecordedColumn(*row))
+        catalog = CatalogCache()
+        catalog.prefetch(cur, [(recorded[0].dest_schema, recorded[0].dest_table) for recorded in by_table.values()])
         for source_table, recorded in by_table.items():
             for column, (dest_schema, dest_table, dest_column, dest_type) in _follow_rules(
-                    cur, schema, object_map, source_table, recorded).items():
+                    cur, schema, object_map, source_table, recorded, catalog).items():
                 cur.execute(sql.SQL(
                     """UPDATE {} SET dest_schema = %s, dest_table = %s, dest_column = %s, dest_type = %s
                        WHERE connector = %s AND source_table = %s AND source_column = %s""").format(columns_table),
@@ -182,13 +212,15 @@ def reload_mapping(conn: psycopg.Connection, schema: str, connector: ConnectorCo
 
 
 def _follow_rules(cur: psycopg.Cursor, control_schema: str, object_map: ObjectMap, source_table: str,
-                  recorded: list[_RecordedColumn]) -> dict[str, tuple[str, str, str, str]]:
+                  recorded: list[_RecordedColumn], catalog: CatalogCache) -> dict[str, tuple[str, str, str, str]]:
     """Renames and retypes one table as the rules now say (the connector takes the new name as its writer);
-    returns the columns whose record changed."""
+    returns the columns whose record changed. `catalog`: the tables read once for every table (forgotten here
+    where this changes them)."""
     connector = object_map.connector.name
     current = (recorded[0].dest_schema, recorded[0].dest_table)
     schema, table = object_map.table_name(source_table)
-    existing = destination_table(cur, *current)
+    existing = catalog.table(cur, *current)
+    catalog.forget(*current)
     if (schema, table) != current:
         release_table(cur, control_schema, connector, source_table)
         claim_table(cur, control_schema, connector, schema, table, source_table)

@@ -8,6 +8,7 @@ come from an earlier change), then merged.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -173,6 +174,10 @@ class BatchApplier:
         self._set_aside_seqs = set()
         if self.staging is not None:
             self.staging.clear()
+            # Widened before the transaction: once a step of it read the staging table, its lock would hold an
+            # ALTER up.
+            self.staging.ensure_width(max((len(step.fields) for step in plan.steps if isinstance(step, DmlStep)),
+                                          default=0))
         try:
             return self._apply_in_transaction(plan, dead_letter)
         except BaseException:
@@ -242,9 +247,10 @@ class BatchApplier:
         chosen: dict[int, StagedStep] = {}
         placeholder = unavailable_placeholder(self.connector)
         may_alter = self.connector.type in SCHEMA_FROM_EVENTS_TYPES
-        for index, step in enumerate(plan.steps):
-            if not isinstance(step, DmlStep):
-                break
+        leading = list(itertools.takewhile(lambda step: isinstance(step, DmlStep), plan.steps))
+        self._claim_all(cur, leading)
+        self._catalog.prefetch(cur, [self._dest_names(step.source_table) for step in leading])
+        for index, step in enumerate(leading):
             if any(other.step.schema_id == step.schema_id for other in chosen.values()):
                 break
             try:
@@ -540,6 +546,13 @@ class BatchApplier:
 
     def _dest_names(self, source_table: str) -> tuple[str, str]:
         return self.object_map.table_name(source_table)
+
+    def _claim_all(self, cur: psycopg.Cursor, steps: list[DmlStep]) -> None:
+        """`_claim` of every step's table not claimed yet in this run, in one round."""
+        wanted = [(*self._dest_names(step.source_table), step.source_table) for step in steps]
+        wanted = [(schema, table, source) for schema, table, source in wanted if (schema, table) not in self._claimed]
+        rule_store.claim_tables(cur, self.control_schema, self.connector.name, wanted)
+        self._claimed.update((schema, table) for schema, table, _ in wanted)
 
     def _claim(self, cur: psycopg.Cursor, source_table: str, schema: str, table: str) -> None:
         """Makes sure the connector writes the destination table alone (once a run per table): a table another

@@ -69,10 +69,10 @@ class ExecutorStaging:
         """Each of a step's columns (destination names, in its lines' order) -> its staging column."""
         return {column: cls.value_column(index) for index, column in enumerate(columns)}
 
-    def _ensure_width(self, width: int) -> None:
+    def ensure_width(self, width: int) -> None:
         """Makes the staging table (and empties it) on the session's first use; gives it at least `width` value
-        columns. Made on a connection of its own, so the tasks can write it at once: the batch's transaction is
-        open."""
+        columns. Made on a connection of its own, so the tasks can write it at once; before a batch's transaction
+        reads it (an ALTER would wait for that transaction's lock)."""
         if width <= self._width and self._width:
             return
         statements = []
@@ -116,7 +116,7 @@ class ExecutorStaging:
         if not targets:
             return []
         width = max(targets)
-        self._ensure_width(width)
+        self.ensure_width(width)
         conn = self._connection()
         spark = frames[0][0].sparkSession
         jvm: Any = spark._jvm
@@ -137,9 +137,7 @@ class ExecutorStaging:
             array = context._gateway.new_array(java_class(jvm, "org.apache.spark.api.java.JavaRDD"), len(rdds))
             for index, rdd in enumerate(rdds):
                 array[index] = rdd
-            union = context._jsc.union(array)
-        union = union.coalesce(context.defaultParallelism) if union.getNumPartitions() > context.defaultParallelism \
-            else union
+            union = context._jsc.union(array).coalesce(context.defaultParallelism)
         url, user, password = self._jdbc_target
         delete = sql.SQL("DELETE FROM {} WHERE {} BETWEEN ? AND ? AND {} = ?").format(
             self.table, sql.Identifier(STEP), sql.Identifier(PARTITION))
