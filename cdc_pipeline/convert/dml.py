@@ -513,32 +513,41 @@ def copy_line(image: str, columns: list[ColumnPlan], placeholder: str | None = N
 
 
 def compact_by_key(changes: DataFrame, key_columns: list[str], columns: Sequence[ColumnPlan] = (),
-                   placeholder: str | None = None) -> DataFrame:
+                   placeholder: str | None = None, *, name_of: Callable[[str], Column | str] | None = None,
+                   within: Column | None = None) -> DataFrame:
     """Keeps each key's last change in source order: its net effect (an upsert of the last image, or a delete).
 
     A key is read from `after`, or from `before` for deletes; a primary-key change arrives from Debezium as a
     delete of the old key and a create of the new one, so each key's last event is still its final state.
     With `placeholder`, a column of `columns` the last change left unchanged (TOASTed) takes the last value an
     earlier change of the key in the batch wrote; with none, it stays the placeholder (the stored value stands).
+    `name_of` gives the map key a source column is read by (its name, or a column holding it: a group's shared
+    line); `within` sets rows apart whose keys are never compared (each row's step in a group's frame).
     """
+    def key_of(name: str) -> Column | str:
+        return name_of(name) if name_of is not None else name
+
     key_exprs = [
-        F.when(F.col("op") == "d", F.col("before")[name]).otherwise(F.col("after")[name]).alias(f"_key_{i}")
-        for i, name in enumerate(key_columns)
+        F.when(F.col("op") == "d", F.col("before")[key_of(name)]).otherwise(F.col("after")[key_of(name)])
+        .alias(f"_key_{i}") for i, name in enumerate(key_columns)
     ]
     keyed = changes.select("*", *key_exprs)
-    partition = Window.partitionBy(*[f"_key_{i}" for i in range(len(key_columns))])
+    partition = Window.partitionBy(*([within] if within is not None else []),
+                                   *[f"_key_{i}" for i in range(len(key_columns))])
     toastable = [(column.source_name, flag) for column in columns
-                 if (flag := _is_placeholder(F.col("after")[column.source_name], column.spec, placeholder)) is not None]
+                 if (flag := _is_placeholder(F.col("after")[key_of(column.source_name)], column.spec,
+                                             placeholder)) is not None]
     if toastable:
         so_far = partition.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
         for i, (name, flag) in enumerate(toastable):
-            written = F.when(~flag & (F.col("op") != "d"), F.col("after")[name])
+            written = F.when(~flag & (F.col("op") != "d"), F.col("after")[key_of(name)])
             keyed = keyed.withColumn(f"_written_{i}", F.last(written, ignorenulls=True).over(so_far))
 
         def resolved(name_in_map: Column, value: Column) -> Column:
             result = value
             for i, (name, flag) in enumerate(toastable):
-                result = F.when((name_in_map == name) & flag, F.coalesce(F.col(f"_written_{i}"), value)).otherwise(result)
+                result = F.when((name_in_map == key_of(name)) & flag, F.coalesce(F.col(f"_written_{i}"), value)
+                                ).otherwise(result)
             return result
 
         keyed = keyed.withColumn("after", F.transform_values("after", resolved))

@@ -46,6 +46,7 @@ from cdc_pipeline.convert.dml import (
     copy_line,
     may_leave_values_out,
     parse_copy_line,
+    placeholder_forms,
     plan_columns,
     unavailable_placeholder,
     unchanged_columns,
@@ -235,11 +236,11 @@ class BatchApplier:
         its columns' names in a lookup keyed by its value schema, so a group's job is planned once per shape of
         table, not once per table, and its compiled code serves every later group.
 
+        Where a change may leave a TOASTed value out, Spark keeps each key's last change per step (`_shape_rows`).
         Left to their own path: steps after a step of another kind (a schema change alters their columns), a second
         step of one value schema, keyless tables, steps with transforms (a failing transform is traced to its value
-        there), steps Spark compacts (a change may leave a TOASTed value out) and key updates that leave such
-        values out. A step whose destination cannot be prepared ends the staging here: its own path raises (or,
-        under `skip`, sets its events aside) in its place in the plan.
+        there) and key updates that leave TOASTed values out. A step whose destination cannot be prepared ends the
+        staging here: its own path raises (or, under `skip`, sets its events aside) in its place in the plan.
         """
         events = plan.parsed.events
         if self.staging is None or events is None:
@@ -250,6 +251,7 @@ class BatchApplier:
         leading = list(itertools.takewhile(lambda step: isinstance(step, DmlStep), plan.steps))
         self._claim_all(cur, leading)
         self._catalog.prefetch(cur, [self._dest_names(step.source_table) for step in leading])
+        moved = self._steps_moving_toasted_keys(plan, leading, placeholder)
         for index, step in enumerate(leading):
             if any(other.step.schema_id == step.schema_id for other in chosen.values()):
                 break
@@ -262,19 +264,22 @@ class BatchApplier:
                     raise
                 break
             by_dest = {column.dest_name: column for column in prepared.columns}
-            if not prepared.key or prepared.transforms or any(name not in by_dest for name in prepared.key) \
-                    or may_leave_values_out(prepared.columns, placeholder):
+            if not prepared.key or prepared.transforms or any(name not in by_dest for name in prepared.key):
                 continue
-            chosen[index] = StagedStep(step, prepared, [by_dest[name] for name in prepared.key], False,
-                                       sql.Identifier("-"))
+            key_columns = [by_dest[name] for name in prepared.key]
+            if id(step) in moved:
+                continue
+            chosen[index] = StagedStep(step, prepared, key_columns,
+                                       may_leave_values_out(prepared.columns, placeholder), sql.Identifier("-"))
         if not chosen:
             return {}
         staged_steps = list(chosen.values())
         lookup: dict[str, dict] = {}
-        shapes: dict[str, tuple[str, Column, int]] = {}  # a shared line's text -> (its shape's id, the line, width)
+        shapes: dict[str, tuple[str, Column, StagedStep]] = {}  # a shared line's text -> (its shape, the line, a step)
         for target, staged_step in enumerate(staged_steps):
-            line, text = self._shared_stage_line(staged_step.prepared.columns, staged_step.key_columns)
-            shape, _, _ = shapes.setdefault(text, (str(len(shapes)), line, len(staged_step.prepared.columns)))
+            line, text = self._shared_stage_line(staged_step.prepared.columns, staged_step.key_columns,
+                                                 placeholder if staged_step.compacted_in_spark else None)
+            shape, _, _ = shapes.setdefault(text, (str(len(shapes)), line, staged_step))
             step = staged_step.step
             lookup[step.schema_id] = {"target": str(target), "shape": shape, "first": step.first_seq,
                                       "last": step.last_seq,
@@ -285,8 +290,9 @@ class BatchApplier:
         rows = fail_on_malformed(events).select("seq", "op", "before", "after", found.alias(_STAGE_STEP)).where(
             F.col(f"{_STAGE_STEP}.first").isNotNull()
             & F.col("seq").between(F.col(f"{_STAGE_STEP}.first"), F.col(f"{_STAGE_STEP}.last")))
-        frames = [(rows.where(F.col(f"{_STAGE_STEP}.shape") == F.lit(shape)).select(
-                   F.col(f"{_STAGE_STEP}.target"), line), width) for shape, line, width in shapes.values()]
+        frames = [(self._shape_rows(rows.where(F.col(f"{_STAGE_STEP}.shape") == F.lit(shape)), example, placeholder)
+                   .select(F.col(f"{_STAGE_STEP}.target"), line), len(example.prepared.columns))
+                  for shape, line, example in shapes.values()]
         try:
             written = self.staging.write_tagged(frames, [len(s.prepared.columns) for s in staged_steps])
         except SPARK_ERRORS as exc:
@@ -299,21 +305,60 @@ class BatchApplier:
         self._read_staged(cur, staged_steps, [staged for _, staged in written])
         return chosen
 
-    def _shared_stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan]) -> tuple[Column, str]:
+    @staticmethod
+    def _steps_moving_toasted_keys(plan: BatchPlan, steps: list[DmlStep], placeholder: str | None) -> set[int]:
+        """The steps (their `id`) holding a key update whose new row may leave a TOASTed value out: their own path
+        applies it to the old key's row (`_key_moves`). Found from the index, then with one Spark job for the whole
+        group: a create of a key update that carries a placeholder in any column (a superset of those `_key_moves`
+        finds)."""
+        if placeholder is None or plan.parsed.events is None:
+            return set()
+        refs_of: dict[str, list[EventRef]] = {}
+        for ref in plan.parsed.refs:
+            if ref.kind == DATA_CHANGE and ref.source_table:
+                refs_of.setdefault(ref.source_table, []).append(ref)
+        creates: dict[int, int] = {}  # a key update's create -> the id of its step
+        for step in steps:
+            if not {"c", "d"} <= set(step.ops):
+                continue
+            refs = [ref for ref in refs_of.get(step.source_table, []) if step.first_seq <= ref.seq <= step.last_seq]
+            creates.update((create, id(step)) for create in _key_update_pairs(refs))
+        if not creates:
+            return set()
+        forms = sorted({form for connect_type in ("string", "bytes", "array")
+                        for form in placeholder_forms(placeholder, connect_type)})
+        found = plan.parsed.events.where(F.col("seq").isin(sorted(creates))).where(
+            F.exists(F.map_values("after"), lambda value: value.isin(*forms))).select("seq").collect()
+        return {creates[row.seq] for row in found}
+
+    @staticmethod
+    def _shape_rows(rows: DataFrame, example: StagedStep, placeholder: str | None) -> DataFrame:
+        """The rows of one shape of table, each key's last change kept in Spark where a change may leave a TOASTed
+        value out (`compact_by_key`, per step: keys of two tables are never compared)."""
+        if not example.compacted_in_spark:
+            return rows
+        columns = example.prepared.columns
+        position = {column.source_name: index for index, column in enumerate(columns)}
+        return compact_by_key(rows, [column.source_name for column in example.key_columns], columns, placeholder,
+                              name_of=lambda name: F.col(f"{_STAGE_STEP}.names")[position[name]],
+                              within=F.col(f"{_STAGE_STEP}.target"))
+
+    def _shared_stage_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None
+                           ) -> tuple[Column, str]:
         """`_stage_line` with each column's source and destination name read from the row's step in the group's
         lookup, and the expression's text: tables whose lines read the same share one projection."""
-        cache_key = ("shared", repr(columns), tuple(column.source_name for column in key_columns))
+        cache_key = ("shared", repr(columns), tuple(column.source_name for column in key_columns), placeholder)
         known = self._shared_lines.get(cache_key)
         if known is None:
             names = [F.col(f"{_STAGE_STEP}.names")[index] for index in range(len(columns))]
             dests = [F.col(f"{_STAGE_STEP}.dests")[index] for index in range(len(columns))]
             line = F.concat_ws(
                 "\t", F.col("op"), zero_dates("after", columns, names).cast("string"),
-                copy_escape(F.to_json(unchanged_columns("after", columns, None, names, dests))),
+                copy_escape(F.to_json(unchanged_columns("after", columns, placeholder, names, dests))),
                 F.col("seq").cast("string"),
                 F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns},
                                                      keys=names))
-                .otherwise(copy_line("after", columns, keys=names)))
+                .otherwise(copy_line("after", columns, placeholder, keys=names)))
             known = (line, str(line._jc.toString()))
             if len(self._shared_lines) >= _EXPRESSION_CACHE_SIZE:
                 self._shared_lines.popitem(last=False)
@@ -731,11 +776,10 @@ class BatchApplier:
         placeholder = unavailable_placeholder(self.connector)
         if placeholder is None or not {"c", "d"} <= set(step.ops):
             return []
-        refs = self._step_refs(step)
-        pairs = {create.seq: delete.seq for delete, create in zip(refs, refs[1:])
-                 if delete.op == "d" and create.op == "c" and delete.offset and delete.offset == create.offset}
+        pairs = _key_update_pairs(self._step_refs(step))
         if not pairs:
             return []
+        with_frame(step)
         by_dest = {column.dest_name: column for column in columns}
         key_columns = [by_dest[name] for name in key if name in by_dest]
         rows = step.frame.where(F.col("seq").isin([*pairs, *pairs.values()])).select(
@@ -1129,6 +1173,13 @@ def _on_conflict(written: list[str], key_names: list[str]) -> sql.Composable:
         return sql.SQL("DO NOTHING")
     return sql.SQL("DO UPDATE SET {}").format(
         sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in updates))
+
+
+def _key_update_pairs(refs: list[EventRef]) -> dict[int, int]:
+    """The key updates among one table's changes in source order, as {create seq: delete seq}: Debezium sends one as
+    a delete of the old key and a create of the new one, both with the update's offset."""
+    return {create.seq: delete.seq for delete, create in zip(refs, refs[1:])
+            if delete.op == "d" and create.op == "c" and delete.offset and delete.offset == create.offset}
 
 
 def _staged_keys(key_columns: list[ColumnPlan], columns: list[ColumnPlan]) -> list[sql.Identifier]:
