@@ -367,11 +367,14 @@ class BulkLoader:
             parts: list[_SlicePart] = []
             rows_left = self.slice_chunks * self.connector.snapshot_chunk_rows
             direct: bool | None = None
+            first_chunks = self._plan_first_chunks(cur, load_id, [table for table in candidates
+                                                                  if table.next_lower is None and not table.planned])
             for table in candidates:
                 if len(parts) >= pack_chunks or rows_left <= 0:
                     break
-                # One chunk says whether the table is read whole (planning its first one when it has none yet).
-                chunks = self._next_chunks(cur, load_id, table, slices.copying, 1)
+                # One chunk says whether the table is read whole (its first one just planned, or the next one).
+                first = first_chunks.pop(table.source_table, None)
+                chunks = [first] if first is not None else self._next_chunks(cur, load_id, table, slices.copying, 1)
                 if not chunks:
                     todo.remove(table)
                     slices.finish_when_copied(table)
@@ -561,6 +564,32 @@ class BulkLoader:
                                  "AND source_table = %s").format(_table(self.schema, "bulk_load_tables")),
                          (_json(table.next_lower), table.planned, self.connector.name, table.source_table))
         return chunks
+
+    def _plan_first_chunks(self, cur: Any, load_id: int, tables: Sequence[TableLoad]) -> dict[str, Chunk]:
+        """Plans the first chunk of each of these tables (none planned yet), kept in one destination transaction;
+        returns them by table."""
+        if not tables:
+            return {}
+        uppers = [self.source.next_chunk_start(cur, table.database, table.table, table.key_columns, None,
+                                               table.chunk_rows) if table.key_columns else None for table in tables]
+        names = [table.source_table for table in tables]
+        with self.conn.transaction(), self.conn.cursor() as dest:
+            dest.execute(sql.SQL(
+                """INSERT INTO {} (connector, load_id, source_table, upper_bound)
+                   SELECT %s, %s, t.source_table, t.upper_bound FROM unnest(%s::text[], %s::jsonb[])
+                     WITH ORDINALITY AS t(source_table, upper_bound, n) ORDER BY t.n
+                   RETURNING id, source_table""").format(_table(self.schema, "bulk_load_chunks")),
+                (self.connector.name, load_id, names, [_json(upper) for upper in uppers]))
+            ids = dict((source_table, int(chunk_id)) for chunk_id, source_table in dest.fetchall())
+            dest.execute(sql.SQL(
+                """UPDATE {} AS b SET next_lower = t.upper_bound, planned = t.upper_bound IS NULL
+                   FROM unnest(%s::text[], %s::jsonb[]) AS t(source_table, upper_bound)
+                   WHERE b.connector = %s AND b.source_table = t.source_table""").format(
+                _table(self.schema, "bulk_load_tables")), (names, [_json(upper) for upper in uppers],
+                                                            self.connector.name))
+        for table, upper in zip(tables, uppers):
+            table.next_lower, table.planned = upper, upper is None
+        return {table.source_table: Chunk(ids[table.source_table], None, upper) for table, upper in zip(tables, uppers)}
 
     def _pending_chunks(self, table: TableLoad, copying: Sequence[int] = (), limit: int | None = None) -> list[Chunk]:
         rows = self.conn.execute(sql.SQL(

@@ -136,14 +136,15 @@ def test_a_load_killed_inside_a_chunk_goes_on_over_several_runs(pg_pipeline: Pos
     assert pg_pipeline.dest_rows("items") == []
     pg_pipeline.source(["UPDATE items SET qty = -qty WHERE id <= 40", "INSERT INTO notes VALUES ('dup', 0)"])
     # A budget spent at once: each run copies one slice of chunks (8 here) and stops. An idle timeout shorter than
-    # the wait for the engine's start does not end a run before its load.
+    # the wait for the engine's start does not end a run before its load. The next tables' first chunks are planned
+    # together, with the first slice.
     pg_pipeline.write_config(tables=tables, snapshot_chunk_rows=500, max_seconds_per_run=0.01,
                              idle_timeout_seconds=0.5)
     done = []
     for _ in range(3):
         summary = pg_pipeline.sync()
         done.append((summary["snapshot_rows"], _chunks(pg_pipeline)))
-    assert done == [(4_000, [("public.items", 12, 8, 4_000)]),
+    assert done == [(4_000, [("public.items", 12, 8, 4_000), ("public.notes", 1, 0, 0)]),
                     (2_000, [("public.items", 12, 12, 6_000), ("public.notes", 1, 0, 0)]),
                     (2_001, [("public.items", 12, 12, 6_000), ("public.notes", 1, 1, 2_001)])]
     pg_pipeline.write_config(tables=tables)
