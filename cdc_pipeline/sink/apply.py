@@ -237,8 +237,8 @@ class BatchApplier:
         table, not once per table, and its compiled code serves every later group.
 
         Where a change may leave a TOASTed value out, Spark keeps each key's last change per step (`_shape_rows`).
-        Left to their own path: steps after a step of another kind (a schema change alters their columns), a second
-        step of one value schema, keyless tables, steps with transforms (a failing transform is traced to its value
+        Left to their own path: steps after a step of another kind (a schema change alters their columns), from a
+        table's second step on (its columns may change between the two), keyless tables, steps with transforms (a failing transform is traced to its value
         there) and key updates that leave TOASTed values out. A step whose destination cannot be prepared ends the
         staging here: its own path raises (or, under `skip`, sets its events aside) in its place in the plan.
         """
@@ -253,7 +253,7 @@ class BatchApplier:
         self._catalog.prefetch(cur, [self._dest_names(step.source_table) for step in leading])
         moved = self._steps_moving_toasted_keys(plan, leading, placeholder)
         for index, step in enumerate(leading):
-            if any(other.step.schema_id == step.schema_id for other in chosen.values()):
+            if any(other.step.source_table == step.source_table for other in chosen.values()):
                 break
             try:
                 # Under `skip` a failure must leave the transaction usable: a table the events alter gets a savepoint.
@@ -270,7 +270,7 @@ class BatchApplier:
             if id(step) in moved:
                 continue
             chosen[index] = StagedStep(step, prepared, key_columns,
-                                       may_leave_values_out(prepared.columns, placeholder), sql.Identifier("-"))
+                                       may_leave_values_out(prepared.columns, placeholder), self.staging.table)
         if not chosen:
             return {}
         staged_steps = list(chosen.values())
@@ -301,7 +301,7 @@ class BatchApplier:
                      self.connector.name, len(staged_steps), message)
             return {}
         for staged_step, (number, _) in zip(staged_steps, written):
-            staged_step.staging, staged_step.number = self.staging.table, number
+            staged_step.number = number
         self._read_staged(cur, staged_steps, [staged for _, staged in written])
         return chosen
 
