@@ -44,7 +44,7 @@ from cdc_pipeline import faults
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 from cdc_pipeline.sink import deferred_keys
 from cdc_pipeline.sink.apply import staging_table_sql
-from cdc_pipeline.catalog import DestinationTable, destination_table
+from cdc_pipeline.catalog import DestinationTable, destination_table, destination_tables
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
@@ -369,6 +369,8 @@ class BulkLoader:
             direct: bool | None = None
             first_chunks = self._plan_first_chunks(cur, load_id, [table for table in candidates
                                                                   if table.next_lower is None and not table.planned])
+            with self.conn.cursor() as dest:
+                targets = destination_tables(dest, [(table.dest_schema, table.dest_table) for table in candidates])
             for table in candidates:
                 if len(parts) >= pack_chunks or rows_left <= 0:
                     break
@@ -384,7 +386,8 @@ class BulkLoader:
                     if parts:
                         continue  # read in several chunks: in a slice of its own
                     chunks = self._next_chunks(cur, load_id, table, slices.copying, self.slice_chunks)
-                columns = self._columns(cur, table, definitions[table.source_table].columns)
+                columns = self._columns(cur, table, definitions[table.source_table].columns,
+                                        targets.get((table.dest_schema, table.dest_table)))
                 table_direct = self._copy_fields(columns) is not None
                 if direct is not None and table_direct != direct:
                     continue  # read the other way: in a slice of its own
@@ -449,10 +452,10 @@ class BulkLoader:
                                    connector=self.connector.name, table=table.source_table)
                 if not definition.key:
                     self.source.require_snapshot_position(cur, self.connector, table.source_table)
-                # Emptied for its copy: only by the connector that writes it.
-                rule_store.claim_table(dest, self.schema, self.connector.name, table.dest_schema, table.dest_table,
-                                       table.source_table)
             if loads:
+                # Emptied for their copy: only by the connector that writes them.
+                rule_store.claim_tables(dest, self.schema, self.connector.name,
+                                        [(table.dest_schema, table.dest_table, table.source_table) for table in loads])
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.SQL(", ").join(
                     _table(table.dest_schema, table.dest_table) for table in loads)))
                 self._withhold(dest, loads)
@@ -511,12 +514,14 @@ class BulkLoader:
                     "and it is copied again once the stream has applied the change", self.connector.name,
                     table.source_table)
 
-    def _columns(self, cur: Any, table: TableLoad, source_columns: Sequence[Any] | None = None) -> list[BulkColumn]:
-        """The source columns (`source_columns`, else read now) that the destination table has (by the mapping
-        rules), with the type each is written as. A column the source added or dropped during the load is left to
-        the stream's DDL."""
-        with self.conn.cursor() as dest:
-            existing = destination_table(dest, table.dest_schema, table.dest_table)
+    def _columns(self, cur: Any, table: TableLoad, source_columns: Sequence[Any] | None = None,
+                 existing: DestinationTable | None = None) -> list[BulkColumn]:
+        """The source columns (`source_columns`, else read now) that the destination table (`existing`, else read
+        now) has (by the mapping rules), with the type each is written as. A column the source added or dropped
+        during the load is left to the stream's DDL."""
+        if existing is None:
+            with self.conn.cursor() as dest:
+                existing = destination_table(dest, table.dest_schema, table.dest_table)
         if existing is None:
             raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} no longer exists",
                            connector=self.connector.name, table=table.source_table)
