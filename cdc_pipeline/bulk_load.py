@@ -658,7 +658,10 @@ class BulkLoader:
         copier = copier_class.fromJson(self._writer(parts), self.source.JDBC_DRIVER,
                                        self.source.jdbc_url(self.connector), self.connector.user,
                                        self.connector.password.reveal(), json.dumps(plan))
-        return copier_class.chunks(self.spark.sparkContext._jsc, len(queries), self.slice_chunks), copier
+        # A slice of tables read whole: a task per core copies its share in turn (a connection to each side per
+        # task, not per chunk); else a task per chunk.
+        partitions = self.slice_chunks // 4 if _whole_table(parts[0].chunks[0]) else len(queries)
+        return copier_class.chunks(self.spark.sparkContext._jsc, len(queries), partitions), copier
 
     def _read(self, table: TableLoad, renders: list[str], selected: list[str],
               chunks: list[Chunk]) -> tuple[DataFrame, Column]:

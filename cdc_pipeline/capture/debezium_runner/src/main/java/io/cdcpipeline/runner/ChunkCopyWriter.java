@@ -129,12 +129,18 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
     @Override
     public void call(Iterator<InternalRow> rows) throws Exception {
         int index = TaskContext.getPartitionId();
-        try (Connection connection = connect()) {
+        Connection connection = connect();
+        boolean copied = false;
+        try {
             copyChunk(connection, index, destination -> {
                 ChunkRows text = new ChunkRows();
-                long copied = CopyFeeder.copyRows(destination, copySql(index), "cdc-chunk-copy", rows, text);
-                return new CopyResult(copied, text.zeroDates, text.position);
+                long rowsCopied = CopyFeeder.copyRows(destination, copySql(index), "cdc-chunk-copy", rows, text);
+                return new CopyResult(rowsCopied, text.zeroDates, text.position);
             });
+            copied = true;
+        }
+        finally {
+            release(connection, copied);
         }
     }
 
@@ -143,11 +149,30 @@ public final class ChunkCopyWriter implements VoidFunction<Iterator<InternalRow>
         CopyResult copy(Connection destination) throws Exception;
     }
 
-    /** A destination connection for chunks' transactions (one after the other: a task's chunks share it). */
+    /**
+     * A destination connection for chunks' transactions (one after the other: a task's chunks share it), borrowed
+     * from the JVM's kept ones (`ExecutorJdbc.borrow`); `release` gives it back.
+     */
     Connection connect() throws SQLException {
-        Connection connection = ExecutorJdbc.connect(url, user, password);
-        connection.setAutoCommit(false);
+        Connection connection = ExecutorJdbc.borrow(url, user, password);
+        try {
+            connection.setAutoCommit(false);
+        }
+        catch (SQLException e) {
+            connection.close();
+            throw e;
+        }
         return connection;
+    }
+
+    /** Gives a connection of `connect` back to be kept when its chunks committed, else closes it. */
+    void release(Connection connection, boolean committed) throws SQLException {
+        if (committed) {
+            ExecutorJdbc.giveBack(url, user, connection);
+        }
+        else {
+            connection.close();
+        }
     }
 
     /**

@@ -120,7 +120,9 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     @Override
     public void call(Iterator<Integer> partition) throws Exception {
         Connection shared = null;
-        try (Connection destination = transaction.connect()) {
+        Connection destination = transaction.connect();
+        boolean copied = false;
+        try {
             while (partition.hasNext()) {
                 int index = partition.next();
                 if (positionSql[index] != null) {
@@ -135,8 +137,10 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                 Connection source = shared;
                 transaction.copyChunk(destination, index, target -> copy(source, index, target));
             }
+            copied = true;
         }
         finally {
+            transaction.release(destination, copied);
             if (shared != null) {
                 shared.close();
             }
