@@ -285,8 +285,9 @@ class BatchApplier:
                                       "last": step.last_seq,
                                       "names": [column.source_name for column in staged_step.prepared.columns],
                                       "dests": [column.dest_name for column in staged_step.prepared.columns]}
-        # The lookup is a literal: Spark folds it into a map constant, kept out of the code it generates.
-        found = F.from_json(F.lit(json.dumps(lookup)), _STAGE_LOOKUP_TYPE)[F.col("schema_id")]
+        # The lookup is a literal: Spark folds it into a map constant, kept out of the code it generates. Read with
+        # element_at, which Spark computes once per row (`map[key]` it would repeat at every use of a name).
+        found = F.element_at(F.from_json(F.lit(json.dumps(lookup)), _STAGE_LOOKUP_TYPE), F.col("schema_id"))
         rows = fail_on_malformed(events).select("seq", "op", "before", "after", found.alias(_STAGE_STEP)).where(
             F.col(f"{_STAGE_STEP}.first").isNotNull()
             & F.col("seq").between(F.col(f"{_STAGE_STEP}.first"), F.col(f"{_STAGE_STEP}.last")))
