@@ -68,6 +68,14 @@ def test_a_group_touching_many_tables_is_one_staging_job_and_every_table_ends_ex
     assert _spark_jobs(spark) - jobs < TABLES // 4
     pipeline.assert_same(*_tables())
 
+    # The next run's group (other seqs, other steps) compiles no code: its lookup is data, not code.
+    compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    pipeline.source([f"UPDATE {table} SET qty = qty + 1 WHERE id = 3" for table in _tables()])
+    before = compilations.getCount()
+    assert pipeline.sync()["updates"] == TABLES
+    assert compilations.getCount() == before
+    pipeline.assert_same(*_tables())
+
 
 @pytest.mark.parametrize("strategy", ["exit", "skip"])
 def test_a_refused_value_in_one_of_many_tables_is_named_or_set_aside(pipeline, strategy):
