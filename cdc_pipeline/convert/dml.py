@@ -414,6 +414,11 @@ def _raw(image: str, columns: Sequence[ColumnPlan], index: int, keys: ColumnKeys
     return F.col(image)[keys[index] if keys is not None else columns[index].source_name]
 
 
+def may_hold_zero_dates(columns: Sequence[ColumnPlan]) -> bool:
+    """Whether a row of these columns can carry a zero date (`zero_date`)."""
+    return any(zero_date(F.lit(None), column.spec) is not None for column in columns)
+
+
 def zero_dates(image: str, columns: list[ColumnPlan], keys: ColumnKeys | None = None) -> Column:
     """How many values of the row image are zero dates (written as NULL by `copy_line`)."""
     flags = [F.when(zero, 1).otherwise(0) for index, column in enumerate(columns)

@@ -44,6 +44,7 @@ from cdc_pipeline.convert.dml import (
     apply_error,
     compact_by_key,
     copy_line,
+    may_hold_zero_dates,
     may_leave_values_out,
     parse_copy_line,
     placeholder_forms,
@@ -378,8 +379,8 @@ class BatchApplier:
                 op=sql.Identifier(stage_copy.OP), z=sql.Identifier(stage_copy.ZERO_DATES),
                 u=sql.Identifier(stage_copy.UNCHANGED), s=s.staging, step=sql.Identifier(stage_copy.STEP),
                 n=sql.Literal(s.number),
-                last=self._is_last_change(s.number, s.key_columns, s.prepared.columns) if self._drops_superseded(s)
-                else sql.SQL("true"))
+                last=self._is_last_change(s.number, s.key_columns, s.prepared.columns)
+                if self._drops_superseded(s) and may_hold_zero_dates(s.prepared.columns) else sql.SQL("true"))
             branches.append(sql.SQL(
                 "SELECT {i}, pg_catalog.count(*), coalesce(sum({z}) FILTER (WHERE {op} <> 'd' AND last), 0), "
                 "coalesce(array_agg(DISTINCT {u}) FILTER (WHERE {op} <> 'd' AND last), '{{}}') FROM ({rows}) AS w"
