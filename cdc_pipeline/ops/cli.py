@@ -229,13 +229,36 @@ def _cmd_state(args: argparse.Namespace) -> int:
             print(f"  warning: {slot['warning']}")
         if row.get("bulk_snapshot"):
             print("  bulk snapshot:")
-            for table in row["bulk_snapshot"]:
-                print(f"    {bulk_load.format_progress(table)}")
+            for line in bulk_snapshot_lines(row["bulk_snapshot"]):
+                print(f"    {line}")
         if row.get("events") is not None:
             print(f"  totals: {row['batches']} batches, {row['events']} events, {row['ddls']} ddl, "
                   f"{row['snapshot_rows']} snapshot rows, {row['inserts']} inserts, {row['updates']} updates, "
                   f"{row['deletes']} deletes")
     return 0
+
+
+# Past this many tables, `state` gives a load's totals and the tables still loading, not a line per table.
+STATE_TABLES_LISTED = 10
+
+
+def bulk_snapshot_lines(tables: list[dict[str, Any]], listed: int = STATE_TABLES_LISTED) -> list[str]:
+    """A load's progress for `state`: a line per table, or, for more than `listed` tables, the totals and the
+    tables not done yet (those furthest along first, `listed` at most)."""
+    if len(tables) <= listed:
+        return [bulk_load.format_progress(table) for table in tables]
+    done = [table for table in tables if table["finished_at"]]
+    rows_done, rows_total = sum(int(table["rows_done"]) for table in tables), sum(int(table["rows_total"])
+                                                                                 for table in tables)
+    share = f" ({100 * rows_done // rows_total}%)" if rows_total else ""
+    lines = [f"{len(done)} of {len(tables)} tables done, {rows_done:,} / {'' if len(done) == len(tables) else '~'}"
+             f"{rows_total:,} rows{share}"]
+    loading = sorted((table for table in tables if not table["finished_at"]),
+                     key=lambda table: -int(table["rows_done"]))
+    lines += [bulk_load.format_progress(table) for table in loading[:listed]]
+    if len(loading) > listed:
+        lines.append(f"... and {len(loading) - listed} more tables not done")
+    return lines
 
 
 def _slot_status(connector: Any) -> dict[str, Any] | None:

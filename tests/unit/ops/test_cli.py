@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_pipeline.config import CONFIG_PATH_ENV
+from cdc_pipeline.ops import cli
 from cdc_pipeline.ops.cli import build_parser, main
 
 COMMANDS = [
@@ -56,3 +57,22 @@ def test_verify_reports_exit_codes_and_names_keys():
     assert report.exit_code == UNCONFIRMED
     assert VerifyReport("c", [TableReport("db.t", "db.t", ["id"])]).exit_code == EQUAL
     assert build_parser().parse_args(["verify", "c", "db.t", "--repair", "--json"]).tables == ["db.t"]
+
+
+def _load_row(table: str, done: int, total: int, finished: bool) -> dict:
+    return {"source_table": table, "rows_done": done, "rows_total": total, "rows_per_second": 10.0,
+            "finished_at": "2026-01-01" if finished else None, "eta_seconds": None if finished else 5.0}
+
+
+def test_state_lists_a_few_tables_of_a_load_one_a_line():
+    lines = cli.bulk_snapshot_lines([_load_row("db.a", 5, 5, True), _load_row("db.b", 1, 4, False)])
+    assert lines == ["db.a: 5 / 5 rows (100%), 10 rows/s, done", "db.b: 1 / ~4 rows (25%), 10 rows/s, ETA 5 s"]
+
+
+def test_state_sums_up_a_load_of_many_tables_and_lists_those_not_done():
+    tables = [_load_row(f"db.t{index:03d}", 100, 100, True) for index in range(985)]
+    tables += [_load_row(f"db.u{index:02d}", index, 100, False) for index in range(15)]
+    lines = cli.bulk_snapshot_lines(tables)
+    assert lines[0] == "985 of 1000 tables done, 98,605 / ~100,000 rows (98%)"
+    assert [line.split(":")[0] for line in lines[1:11]] == [f"db.u{index:02d}" for index in range(14, 4, -1)]
+    assert lines[11:] == ["... and 5 more tables not done"]
