@@ -529,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify_command.add_argument("--repair", action="store_true",
                                 help="copy the differing ranges again from the source (Spark, under the run lock)")
     verify_command.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify_command.add_argument("--every-table", action="store_true",
+                                help="list every equal table too (of more than 10, they are counted)")
     verify_command.add_argument("--chunk-rows", type=int, default=10_000, metavar="N",
                                 help="rows per compared key range (default 10000)")
     verify_command.add_argument("--rechecks", type=int, default=3, metavar="N",
@@ -560,7 +562,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     report = verify.verify_connector(connector, config.destination, spark, args.tables or None, args.repair,
                                      chunk_rows=args.chunk_rows, rechecks=args.rechecks,
                                      recheck_seconds=args.recheck_seconds)
-    print(json.dumps(report.as_dict(), default=str, indent=2) if args.json else verify.format_report(report))
+    print(json.dumps(report.as_dict(), default=str, indent=2) if args.json
+          else verify.format_report(report, every_table=args.every_table))
     return report.exit_code
 
 

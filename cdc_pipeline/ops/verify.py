@@ -517,10 +517,20 @@ def _repair_table(conn: psycopg.Connection, connector: ConnectorConfig, destinat
              report.source_table, len(leaves), report.deleted_rows, len(rows))
 
 
-def format_report(report: VerifyReport) -> str:
-    """The report as text: per table, what was compared and what differs."""
+# Past this many tables, the text report names only the tables with something to say (`format_report`).
+TABLES_LISTED = 10
+
+
+def format_report(report: VerifyReport, every_table: bool = False) -> str:
+    """The report as text: per table, what was compared and what differs. Of more than TABLES_LISTED tables (and
+    unless `every_table`), the equal tables whose columns were all compared as text are counted, not listed."""
     lines = []
+    quiet = [table for table in report.tables if not table.error and not table.differs and not any(
+        column.left_out or (column.compared and column.compared != "as text") for column in table.columns)]
+    counted = set() if every_table or len(report.tables) <= TABLES_LISTED else {id(table) for table in quiet}
     for table in report.tables:
+        if id(table) in counted:
+            continue
         state = "NOT COMPARED" if table.error else "DIFFERS" if table.differs else "equal"
         lines.append(f"{table.source_table} -> {table.destination_table}: {state} ({table.source_rows} rows in the "
                      f"source, {table.destination_rows} in the destination; {table.chunks} chunks compared by "
@@ -549,6 +559,10 @@ def format_report(report: VerifyReport) -> str:
             lines.append(f"  not repaired: {table.repair}")
         if table.error:
             lines.append(f"  not compared: {table.error}")
+    if counted:
+        rows = sum(table.source_rows or 0 for table in quiet)
+        lines.append(f"{len(counted)}{' more' if lines else ''} tables equal ({rows} rows in the source; "
+                     "--every-table lists them)")
     if report.differs and report.unconfirmed:
         lines.append(f"unconfirmed: the source holds changes the connector has not applied ({report.unconfirmed}); "
                      "verify again once it has")

@@ -76,3 +76,17 @@ def test_state_sums_up_a_load_of_many_tables_and_lists_those_not_done():
     assert lines[0] == "985 of 1000 tables done, 98,605 / ~100,000 rows (98%)"
     assert [line.split(":")[0] for line in lines[1:11]] == [f"db.u{index:02d}" for index in range(14, 4, -1)]
     assert lines[11:] == ["... and 5 more tables not done"]
+
+
+def test_verify_of_many_tables_names_those_that_differ_and_counts_the_equal_ones():
+    from cdc_pipeline.ops.verify import Leaf, TableReport, VerifyReport, format_report
+
+    tables = [TableReport(f"db.t{index}", f"db.t{index}", ["id"], chunks=1, source_rows=5, destination_rows=5)
+              for index in range(30)]
+    tables[7].leaves = [Leaf([1], [5], missing={(4,)})]
+    text = format_report(VerifyReport("c", tables))
+    assert text.splitlines()[0].startswith("db.t7 -> db.t7: DIFFERS")
+    assert "29 more tables equal (145 rows in the source; --every-table lists them)" in text
+    assert "db.t8 -> db.t8: equal" not in text
+    assert "db.t8 -> db.t8: equal" in format_report(VerifyReport("c", tables), every_table=True)
+    assert build_parser().parse_args(["verify", "c", "--every-table"]).every_table
