@@ -15,7 +15,7 @@ import re
 from collections import Counter, OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 import psycopg
 from psycopg import sql
@@ -40,6 +40,7 @@ from cdc_pipeline.convert.ddl import (
     rename_table_sql,
 )
 from cdc_pipeline.convert.dml import (
+    ColumnKeys,
     ColumnPlan,
     apply_error,
     compact_by_key,
@@ -155,8 +156,7 @@ class BatchApplier:
         # driver collects them and COPYs them.
         self.staging = staging
         self._staging_seq = 0
-        self._merge_lines: OrderedDict[tuple, Column] = OrderedDict()
-        self._shared_lines: OrderedDict[tuple, tuple[Column, str]] = OrderedDict()
+        self._lines = _Kept(_EXPRESSION_CACHE_SIZE)
         self._batch_refs: list[EventRef] = []
         self._set_aside_seqs: set[int] = set()
         # The run's reads of the destination: forgotten at a schema change and when a transaction that may have
@@ -349,25 +349,13 @@ class BatchApplier:
                            ) -> tuple[Column, str]:
         """`_stage_line` with each column's source and destination name read from the row's step in the group's
         lookup, and the expression's text: tables whose lines read the same share one projection."""
-        cache_key = ("shared", repr(columns), tuple(column.source_name for column in key_columns), placeholder)
-        known = self._shared_lines.get(cache_key)
-        if known is None:
-            names = [F.col(f"{_STAGE_STEP}.names")[index] for index in range(len(columns))]
-            dests = [F.col(f"{_STAGE_STEP}.dests")[index] for index in range(len(columns))]
-            line = F.concat_ws(
-                "\t", F.col("op"), zero_dates("after", columns, names).cast("string"),
-                copy_escape(F.to_json(unchanged_columns("after", columns, placeholder, names, dests))),
-                F.col("seq").cast("string"),
-                F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns},
-                                                     keys=names))
-                .otherwise(copy_line("after", columns, placeholder, keys=names)))
-            known = (line, str(line._jc.toString()))
-            if len(self._shared_lines) >= _EXPRESSION_CACHE_SIZE:
-                self._shared_lines.popitem(last=False)
-            self._shared_lines[cache_key] = known
-        else:
-            self._shared_lines.move_to_end(cache_key)
-        return known
+        def build() -> tuple[Column, str]:
+            line = stage_line(columns, key_columns, placeholder,
+                              names=[F.col(f"{_STAGE_STEP}.names")[index] for index in range(len(columns))],
+                              dests=[F.col(f"{_STAGE_STEP}.dests")[index] for index in range(len(columns))])
+            return line, str(line._jc.toString())
+
+        return self._lines.get(("shared", *_line_key(columns, key_columns, placeholder)), build)
 
     def _read_staged(self, cur: psycopg.Cursor, staged_steps: list[StagedStep], staged: list[int]) -> None:
         """One query for the whole group: per step, the rows the batch's transaction sees (raises
@@ -999,11 +987,8 @@ class BatchApplier:
                     ) -> Column:
         """The line Spark's tasks stage per change (`stage_copy.LINE_HEADER`, then every column's value; a delete's
         line has its key's values only). Built once per table version, as `_merge_line` is."""
-        return self._cached_line("stage", columns, key_columns, placeholder, lambda: F.concat_ws(
-            "\t", F.col("op"), zero_dates("after", columns).cast("string"),
-            copy_escape(F.to_json(unchanged_columns("after", columns, placeholder))), F.col("seq").cast("string"),
-            F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns}))
-            .otherwise(copy_line("after", columns, placeholder))))
+        return self._cached_line("stage", columns, key_columns, placeholder,
+                                 lambda: stage_line(columns, key_columns, placeholder))
 
     def _merge_line(self, columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None) -> Column:
         """The line `_merge_keyed` collects per change: a header "op zero_dates unchanged" (the unchanged columns
@@ -1024,16 +1009,7 @@ class BatchApplier:
         """A line expression, built once per kind and table version and reused by every later batch: it depends only
         on the columns, and building it costs many calls into the JVM. The least recently used is dropped past the
         cache's size."""
-        cache_key = (kind, repr(columns), tuple(column.source_name for column in key_columns), placeholder)
-        line = self._merge_lines.get(cache_key)
-        if line is None:
-            line = build()
-            if len(self._merge_lines) >= _EXPRESSION_CACHE_SIZE:
-                self._merge_lines.popitem(last=False)
-            self._merge_lines[cache_key] = line
-        else:
-            self._merge_lines.move_to_end(cache_key)
-        return line
+        return self._lines.get((kind, *_line_key(columns, key_columns, placeholder)), build)
 
     def _zero_dates_written(self, step: DmlStep, count: int) -> int:
         if count:
@@ -1137,6 +1113,45 @@ class BatchApplier:
         cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s").format(
             target, sql.SQL(", ").join(map(sql.Identifier, names)), sql.SQL(", ").join(values[name] for name in names),
             staging))
+
+
+class _Kept:
+    """Values built once and kept (line expressions: building one costs many calls into the JVM), the least recently
+    used dropped past `size`."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._values: OrderedDict[tuple, Any] = OrderedDict()
+
+    def get(self, key: tuple, build: Callable[[], Any]) -> Any:
+        value = self._values.get(key)
+        if value is None:
+            value = build()
+            if len(self._values) >= self._size:
+                self._values.popitem(last=False)
+            self._values[key] = value
+        else:
+            self._values.move_to_end(key)
+        return value
+
+
+def _line_key(columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None) -> tuple:
+    """What a line expression depends on: a table version's columns, its key and the TOAST placeholder."""
+    return repr(columns), tuple(column.source_name for column in key_columns), placeholder
+
+
+def stage_line(columns: list[ColumnPlan], key_columns: list[ColumnPlan], placeholder: str | None,
+               names: ColumnKeys | None = None, dests: ColumnKeys | None = None) -> Column:
+    """The line Spark's tasks stage per change (`stage_copy.LINE_HEADER`, then every column's value; a delete's line
+    has its key's values only); with `names` and `dests`, each column's source and destination name read from the
+    row (`copy_line`'s keys)."""
+    return F.concat_ws(
+        "\t", F.col("op"), zero_dates("after", columns, names).cast("string"),
+        copy_escape(F.to_json(unchanged_columns("after", columns, placeholder, names, dests))),
+        F.col("seq").cast("string"),
+        F.when(F.col("op") == "d", copy_line("before", columns, only={column.dest_name for column in key_columns},
+                                             keys=names))
+        .otherwise(copy_line("after", columns, placeholder, keys=names)))
 
 
 def staging_table_sql(staging: sql.Identifier, target: sql.Identifier, columns: list[str],
