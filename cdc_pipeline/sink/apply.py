@@ -399,8 +399,9 @@ class BatchApplier:
 
     def _merge_round(self, cur: psycopg.Cursor, plan: BatchPlan, merge_round: list[StagedStep], skip: bool) -> None:
         """Merges consecutive staged steps into their tables, their statements sent in one pipeline (no round trip
-        each), in a savepoint. When the destination refuses one, the round is undone and its steps applied one by
-        one, each through its own path, which names the value and its event (or, under `skip`, sets it aside)."""
+        each), in a savepoint. When the destination refuses one (a value, a lock or statement timeout), the round is
+        undone and its steps applied one by one, each through its own path, which names the table, the value and
+        its event (or, under `skip`, sets a refused event aside)."""
         if not merge_round:
             return
         try:
@@ -409,9 +410,10 @@ class BatchApplier:
                     for statement in self._staged_merge_statements(staged_step):
                         cur.execute(statement)
         except psycopg.Error as exc:
-            if self.conn.broken or isinstance(exc, psycopg.OperationalError):
+            if self.conn.broken:
                 raise
-            log.info("%s: the merge of %d staged steps refused a value (%s); applying them one by one to name it",
+            # A refused value, a lock or statement timeout: the steps' own path names the table (and the value).
+            log.info("%s: the merge of %d staged steps failed (%s); applying them one by one to name the table",
                      self.connector.name, len(merge_round), exc.diag.message_primary or exc)
             for staged_step in merge_round:
                 if skip:
