@@ -127,13 +127,7 @@ def claim_table(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: s
     TableOwnerError, naming both connectors and the table, when another connector writes it: the transaction, and
     the write, go no further. Two connectors claiming one table at once: the second waits for the first's commit,
     then fails."""
-    cur.execute(sql.SQL(
-        """INSERT INTO {} (dest_schema, dest_table, connector, source_table) VALUES (%s, %s, %s, %s)
-           ON CONFLICT (dest_schema, dest_table) DO NOTHING""").format(sql.Identifier(schema, "table_owners")),
-        (dest_schema, dest_table, connector, source_table))
-    other = table_owner(cur, schema, dest_schema, dest_table)
-    if other != connector:
-        raise _owned_by_another(dest_schema, dest_table, str(other), connector, source_table)
+    claim_tables(cur, schema, connector, [(dest_schema, dest_table, source_table)])
 
 
 def claim_tables(cur: psycopg.Cursor, schema: str, connector: str, tables: list[tuple[str, str, str]]) -> None:
@@ -156,16 +150,11 @@ def claim_tables(cur: psycopg.Cursor, schema: str, connector: str, tables: list[
            WHERE o.connector <> %s""").format(owners), (*columns, connector)).fetchall()
     if others:
         dest_schema, dest_table, other, source_table = others[0]
-        raise _owned_by_another(dest_schema, dest_table, other, connector, source_table)
-
-
-def _owned_by_another(dest_schema: str, dest_table: str, other: str, connector: str,
-                      source_table: str) -> TableOwnerError:
-    return TableOwnerError(
-        f"the destination table {dest_schema}.{dest_table} is written by connector {other!r}; connector "
-        f"{connector!r} would write it too (from {source_table}), and a destination table has one writer: give "
-        "one of them its own destination_schema, or a table rule to another table",
-        connector=connector, table=source_table)
+        raise TableOwnerError(
+            f"the destination table {dest_schema}.{dest_table} is written by connector {other!r}; connector "
+            f"{connector!r} would write it too (from {source_table}), and a destination table has one writer: give "
+            "one of them its own destination_schema, or a table rule to another table",
+            connector=connector, table=source_table)
 
 
 @dataclass
