@@ -22,7 +22,8 @@ from the source to the destination (the `mariadb` client in batch mode streaming
 rows of the same table (it keeps a run's batches in memory, so a whole large table does not fit one run).
 `--verify-rows N` measures `cdc-pipeline verify` instead: the wall time of a fresh verify process over the same
 table of N rows, loaded by the bulk engine first. `--tables N` measures N small tables against one table of as many
-rows instead: their load and a catch-up of changes spread over them (`bench_tables`).
+rows instead: their load and a catch-up of changes spread over them (`bench_tables`). `--value-mb 1,8,64` measures
+rows of large values instead: their load and a stream updating every row, beside the copy ceiling (`bench_values`).
 It is a command, not a test.
 """
 
@@ -64,6 +65,8 @@ LOAD_DATABASE = "bench_load"
 LOAD_ROWS = 1_000_000
 DEBEZIUM_LOAD_ROWS = 200_000
 ITEMS_COLUMNS = "id, name, amount, qty, created, note"
+ITEMS_CEILING_COLUMNS = ("id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int, created timestamp(3), "
+                         "note text")
 # A fingerprint of every column of `items` (the source's dialect or PostgreSQL's in {epoch}).
 ITEMS_FINGERPRINT = ("SELECT COUNT(*), SUM(id), SUM(qty), SUM(amount), SUM(LENGTH(name)), SUM(LENGTH(note)), "
                      "SUM(CASE WHEN created IS NULL THEN 0 ELSE {epoch} END) FROM {table}")
@@ -285,18 +288,22 @@ def measure_phases(source: MariaDbServer, destination: PostgresServer, spark: An
     return results
 
 
-def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, database: str, table: str) -> Measurement:
-    """The plainest pipe: the `mariadb` client streams the table (batch mode, unbuffered) into `psql`'s COPY."""
-    destination.execute("""CREATE TABLE ceiling (id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int,
-                           created timestamp(3), note text)""", dbname=database)
-    env = {**os.environ, "MYSQL_PWD": CAPTURE_PASSWORD}
+def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, database: str, table: str,
+                         select: str = ITEMS_COLUMNS, columns: str = ITEMS_CEILING_COLUMNS) -> Measurement:
+    """The plainest pipe: the `mariadb` client streams the table (batch mode, unbuffered) into `psql`'s COPY.
+
+    `select` is the list the client reads (its batch mode escapes tabs, newlines and backslashes as COPY's text
+    format does), `columns` the destination table `ceiling`'s columns."""
+    destination.execute(f"CREATE TABLE ceiling ({columns})", dbname=database)
+    env = {**os.environ, "MYSQL_PWD": CAPTURE_PASSWORD, "PGCLIENTENCODING": "UTF8"}
     started = time.monotonic()
     reader = subprocess.Popen(["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", CAPTURE_USER, "-N", "-B",
-                               "--quick", "-e", f"SELECT {ITEMS_COLUMNS} FROM {quote_mysql(table)}", database],
+                               "--quick", "--default-character-set=utf8mb4", "--max-allowed-packet=1G", "-e",
+                               f"SELECT {select} FROM {quote_mysql(table)}", database],
                               stdout=subprocess.PIPE, env=env)
     writer = subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(database), "-c",
                              "COPY ceiling FROM STDIN WITH (NULL 'NULL')"], stdin=reader.stdout, capture_output=True,
-                            text=True)
+                            text=True, env=env)
     reader.stdout.close()
     reader.wait()
     seconds = time.monotonic() - started
@@ -306,12 +313,24 @@ def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, dat
     return Measurement(int(count), seconds)
 
 
+class SyncFailed(RuntimeError):
+    """A `cdc-pipeline sync` process of the bench ended with an error: its stderr's tail, and what it had used."""
+
+    def __init__(self, message: str, seconds: float, peak_rss_mb_jvm: int, peak_rss_mb_python: int) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+        self.peak_rss_mb_jvm = peak_rss_mb_jvm
+        self.peak_rss_mb_python = peak_rss_mb_python
+
+
 def measure_sync_process(source: MariaDbServer | None, destination: PostgresServer, work: Path, database: str,
                          engine: str, tables: Sequence[str], new_destination: bool = True,
-                         connector: dict[str, Any] | None = None) -> dict[str, Any]:
+                         connector: dict[str, Any] | None = None,
+                         spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
     """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
-    it starts (children's peak RSS, from the kernel)."""
+    it starts (children's peak RSS, from the kernel). `spark_conf` goes to the connectors file's `spark: conf:`.
+    Raises SyncFailed when the process fails."""
     name = f"load_{engine}"
     dest_database = f"{database}_{engine}"
     if new_destination:
@@ -321,6 +340,8 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
         # The connector's defaults, as a user runs it: only the snapshot engine is named (the bench compares both).
         **source_fields, "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine}}}
+    if spark_conf:
+        config["spark"] = {"conf": spark_conf}
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config))
     (work / f"dagster_{name}").mkdir(exist_ok=True)
@@ -336,7 +357,8 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     peaks.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode:
-        raise RuntimeError(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}")
+        raise SyncFailed(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}", seconds=round(seconds, 2),
+                         peak_rss_mb_jvm=peaks.jvm_mb, peak_rss_mb_python=peaks.python_mb)
     summary = json.loads(out.strip().splitlines()[-1])
     rows = int(summary["snapshot_rows"])
     events = int(summary.get("events") or 0)
@@ -748,7 +770,7 @@ def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from cdc_pipeline.testing import bench_tables
+    from cdc_pipeline.testing import bench_tables, bench_values
 
     parser = argparse.ArgumentParser(prog="cdc-pipeline bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -789,8 +811,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --tables: the changes of each source transaction")
     parser.add_argument("--runs", type=int, default=1,
                         help="with --tables: rounds of both sides, each on fresh servers (medians reported)")
+    parser.add_argument("--value-mb", type=lambda text: [int(size) for size in text.split(",")], default=None,
+                        help="only: rows of values of these sizes in MB (e.g. 1,8,64: half text, half bytes), loaded "
+                             "and then every row updated and streamed, beside the copy ceiling (`bench_values`)")
+    parser.add_argument("--value-rows", type=int, default=None,
+                        help="with --value-mb: rows of each size (default: 200 up to 8 MB, else 512 MB worth)")
+    parser.add_argument("--heap", default=None,
+                        help="with --value-mb: the driver JVM's heap (spark.driver.memory) instead of the default")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.value_mb:
+        values = bench_values.run_values(args.value_mb, args.value_rows, args.heap)
+        print(json.dumps(values, indent=2) if args.json else bench_values.describe(values))
+        return 0 if values["succeeded"] and values["exact"] else 1
     if args.tables:
         spread = bench_tables.run_tables(args.tables, args.table_rows, args.spread_changes,
                                          args.changes_per_transaction, args.runs)
