@@ -22,6 +22,7 @@ ends the size's run: it is reported as failed with its error's last line, and th
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -135,12 +136,17 @@ def phase_figures(runs: Sequence[dict[str, Any]], rows: int, data_mb: float, cei
             "to_ceiling": round(mb_per_second / ceiling_mb_per_second, 3) if ceiling_mb_per_second else None}
 
 
+# A line of a Java stack trace that names no error: a frame, or the count of frames left out.
+_STACK_FRAME = re.compile(r"\s*(at \S+\(.*\)|\.\.\. \d+ more)\s*$")
+
+
 def failure(error: RuntimeError) -> dict[str, Any]:
-    """A failed phase: its error's last line and the tail of its message, and what the failing process used."""
+    """A failed phase: its error's last line and the message's last lines (Java's stack frames left out), and what
+    the failing process used."""
     message = str(error).strip()
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not _STACK_FRAME.match(line)]
     failed: dict[str, Any] = {"failed": True, "error": lines[-1] if lines else type(error).__name__,
-                              "error_tail": message[-1500:]}
+                              "error_tail": "\n".join(lines[-20:])}
     if isinstance(error, SyncFailed):
         failed.update(seconds=error.seconds, peak_rss_mb_jvm=error.peak_rss_mb_jvm,
                       peak_rss_mb_python=error.peak_rss_mb_python)

@@ -5,10 +5,10 @@ from cdc_pipeline.testing import bench_values
 from cdc_pipeline.testing.bench import SyncFailed
 
 
-def test_a_failed_sync_is_reported_with_its_error_and_the_last_line():
-    failed = bench_values.failure(SyncFailed("cdc-pipeline sync (spark) failed: Traceback\n  ...\n"
-                                             "java.lang.OutOfMemoryError: Java heap space\n", seconds=40.5,
-                                             peak_rss_mb_jvm=2100, peak_rss_mb_python=120))
+def test_a_failed_sync_is_reported_with_its_errors_last_line_not_a_stack_frame():
+    stderr = ("cdc-pipeline sync (spark) failed: Traceback\n  ...\njava.lang.OutOfMemoryError: Java heap space\n"
+              "\tat java.base/java.lang.Thread.run(Thread.java:840)\n\t... 3 more\n")
+    failed = bench_values.failure(SyncFailed(stderr, seconds=40.5, peak_rss_mb_jvm=2100, peak_rss_mb_python=120))
     assert failed["failed"] and failed["error"] == "java.lang.OutOfMemoryError: Java heap space"
     assert failed["seconds"] == 40.5 and failed["peak_rss_mb_jvm"] == 2100
     report = bench_values.describe({"heap": "default", "sizes": [
