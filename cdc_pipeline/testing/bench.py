@@ -314,10 +314,13 @@ def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, dat
 
 
 class SyncFailed(RuntimeError):
-    """A `cdc-pipeline sync` process of the bench ended with an error: its stderr's tail, and what it had used."""
+    """A `cdc-pipeline sync` process of the bench ended with an error: its stderr's tail (the whole in `stderr`), and
+    what it had used."""
 
-    def __init__(self, message: str, seconds: float, peak_rss_mb_jvm: int, peak_rss_mb_python: int) -> None:
+    def __init__(self, message: str, seconds: float, peak_rss_mb_jvm: int, peak_rss_mb_python: int,
+                 stderr: str = "") -> None:
         super().__init__(message)
+        self.stderr = stderr
         self.seconds = seconds
         self.peak_rss_mb_jvm = peak_rss_mb_jvm
         self.peak_rss_mb_python = peak_rss_mb_python
@@ -358,7 +361,7 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode:
         raise SyncFailed(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}", seconds=round(seconds, 2),
-                         peak_rss_mb_jvm=peaks.jvm_mb, peak_rss_mb_python=peaks.python_mb)
+                         peak_rss_mb_jvm=peaks.jvm_mb, peak_rss_mb_python=peaks.python_mb, stderr=err)
     summary = json.loads(out.strip().splitlines()[-1])
     rows = int(summary["snapshot_rows"])
     events = int(summary.get("events") or 0)

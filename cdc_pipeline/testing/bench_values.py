@@ -148,8 +148,10 @@ def failure(error: RuntimeError) -> dict[str, Any]:
     failed: dict[str, Any] = {"failed": True, "error": lines[-1] if lines else type(error).__name__,
                               "error_tail": "\n".join(lines[-20:])}
     if isinstance(error, SyncFailed):
+        # The JVM's OutOfMemoryError is often far above the tail: a driver out of heap fails the job it ran.
         failed.update(seconds=error.seconds, peak_rss_mb_jvm=error.peak_rss_mb_jvm,
-                      peak_rss_mb_python=error.peak_rss_mb_python)
+                      peak_rss_mb_python=error.peak_rss_mb_python,
+                      out_of_memory="java.lang.OutOfMemoryError" in error.stderr)
     return failed
 
 
@@ -220,7 +222,7 @@ def run_values(sizes_mb: Sequence[int] = VALUE_SIZES_MB, rows: int | None = None
                 try:
                     measured.append(measure_size(source, destination, Path(work), size_mb,
                                                  rows or default_rows(size_mb), spark_conf))
-                except (pymysql.MySQLError, psycopg.Error) as error:
+                except (pymysql.MySQLError, psycopg.Error, RuntimeError) as error:  # the rows or the ceiling
                     log.error("%d MB values: %s", size_mb, error)
                     measured.append({"value_mb": size_mb, "rows": rows or default_rows(size_mb), "exact": False,
                                      "succeeded": False, "setup": failure(RuntimeError(str(error)))})
@@ -250,6 +252,7 @@ def describe(results: dict[str, Any]) -> str:
                              f"{_shown(figures.get('peak_rss_mb_python')):>6}")
                 problems.append(f"{size['value_mb']} MB, {phase}: failed"
                                 + (f" after {figures['seconds']} s" if "seconds" in figures else "")
+                                + (" (an OutOfMemoryError in its log)" if figures.get("out_of_memory") else "")
                                 + f": {figures['error']}")
             else:
                 cells.append(f"{figures['seconds']:>{width}} {figures['mb_per_second']:>6} "
@@ -258,7 +261,8 @@ def describe(results: dict[str, Any]) -> str:
                 if not figures["exact"]:
                     problems.append(f"{size['value_mb']} MB, {phase}: the destination's values differ")
         if "setup" in size:
-            problems.append(f"{size['value_mb']} MB: the source could not be made: {size['setup']['error']}")
+            problems.append(f"{size['value_mb']} MB: failed before the load (the rows or the ceiling): "
+                            f"{size['setup']['error']}")
         if ceiling and not ceiling["exact"]:
             problems.append(f"{size['value_mb']} MB: the ceiling's copy differs from the source")
         lines.append(" | ".join(cells) + f" | {'yes' if size['exact'] else 'NO':>5}")
