@@ -55,10 +55,14 @@ from cdc_pipeline.sources import captures, mariadb, module_for
 
 log = logging.getLogger(__name__)
 
-# A chunk holds at most about this many bytes of source rows (InnoDB's average row size), however many rows
-# `snapshot_chunk_rows` allows: a chunk's rows pass through one Spark task and one transaction.
-CHUNK_BYTES = 256 << 20
-MIN_CHUNK_ROWS = 1_000
+# A chunk holds at most about this many bytes of source rows (the catalog's average row size, large values stored
+# apart included), however many rows `snapshot_chunk_rows` allows, and at least one row: a chunk is one Spark task and
+# one destination transaction, the unit a failure copies again and the progress counts; its rows stream through, so
+# its size does not bound memory (the fetch below does). Rows of up to about 1.3 KB keep `snapshot_chunk_rows`.
+CHUNK_BYTES = 64 << 20
+# The source's JDBC driver holds one fetch of rows at a time: at most FETCH_SIZE rows, and about FETCH_BYTES of them
+# (by the same average; one row at least, however large).
+FETCH_BYTES = 16 << 20
 FETCH_SIZE = 10_000
 _STAGING = "_cdc_bulk_staging"
 _POSITION_ALIAS = "_cdc_position"
@@ -88,6 +92,12 @@ class TableLoad:
     finished: bool
     source_definition: dict[str, Any] | None = None
     chunk_rows: int = 0  # this run's rows per chunk (`BulkLoader._size_chunks`)
+    row_bytes: int = 0  # the source's average row size, 0 when unknown (`BulkLoader._size_chunks`)
+
+    @property
+    def fetch_rows(self) -> int:
+        """The JDBC fetch size of the table's reads: about FETCH_BYTES of rows, FETCH_SIZE rows at most."""
+        return fetch_rows(self.row_bytes)
 
     @property
     def database(self) -> str:
@@ -112,6 +122,18 @@ class BulkColumn:
     source: Any  # the source module's SourceColumn
     dest_name: str
     pg_type: str  # the type whose text input form the column's COPY text is
+
+
+def chunk_rows(row_bytes: int, limit: int) -> int:
+    """Rows per chunk of a table whose rows average `row_bytes` (0: unknown): `limit` (`snapshot_chunk_rows`), fewer
+    for wide rows (about CHUNK_BYTES a chunk), one at least."""
+    return min(limit, max(1, CHUNK_BYTES // row_bytes)) if row_bytes > 0 else limit
+
+
+def fetch_rows(row_bytes: int) -> int:
+    """The JDBC fetch size for rows averaging `row_bytes` (0: unknown): about FETCH_BYTES of them, between one row
+    and FETCH_SIZE rows."""
+    return min(FETCH_SIZE, max(1, FETCH_BYTES // row_bytes)) if row_bytes > 0 else FETCH_SIZE
 
 
 def _table(schema: str, name: str) -> sql.Identifier:
@@ -392,7 +414,9 @@ class BulkLoader:
                 if direct is not None and table_direct != direct:
                     continue  # read the other way: in a slice of its own
                 if whole:
-                    weight = max(1, min(table.estimated_rows, table.chunk_rows))
+                    # Its share of a full chunk, in `snapshot_chunk_rows` rows (a table of wide rows weighs more).
+                    weight = max(1, min(table.estimated_rows, table.chunk_rows)) * \
+                        self.connector.snapshot_chunk_rows / max(1, table.chunk_rows)
                     if parts and weight > rows_left:
                         break
                     rows_left -= weight
@@ -535,15 +559,14 @@ class BulkLoader:
         return columns
 
     def _size_chunks(self, cur: Any, tables: Sequence[TableLoad]) -> None:
-        """Sets each table's rows per chunk: `snapshot_chunk_rows`, fewer for wide rows (at most about CHUNK_BYTES
-        a chunk); the source's row sizes read once per database."""
+        """Sets each table's average row size and rows per chunk (`chunk_rows`: about CHUNK_BYTES a chunk, at most
+        `snapshot_chunk_rows`); the source's row sizes read once per database."""
         sizes: dict[str, int] = {}
         for database in {table.database for table in tables}:
             sizes.update((listed.name, listed.average_row_bytes) for listed in self.source.list_tables(cur, database))
-        rows = self.connector.snapshot_chunk_rows
         for table in tables:
-            average = sizes.get(table.source_table, 0)
-            table.chunk_rows = min(rows, max(MIN_CHUNK_ROWS, CHUNK_BYTES // average)) if average else rows
+            table.row_bytes = sizes.get(table.source_table, 0)
+            table.chunk_rows = chunk_rows(table.row_bytes, self.connector.snapshot_chunk_rows)
 
     def _next_chunks(self, cur: Any, load_id: int, table: TableLoad, copying: Sequence[int] = (),
                      limit: int | None = None) -> list[Chunk]:
@@ -633,7 +656,7 @@ class BulkLoader:
         SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field, a
         task runs its chunks' SELECTs over the source's JDBC driver and writes the rows, no per-row expression in
         the source nor Spark row between. None where a column needs Spark (`_lines`)."""
-        queries, positions, kinds = [], [], []
+        queries, positions, kinds, fetch_sizes = [], [], [], []
         for part in parts:
             fields = self._copy_fields(part.columns)
             if fields is None:
@@ -651,9 +674,10 @@ class BulkLoader:
                     queries.append(select)
                     positions.append(self.source.snapshot_position_select(_POSITION_ALIAS, []))
                 kinds.append([kind for _, kind in fields])
+                fetch_sizes.append(table.fetch_rows)
         session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
         plan = {"sessionStatements": session, "snapshotStatement": self.source.CONSISTENT_SNAPSHOT,
-                "positionSql": positions, "chunkQueries": queries, "kinds": kinds, "fetchSize": FETCH_SIZE}
+                "positionSql": positions, "chunkQueries": queries, "kinds": kinds, "fetchSizes": fetch_sizes}
         copier_class = getattr(self.spark._jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
         copier = copier_class.fromJson(self._writer(parts), self.source.JDBC_DRIVER,
                                        self.source.jdbc_url(self.connector), self.connector.user,
@@ -670,7 +694,7 @@ class BulkLoader:
         whose first row carries the snapshot's binlog position and NULL data columns; the others have none."""
         source = self.source.qualified(table.database, table.table)
         properties = {"user": self.connector.user, "password": self.connector.password.reveal(),
-                      "driver": self.source.JDBC_DRIVER, "fetchsize": str(FETCH_SIZE)}
+                      "driver": self.source.JDBC_DRIVER, "fetchsize": str(table.fetch_rows)}
         if self.source.SESSION_INIT:
             properties["sessionInitStatement"] = self.source.SESSION_INIT
         url = self.source.jdbc_url(self.connector)
@@ -753,6 +777,7 @@ class BulkLoader:
     def repair_lines(self, cur: Any, table: TableLoad, chunks: list[Chunk]) -> tuple[list[BulkColumn], DataFrame]:
         """The table's columns and the COPY lines of these key ranges, read as a load reads them (verify's repair)."""
         columns = self._columns(cur, table)
+        self._size_chunks(cur, [table])
         return columns, self._lines(table, columns, chunks)
 
     def _finish_tables(self, tables: Sequence[TableLoad], logged: Sequence[TableLoad] = ()) -> None:

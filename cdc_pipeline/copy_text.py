@@ -15,9 +15,11 @@ NULL_TEXT = "\\N"
 ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
 
 # How the runner's SourceChunkCopier writes a field a source selected for a bulk snapshot (`copy_field_sql`) as COPY
-# text, NULL as `\N` in each case: as it is (a number, a hex string), escaped as `copy_escape` does (a text value),
-# or a zero date as NULL (a date). The codes are the copier's (SourceChunkCopier.PLAIN, TEXT, DATE).
-FIELD_PLAIN, FIELD_TEXT, FIELD_DATE = 0, 1, 2
+# text, NULL as `\N` in each case: as it is (a number), escaped as `copy_escape` does (a text value), a zero date as
+# NULL (a date), or binary bytes as bytea's hex text (`\\x` and lower-case hex digits: the source sends the bytes,
+# half the hex text's size, and a value of any size the server can send). The codes are the copier's
+# (SourceChunkCopier.PLAIN, TEXT, DATE, BYTEA).
+FIELD_PLAIN, FIELD_TEXT, FIELD_DATE, FIELD_BYTEA = 0, 1, 2, 3
 
 
 def copy_escape(text: Column) -> Column:

@@ -29,7 +29,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.copy_text import (ESCAPES, FIELD_DATE, FIELD_PLAIN, FIELD_TEXT, NULL_TEXT, copy_escape,
+from cdc_pipeline.copy_text import (ESCAPES, FIELD_BYTEA, FIELD_DATE, FIELD_PLAIN, FIELD_TEXT, NULL_TEXT, copy_escape,
                                     ewkb_hex)
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
@@ -536,7 +536,8 @@ def copy_field_sql(column: SourceColumn, pg_type: str) -> tuple[str, int] | None
     if kind in _STRING_TYPES:
         return value, FIELD_TEXT
     if kind in _BINARY_TYPES:
-        return f"CONCAT({_utf8(92, 92, 120)}, LOWER({value}))", FIELD_PLAIN
+        # The bytes, not HEX(): a hex string twice the value's size would be NULL past max_allowed_packet.
+        return quote_mysql(column.name), FIELD_BYTEA
     if kind == "bit" and column.bit_length > 1:
         return f"LPAD({value}, {column.bit_length}, '0')", FIELD_PLAIN
     if kind in ("date", "datetime"):
@@ -558,6 +559,8 @@ def copy_text_sql(column: SourceColumn, pg_type: str) -> str | None:
             text = f"REPLACE({text}, {_utf8(ord(char))}, {_utf8(*map(ord, escape))})"
     elif how == FIELD_DATE:
         text = f"IF({text} LIKE '0000-00-00%', NULL, {text})"
+    elif how == FIELD_BYTEA:
+        text = f"CONCAT({_utf8(92, 92, 120)}, LOWER(HEX({text})))"
     return f"COALESCE({text}, {_utf8(92, 78)})"
 
 

@@ -311,10 +311,11 @@ def tables_of(cur: Any, connector: ConnectorConfig) -> list[SourceTable]:
 
 def list_tables(cur: Any, schema: str | None, table: str | None = None) -> list[SourceTable]:
     """Ordinary tables (partitions included, as Debezium captures them) of `schema` (None: every user schema), or
-    the one named `table`, with the planner's estimate of their rows and average row size."""
+    the one named `table`, with the planner's estimate of their rows and average row size (the table's size with its
+    TOAST table, as stored: values TOAST compressed count their compressed size)."""
     cur.execute(
         "SELECT n.nspname, c.relname, greatest(c.reltuples, 0)::bigint, "
-        "CASE WHEN c.reltuples > 0 THEN (pg_relation_size(c.oid) / c.reltuples)::bigint ELSE 0 END "
+        "CASE WHEN c.reltuples > 0 THEN (pg_table_size(c.oid) / c.reltuples)::bigint ELSE 0 END "
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE c.relkind = 'r' AND n.nspname <> ALL(%s) AND n.nspname NOT LIKE 'pg\\_temp\\_%%' "
         "AND (%s::text IS NULL OR n.nspname = %s) AND (%s::text IS NULL OR c.relname = %s) "

@@ -4,6 +4,7 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
@@ -15,7 +16,8 @@ import org.postgresql.copy.CopyIn;
 
 /**
  * The thread that writes a task's COPY data, a few buffers behind the task's thread: Spark computes the next rows
- * while PostgreSQL reads the last ones.
+ * while PostgreSQL reads the last ones. The text is handed over in pieces of 256 KB as it is written, a row's value of
+ * many MB too: the task's copy holds a few pieces, never a whole row's text.
  */
 final class CopyFeeder extends Thread {
     private static final int BUFFERS_IN_FLIGHT = 4;
@@ -38,7 +40,7 @@ final class CopyFeeder extends Thread {
 
     /**
      * Runs `copySql` (a COPY ... FROM STDIN) on the connection with the text `text` writes for each row, fed by a
-     * feeder thread in buffers of about 256 KB; returns the rows COPY took. A failure cancels the COPY.
+     * feeder thread in buffers of 256 KB; returns the rows COPY took. A failure cancels the COPY.
      */
     static long copyRows(Connection connection, String copySql, String threadName, Iterator<InternalRow> rows,
                          RowText text) throws Exception {
@@ -56,24 +58,80 @@ final class CopyFeeder extends Thread {
         CopyIn copy = connection.unwrap(PGConnection.class).getCopyAPI().copyIn(copySql);
         CopyFeeder feeder = new CopyFeeder(copy, threadName);
         feeder.start();
-        ByteArrayOutputStream buffer = new ByteArrayOutputStream(FLUSH_BYTES + 4096);
+        Pieces buffer = new Pieces(feeder);
         try {
             while (next.write(buffer)) {
-                if (buffer.size() >= FLUSH_BYTES) {
-                    feeder.put(buffer.toByteArray());
-                    buffer.reset();
-                }
+                // Each full piece is handed over as it is written.
             }
-            if (buffer.size() > 0) {
-                feeder.put(buffer.toByteArray());
-            }
+            buffer.handOver();
             feeder.finish();
             return copy.endCopy();
+        }
+        catch (Pieces.HandOverFailure e) {
+            throw e.failure;
         }
         finally {
             feeder.interrupt();
             if (copy.isActive()) {
                 copy.cancelCopy();
+            }
+        }
+    }
+
+    /** The task's COPY text, handed to the feeder in pieces of FLUSH_BYTES as it is written. */
+    private static final class Pieces extends ByteArrayOutputStream {
+        private final CopyFeeder feeder;
+
+        Pieces(CopyFeeder feeder) {
+            super(FLUSH_BYTES);
+            this.feeder = feeder;
+        }
+
+        @Override
+        public synchronized void write(int b) {
+            super.write(b);
+            if (count >= FLUSH_BYTES) {
+                handOver();
+            }
+        }
+
+        @Override
+        public synchronized void write(byte[] bytes, int offset, int length) {
+            while (length > 0) {
+                int n = Math.min(length, FLUSH_BYTES - count);
+                super.write(bytes, offset, n);
+                offset += n;
+                length -= n;
+                if (count >= FLUSH_BYTES) {
+                    handOver();
+                }
+            }
+        }
+
+        /** Hands what was written to the feeder (the full array itself, no copy), and starts a new piece. */
+        void handOver() {
+            if (count == 0) {
+                return;
+            }
+            byte[] piece = count == buf.length ? buf : Arrays.copyOf(buf, count);
+            try {
+                feeder.put(piece);
+            }
+            catch (Exception e) {
+                throw new HandOverFailure(e);
+            }
+            buf = piece == buf ? new byte[FLUSH_BYTES] : buf;
+            count = 0;
+        }
+
+        /** The feeder's failure (or an interrupt), carried out of an OutputStream's write. */
+        static final class HandOverFailure extends RuntimeException {
+            private static final long serialVersionUID = 1L;
+            final Exception failure;
+
+            HandOverFailure(Exception failure) {
+                super(failure);
+                this.failure = failure;
             }
         }
     }

@@ -30,9 +30,14 @@ import org.apache.spark.api.java.function.VoidFunction;
  * The source selects each column as text (or as the bytes its SQL made ready, a hex string say), and the task
  * makes each field COPY text by its kind (cdc_pipeline/copy_text.py's FIELD_*): a text value escaped (backslash,
  * newline, carriage return, tab; NUL taken out, as PostgreSQL's text types cannot hold it), a zero date as NULL,
- * others as they are; NULL as \N. The escaped bytes are ASCII, never part of a multi-byte UTF-8 character, so a
- * value's UTF-8 bytes are escaped as bytes, never decoded. The source runs no per-row expression (in MariaDB,
- * rendering COPY text in the SELECT cost three times the plain SELECT), and no Spark row is built.
+ * binary bytes as bytea's hex text, others as they are; NULL as \N. The escaped bytes are ASCII, never part of a
+ * multi-byte UTF-8 character, so a value's UTF-8 bytes are escaped as bytes, never decoded. The source runs no
+ * per-row expression (in MariaDB, rendering COPY text in the SELECT cost three times the plain SELECT), and no Spark
+ * row is built.
+ *
+ * Memory is bounded by bytes, not rows: the driver holds one fetch of a chunk's rows (its fetch size, set per chunk
+ * from the table's average row size), a value is escaped or hex-encoded in windows of 64 KB, and the COPY text goes
+ * out in pieces of 256 KB (`CopyFeeder`). A row of many MB costs about its own size, a few times over.
  *
  * A chunk read under a consistent snapshot (a table without a key) runs on a source session of its own: the
  * session's statements, `snapshotStatement`, then its `positionSql`, whose one value is the snapshot's source
@@ -45,6 +50,11 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     static final int PLAIN = 0;
     static final int TEXT = 1;
     static final int DATE = 2;
+    static final int BYTEA = 3;
+    /** Bytes of a value escaped or hex-encoded at a time. */
+    private static final int WINDOW = 1 << 16;
+    private static final byte[] HEX_DIGITS = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
+    private static final byte[] BYTEA_PREFIX = {'\\', '\\', 'x'};
     private static final byte[] NULL_TEXT = {'\\', 'N'};
     private static final byte[] ZERO_DATE = "0000-00-00".getBytes(StandardCharsets.US_ASCII);
 
@@ -58,7 +68,7 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     private final String[] positionSql;
     private final String[] chunkQueries;
     private final int[][] kinds;
-    private final int fetchSize;
+    private final int[] fetchSizes;
 
     /**
      * @param transaction       the chunks' transactions in the destination (it holds each chunk's id and table)
@@ -68,11 +78,12 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
      * @param positionSql       per chunk, the query of its snapshot's position, or null (a chunk read by key range)
      * @param chunkQueries      per chunk, the SELECT of its fields
      * @param kinds             per chunk, how to write each field
+     * @param fetchSizes        per chunk, the JDBC fetch size of its SELECT (rows the driver holds at a time)
      */
     public SourceChunkCopier(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                              String sourceUser, String sourcePassword, String[] sessionStatements,
                              String snapshotStatement, String[] positionSql, String[] chunkQueries, int[][] kinds,
-                             int fetchSize) {
+                             int[] fetchSizes) {
         this.transaction = transaction;
         this.driverClass = driverClass;
         this.sourceUrl = sourceUrl;
@@ -83,13 +94,13 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
         this.positionSql = positionSql.clone();
         this.chunkQueries = chunkQueries.clone();
         this.kinds = kinds.clone();
-        this.fetchSize = fetchSize;
+        this.fetchSizes = fetchSizes.clone();
     }
 
     /**
      * The copier of a slice's chunks as the driver describes them in one JSON text (see
      * `ChunkCopyWriter.fromJson`): {@code sessionStatements}, {@code snapshotStatement}, {@code positionSql},
-     * {@code chunkQueries}, {@code kinds} and {@code fetchSize}, as the constructor takes them.
+     * {@code chunkQueries}, {@code kinds} and {@code fetchSizes}, as the constructor takes them.
      */
     public static SourceChunkCopier fromJson(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                                              String sourceUser, String sourcePassword, String json)
@@ -105,7 +116,7 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                                      ChunkCopyWriter.text(plan.get("snapshotStatement")),
                                      ChunkCopyWriter.texts(plan.get("positionSql")),
                                      ChunkCopyWriter.texts(plan.get("chunkQueries")), kinds,
-                                     plan.get("fetchSize").asInt());
+                                     ChunkCopyWriter.ints(plan.get("fetchSizes")));
     }
 
     /** The job's input: the chunks' indexes, in order, in `partitions` partitions (a task copies its in turn). */
@@ -171,7 +182,9 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                     position = rows.next() ? rows.getString(1) : null;
                 }
             }
-            statement.setFetchSize(fetchSize);
+            // MariaDB Connector/J streams the result, `fetchSize` rows at a time; pgjdbc reads through a cursor
+            // (outside autocommit) as many at a time.
+            statement.setFetchSize(fetchSizes[index]);
             try (ResultSet rows = statement.executeQuery(chunkQueries[index])) {
                 Fields fields = new Fields(rows, kinds[index]);
                 long copied = CopyFeeder.copy(destination, transaction.copySql(index), "cdc-chunk-copy",
@@ -203,7 +216,7 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
         private final ResultSet rows;
         private final int[] kinds;
         private final boolean[] asBytes;
-        private byte[] escaped = new byte[256];
+        private final byte[] window = new byte[2 * WINDOW];
 
         Fields(ResultSet rows, int[] kinds) throws SQLException {
             ResultSetMetaData meta = rows.getMetaData();
@@ -217,6 +230,10 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
             // say) through the driver's text of it.
             asBytes = new boolean[kinds.length];
             for (int i = 0; i < kinds.length; i++) {
+                if (kinds[i] == BYTEA) {
+                    asBytes[i] = true;
+                    continue;
+                }
                 switch (meta.getColumnType(i + 1)) {
                     case Types.CHAR: case Types.VARCHAR: case Types.LONGVARCHAR: case Types.BINARY:
                     case Types.VARBINARY: case Types.LONGVARBINARY: case Types.BLOB: case Types.CLOB:
@@ -250,6 +267,9 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                 else if (kinds[i] == TEXT) {
                     writeEscaped(value, out);
                 }
+                else if (kinds[i] == BYTEA) {
+                    writeHex(value, out);
+                }
                 else {
                     out.write(value, 0, value.length);
                 }
@@ -270,46 +290,65 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
             return true;
         }
 
+        /** The value's bytes with COPY's escapes (NUL taken out), a window at a time. */
         private void writeEscaped(byte[] value, ByteArrayOutputStream out) {
-            int special = 0;
-            for (byte b : value) {
-                if (b == '\\' || b == '\n' || b == '\r' || b == '\t' || b == 0) {
-                    special++;
-                }
-            }
-            if (special == 0) {
+            if (!hasSpecial(value)) {
                 out.write(value, 0, value.length);
                 return;
             }
-            if (escaped.length < value.length + special) {
-                escaped = new byte[Math.max(value.length + special, escaped.length * 2)];
+            for (int start = 0; start < value.length; start += WINDOW) {
+                int end = Math.min(value.length, start + WINDOW);
+                int n = 0;
+                for (int i = start; i < end; i++) {
+                    byte b = value[i];
+                    switch (b) {
+                        case 0:
+                            break;
+                        case '\\':
+                            window[n++] = '\\';
+                            window[n++] = '\\';
+                            break;
+                        case '\n':
+                            window[n++] = '\\';
+                            window[n++] = 'n';
+                            break;
+                        case '\r':
+                            window[n++] = '\\';
+                            window[n++] = 'r';
+                            break;
+                        case '\t':
+                            window[n++] = '\\';
+                            window[n++] = 't';
+                            break;
+                        default:
+                            window[n++] = b;
+                    }
+                }
+                out.write(window, 0, n);
             }
-            int n = 0;
+        }
+
+        private static boolean hasSpecial(byte[] value) {
             for (byte b : value) {
-                switch (b) {
-                    case 0:
-                        break;
-                    case '\\':
-                        escaped[n++] = '\\';
-                        escaped[n++] = '\\';
-                        break;
-                    case '\n':
-                        escaped[n++] = '\\';
-                        escaped[n++] = 'n';
-                        break;
-                    case '\r':
-                        escaped[n++] = '\\';
-                        escaped[n++] = 'r';
-                        break;
-                    case '\t':
-                        escaped[n++] = '\\';
-                        escaped[n++] = 't';
-                        break;
-                    default:
-                        escaped[n++] = b;
+                if (b == '\\' || b == '\n' || b == '\r' || b == '\t' || b == 0) {
+                    return true;
                 }
             }
-            out.write(escaped, 0, n);
+            return false;
+        }
+
+        /** Binary bytes as bytea's hex text in COPY (its backslash escaped), a window at a time. */
+        private void writeHex(byte[] value, ByteArrayOutputStream out) {
+            out.write(BYTEA_PREFIX, 0, BYTEA_PREFIX.length);
+            for (int start = 0; start < value.length; start += WINDOW) {
+                int end = Math.min(value.length, start + WINDOW);
+                int n = 0;
+                for (int i = start; i < end; i++) {
+                    window[n++] = HEX_DIGITS[(value[i] >> 4) & 0xf];
+                    window[n++] = HEX_DIGITS[value[i] & 0xf];
+                }
+                out.write(window, 0, n);
+            }
         }
     }
 }
