@@ -41,7 +41,7 @@ class PostgresPipeline(DestinationChecks):
     def dest_dsn(self) -> str:
         return self.destination.dsn(self.dest_db)
 
-    def write_config(self, **overrides: Any) -> None:
+    def write_config(self, spark: dict[str, Any] | None = None, **overrides: Any) -> None:
         connector = {
             "type": "postgres",
             "hostname": self.source_server.host,
@@ -53,8 +53,10 @@ class PostgresPipeline(DestinationChecks):
             "idle_timeout_seconds": 2,
             **overrides,
         }
-        document = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc"},
-                    "connectors": {self.name: connector}}
+        document: dict[str, Any] = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc"},
+                                    "connectors": {self.name: connector}}
+        if spark is not None:
+            document["spark"] = spark
         self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def source(self, statements: str | list[str]) -> None:
