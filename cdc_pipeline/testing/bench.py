@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -328,12 +329,13 @@ class SyncFailed(RuntimeError):
 
 def measure_sync_process(source: MariaDbServer | None, destination: PostgresServer, work: Path, database: str,
                          engine: str, tables: Sequence[str], new_destination: bool = True,
-                         connector: dict[str, Any] | None = None,
-                         spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+                         connector: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None,
+                         timeout_seconds: float | None = None) -> dict[str, Any]:
     """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
     it starts (children's peak RSS, from the kernel). `spark_conf` goes to the connectors file's `spark: conf:`.
-    Raises SyncFailed when the process fails."""
+    Raises SyncFailed when the process fails, or has not ended after `timeout_seconds` (then it and its JVM are
+    ended)."""
     name = f"load_{engine}"
     dest_database = f"{database}_{engine}"
     if new_destination:
@@ -355,7 +357,11 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks = _PeakMemory(process.pid)
     peaks.start()
-    out, err = process.communicate()
+    try:
+        out, err = process.communicate(timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        out, err = _end_process(process)
+        err += f"\nthe bench ended the process: it had not ended after {timeout_seconds} s"
     seconds = time.monotonic() - started
     peaks.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -370,6 +376,19 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
             "load_seconds": summary.get("load_seconds"), "cpu_seconds": round(
                 after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "peak_rss_mb_python": peaks.python_mb, "peak_rss_mb_jvm": peaks.jvm_mb, "cycle": summary}
+
+
+def _end_process(process: subprocess.Popen) -> tuple[str, str]:
+    """Kills a `sync` process and the JVM it started (a hung driver does not always end with its parent); returns
+    what it had written."""
+    children = _children(process.pid)
+    process.kill()
+    for child in children:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return process.communicate()
 
 
 def _connector_env(work: Path, name: str, destination: PostgresServer, dest_database: str) -> dict[str, str]:

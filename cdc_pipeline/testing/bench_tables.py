@@ -109,16 +109,17 @@ def differing_tables(source: MariaDbServer, destination: PostgresServer, databas
 
 
 def sync_until_done(source: MariaDbServer, destination: PostgresServer, work: Path, new_destination: bool,
-                    database: str = DATABASE, spark_conf: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                    database: str = DATABASE, spark_conf: dict[str, str] | None = None,
+                    timeout_seconds: float | None = None) -> list[dict[str, Any]]:
     """Fresh `cdc-pipeline sync` processes of the whole source `database`, one after the other, until one ends with
     its bulk snapshot done and its stream idle (neither `bulk_snapshot_pending` nor `budget_spent`); each one's
-    measurement."""
+    measurement (`measure_sync_process`, with `spark_conf` and `timeout_seconds`)."""
     connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER}
     runs: list[dict[str, Any]] = []
     while len(runs) < MAX_RUNS_PER_PHASE:
         run = measure_sync_process(source, destination, work, database, "spark", [],
                                    new_destination=new_destination and not runs, connector=connector,
-                                   spark_conf=spark_conf)
+                                   spark_conf=spark_conf, timeout_seconds=timeout_seconds)
         runs.append(run)
         if not (run["cycle"].get("bulk_snapshot_pending") or run["cycle"].get("budget_spent")):
             return runs

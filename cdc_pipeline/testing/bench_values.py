@@ -45,6 +45,9 @@ MAX_ALLOWED_PACKET = 1 << 30
 # time in checkpoints.
 REDO_LOG_BYTES = 1 << 30
 VALUE_SIZES_MB = (1, 8, 64)
+# A `sync` process still running after this long is ended and reported as failed: a driver out of heap may hang
+# rather than fail.
+SYNC_TIMEOUT_SECONDS = 900
 # Rows per value size when none is given: 200 rows up to 8 MB (the 8 MB case is issue #39's 1.6 GB), else 512 MB
 # worth (at least 4 rows).
 ROWS_UP_TO_8_MB = 200
@@ -181,7 +184,7 @@ def measure_size(source: MariaDbServer, destination: PostgresServer, work: Path,
 
     try:
         load = sync_until_done(source, destination, work, new_destination=True, database=database,
-                               spark_conf=spark_conf)
+                               spark_conf=spark_conf, timeout_seconds=SYNC_TIMEOUT_SECONDS)
     except RuntimeError as error:
         log.error("%d MB values, load: %s", size_mb, error)
         measured["load"] = failure(error)
@@ -194,7 +197,7 @@ def measure_size(source: MariaDbServer, destination: PostgresServer, work: Path,
     measured["update_seconds"] = round(time.monotonic() - started, 2)
     try:
         stream = sync_until_done(source, destination, work, new_destination=False, database=database,
-                                 spark_conf=spark_conf)
+                                 spark_conf=spark_conf, timeout_seconds=SYNC_TIMEOUT_SECONDS)
     except RuntimeError as error:
         log.error("%d MB values, stream: %s", size_mb, error)
         measured["stream"] = failure(error)
