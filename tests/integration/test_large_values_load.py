@@ -17,14 +17,16 @@ from tests.helpers.runs import start_sync
 
 pytestmark = pytest.mark.integration
 
-# The sync's whole JVM (Spark's driver and executors, Debezium): a few of these rows at once fit, a chunk's all do not.
-def small_heap(size: str) -> dict[str, Any]:
-    """The connectors file's `spark:` of a sync whose JVM has this heap (Spark's own floor of 450 MB lowered)."""
-    return {"conf": {"spark.driver.memory": size, "spark.testing.reservedMemory": str(64 << 20)}}
 MARIADB_ROWS = 20
 POSTGRES_ROWS = 4
 # Every byte value, 0x00 and 0x5c (a backslash) among them.
 EVERY_BYTE = "X'" + bytes(range(256)).hex() + "'"
+
+
+def small_heap(size: str) -> dict[str, Any]:
+    """The connectors file's `spark:` of a sync whose whole JVM (Spark's driver and executors, Debezium) has this heap
+    (Spark's own floor of 450 MB lowered)."""
+    return {"conf": {"spark.driver.memory": size, "spark.testing.reservedMemory": str(64 << 20)}}
 
 
 def _sync(name: str, env: dict[str, str] | None = None) -> dict[str, Any]:
