@@ -70,6 +70,23 @@ MAX_BATCH_SIZE = 100_000
 # Consecutive Debezium batches are joined up to this many events into one Spark job and one transaction.
 DEFAULT_APPLY_BATCH_EVENTS = 20_000
 MAX_APPLY_BATCH_EVENTS = 1_000_000
+# ... and up to this many MB of rows: a group of multi-MB values is a few events, and every buffer of the stream is
+# bounded from it (Debezium's queue holds as much, the runner three times as much; docs/configuration.md).
+DEFAULT_APPLY_BATCH_MB = 64
+MAX_APPLY_BATCH_MB = 4096
+DRIVER_MEMORY = "spark.driver.memory"
+# The driver's heap when the file's spark.conf sets none: what Spark, Debezium and the schemas need (BASE), and
+# PER_BATCH_MB times apply_batch_mb for the rows in flight, each of which is held up to that many times over:
+# Debezium's queue and the batch its engine polled, the runner's batches (three groups' worth), and the group being
+# applied (its rows, their serialized tasks and the tasks' copies, the COPY lines made of them). With the defaults,
+# 1.5 GB: the JVM's resident memory stays under 2 GB (docs/configuration.md, "Memory").
+DRIVER_MEMORY_BASE_MB = 512
+DRIVER_MEMORY_PER_BATCH_MB = 16
+
+
+def driver_memory_mb(apply_batch_mb: int) -> int:
+    """The driver JVM's heap (MB) for connectors of groups of `apply_batch_mb` MB, unless spark.conf sets one."""
+    return DRIVER_MEMORY_BASE_MB + DRIVER_MEMORY_PER_BATCH_MB * apply_batch_mb
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 1.0
 # Past the binlog client's reconnect after a source restart: one to two keep-alive intervals of 60 s, and the connect.
@@ -412,6 +429,9 @@ class SparkConfig:
     # Spark's web UI of a run's driver (spark.ui.enabled, spark.ui.port; `conf` wins over both).
     ui: bool = False
     ui_port: Port = DEFAULT_SPARK_UI_PORT
+    # The driver's heap unless `conf` sets spark.driver.memory: from the file's connectors (`driver_memory_mb`).
+    default_driver_memory_mb: int = dataclasses.field(default=driver_memory_mb(DEFAULT_APPLY_BATCH_MB), init=False,
+                                                      compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.ui:
@@ -448,6 +468,9 @@ class ConnectorConfig:
     snapshot_chunk_rows: _between(MIN_SNAPSHOT_CHUNK_ROWS) = DEFAULT_SNAPSHOT_CHUNK_ROWS
     batch_size: _between(1, MAX_BATCH_SIZE) = DEFAULT_BATCH_SIZE
     apply_batch_events: _between(1, MAX_APPLY_BATCH_EVENTS) = DEFAULT_APPLY_BATCH_EVENTS
+    # A group's rows in MB at most (a single larger event goes through alone); Debezium's queue and the runner's
+    # batches are bounded from it (`runner.debezium_properties`, `cycle.held_bytes`).
+    apply_batch_mb: _between(1, MAX_APPLY_BATCH_MB) = DEFAULT_APPLY_BATCH_MB
     # Who COPYs a keyed table's streamed rows into the destination: "executors" (Spark's tasks, into a staging
     # table the batch's transaction merges from) or "driver" (collected to the driver and COPYed there).
     apply_copy: ApplyCopier = "executors"
@@ -616,6 +639,11 @@ class PipelineConfig:
     connectors: Mapping[str, ConnectorConfig] = dataclasses.field(hash=False)
     path: Path
     spark: SparkConfig = dataclasses.field(default_factory=SparkConfig)
+
+    def __post_init__(self) -> None:
+        largest = max((connector.apply_batch_mb for connector in self.connectors.values()),
+                      default=DEFAULT_APPLY_BATCH_MB)
+        object.__setattr__(self.spark, "default_driver_memory_mb", driver_memory_mb(largest))
 
     def connector(self, name: str) -> ConnectorConfig:
         """Return the named connector; raise ConfigError listing the configured names if there is none."""

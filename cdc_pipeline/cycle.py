@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import os
@@ -146,6 +147,18 @@ def queue_capacity(connector: ConnectorConfig) -> int:
     return max(4, 2 * -(-connector.apply_batch_events // connector.batch_size))
 
 
+# A group whose rows hold this many bytes is let go of at once once applied (`_apply_all`).
+LARGE_GROUP_BYTES = 8 << 20
+# Groups' worth of bytes the runner holds at most (queued and in flight): the group applied, the next one run ahead,
+# and the one being gathered.
+HELD_GROUPS = 3
+
+
+def held_bytes(connector: ConnectorConfig) -> int:
+    """The bytes of rows the runner holds at most, queued and in flight (`RunnerParameters.setHeldBytes`)."""
+    return HELD_GROUPS * (connector.apply_batch_mb << 20)
+
+
 class ConnectorSession:
     """The live parts of one connector's fetch cycle: destination connection, run lock, Debezium engine.
 
@@ -268,7 +281,8 @@ class ConnectorSession:
         sources.prepare_capture(connector)
         # The engine needs the driver JVM only: it starts while a session still starting is being made.
         self.runner = DebeziumRunner(self._spark, name, debezium_properties(connector, self.destination),
-                                     queue_capacity=queue_capacity(self.connector))
+                                     queue_capacity=queue_capacity(self.connector),
+                                     held_bytes=held_bytes(self.connector))
         self.runner.start()
         self.cycle_stats = CycleStats()
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
@@ -686,6 +700,10 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
                 counts = apply_with_retries(session, applier, plan)
             finally:
                 plan.parsed.release()
+                if plan.parsed.batch.bytes >= LARGE_GROUP_BYTES:
+                    # Its rows stay in the JVM while Python objects (frames of its steps) refer to them, and
+                    # those may be in reference cycles: freed now, a group of large values leaves no copy behind.
+                    gc.collect()
             session.reconcile_load(plan.last_ref.offset if plan.last_ref else None)
         session.record_stage(plan)
         stats.last_commit_at = time.monotonic()

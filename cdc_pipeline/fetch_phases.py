@@ -46,7 +46,7 @@ class FetchCycle:
     """The fetch step's shared state: the group being gathered, the run's budget, the batch carried between phases.
 
     Iterating it runs the phases in order and yields groups of consecutive batches of up to `apply_batch_events`
-    events, each as soon as the engine has nothing more ready, so the engine goes on capturing while a group is
+    events and `apply_batch_mb` of rows, each as soon as the engine has nothing more ready, so the engine goes on capturing while a group is
     applied downstream. A run's first group holds one runner batch (`batch_size` events, with the rest of a statement
     it starts): the cold JVM's first Spark job then parses, stages and merges a few hundred events, not twenty thousand,
     and the next group, gathered meanwhile, is a full one.
@@ -60,6 +60,7 @@ class FetchCycle:
         self.started = time.monotonic()
         self.group: list[FetchedBatch] = []
         self.group_events = 0
+        self.group_bytes = 0
         self.groups = 0  # taken so far in this run
         self.events = 0
         self.last_batch_at = self.started
@@ -251,7 +252,7 @@ class FetchCycle:
                     # every change before it is applied (what the change sensor reads the source's log from).
                     idle_mark = (sources.source_position(connector), now)
                 if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
-                        and runner.engine_queue_empty() and runner.queued_batches() == 0:
+                        and self._engine_drained():
                     # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
                     # or the load: the snapshot's own position), so no change before it is still on its way.
                     session.checked_end = idle_mark[0]
@@ -263,7 +264,8 @@ class FetchCycle:
                     # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
                     # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
                     # too fresh to say that nothing came after it.
-                    if now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end):
+                    if now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end) \
+                            and self._engine_drained():
                         # Recorded once the groups fetched before it are applied (`apply_batches`).
                         session.checked_end = end
                         break
@@ -304,6 +306,12 @@ class FetchCycle:
         its own snapshot's position counts): every change written before `end` was then fetched, in order."""
         return sources.position_reached(self.last_offset, end)
 
+    def _engine_drained(self) -> bool:
+        """Whether nothing the engine read is on its way to us: Debezium's queue and ours empty, and no batch being
+        handed over (a batch of multi-MB values spends seconds there, or waits for room while groups apply)."""
+        return self.runner.engine_queue_empty() and self.runner.queued_batches() == 0 \
+            and not self.runner.handing_over()
+
     def _reader_reached(self, end: dict[str, Any]) -> bool:
         """Whether the engine's log reader has read the source's log up to `end` (a reader whose position cannot be
         read counts as there)."""
@@ -329,17 +337,19 @@ class FetchCycle:
         continues = bool(self.group) and _continues_statement(self.group[-1], batch)
         limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
                                                                            self.connector.apply_batch_events)
-        if self.group and self.group_events + batch.size > limit and not continues:
+        too_big = self.group_bytes + batch.bytes > self.connector.apply_batch_mb << 20
+        if self.group and (self.group_events + batch.size > limit or too_big) and not continues:
             closed = self._take_group()
         self.group.append(batch)
         self.group_events += batch.size
+        self.group_bytes += batch.bytes
         self.events += batch.size
         self.last_batch_at = now
         self.last_offset = batch.last_offset
         return closed
 
     def _take_group(self) -> list[FetchedBatch]:
-        group, self.group, self.group_events = self.group, [], 0
+        group, self.group, self.group_events, self.group_bytes = self.group, [], 0, 0
         self.groups += 1
         return group
 

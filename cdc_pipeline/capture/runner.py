@@ -181,6 +181,8 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         **(SCHEMA_SYNC_PROPERTIES if connector.snapshot_mode == "schemasync" else {}),
         "max.batch.size": str(connector.batch_size),
         "max.queue.size": str(max(8192, connector.batch_size * 4)),
+        # ... and by bytes: events of multi-MB values would fill any heap at thousands an engine batch.
+        "max.queue.size.in.bytes": str(connector.apply_batch_mb << 20),
         "poll.interval.ms": "100",
         "include.schema.changes": "true",
         "tombstones.on.delete": "false",
@@ -250,6 +252,7 @@ class FetchedBatch:
     index: list[dict[str, Any]] = field(default_factory=list)
     java_data_rows: Any = None
     members: tuple["FetchedBatch", ...] = ()  # the runner batches a merged batch joins, in order
+    bytes: int = 0  # about what its rows hold in the JVM (`ChangeBatch.bytes`)
 
     @property
     def batch_ids(self) -> tuple[int, ...]:
@@ -300,13 +303,15 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         batch_id=batches[0].batch_id, size=sum(batch.size for batch in batches), java_batch=None, schemas=schemas,
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
         index=[entry for batch in batches for entry in batch.index], java_data_rows=rows,
-        members=tuple(member for batch in batches for member in batch.members or (batch,)))
+        members=tuple(member for batch in batches for member in batch.members or (batch,)),
+        bytes=sum(batch.bytes for batch in batches))
 
 
 class DebeziumRunner:
     """One embedded Debezium engine inside the Spark driver JVM, driven through py4j."""
 
-    def __init__(self, spark: Any, connector: str, properties: dict[str, str], queue_capacity: int = 4) -> None:
+    def __init__(self, spark: Any, connector: str, properties: dict[str, str], queue_capacity: int = 4,
+                 held_bytes: int = 0) -> None:
         self.connector = connector
         self._spark = spark
         jvm = spark._jvm
@@ -321,6 +326,7 @@ class DebeziumRunner:
         for key, value in properties.items():
             params.set(key, str(value))
         params.setQueueCapacity(queue_capacity)
+        params.setHeldBytes(held_bytes)
         self._java = getattr(jvm, f"{JAVA_PACKAGE}.DebeziumRunner")(params)
         self._started = False
         self._spool_dir: str | None = None
@@ -367,6 +373,10 @@ class DebeziumRunner:
         """Whether Debezium's own queue, between its source task and this runner, is empty now."""
         return bool(self._java.engineQueueEmpty())
 
+    def handing_over(self) -> bool:
+        """Whether the engine's thread is handing a batch over now (making its rows, or waiting for room)."""
+        return bool(self._java.handingOver())
+
     def queued_batches(self) -> int:
         """Batches handed over by the engine and not yet fetched."""
         return int(self._java.queuedBatches())
@@ -390,6 +400,7 @@ class DebeziumRunner:
         return FetchedBatch(
             batch_id=int(header["id"]),
             size=int(header["size"]),
+            bytes=int(header.get("bytes", 0)),
             java_batch=batch,
             schemas=header["schemas"],
             last_offset=header["last_offset"],
@@ -412,3 +423,7 @@ class DebeziumRunner:
 
     def events_received(self) -> int:
         return int(self._java.eventsReceived())
+
+    def held_bytes(self) -> int:
+        """About what the batches queued and in flight hold (bounded by `held_bytes`)."""
+        return int(self._java.heldBytes())

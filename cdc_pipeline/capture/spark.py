@@ -12,7 +12,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.capture import jvm_archive, spark_home
-from cdc_pipeline.config import THIRD_PARTY_WARNINGS_ENV, SparkConfig
+from cdc_pipeline.config import DRIVER_MEMORY, THIRD_PARTY_WARNINGS_ENV, SparkConfig
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, java_class, runner_classpath
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,6 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
     # Compiled code kept per JVM: a group's steps compile one filter and one projection per table version, and a
@@ -66,7 +65,8 @@ def spark_settings(spark: SparkConfig | None = None, conf: Mapping[str, str] | N
     not built."""
     spark = spark or SparkConfig()
     jars = runner_classpath()
-    settings = {**DEFAULT_CONF, "spark.master": spark.master, "spark.app.name": APP_NAME, **spark.conf, **(conf or {})}
+    settings = {**DEFAULT_CONF, DRIVER_MEMORY: f"{spark.default_driver_memory_mb}m", "spark.master": spark.master,
+                "spark.app.name": APP_NAME, **spark.conf, **(conf or {})}
     given = settings.get(DRIVER_JAVA_OPTIONS)
     settings[DRIVER_JAVA_OPTIONS] = " ".join(part for part in (_driver_jit_options(given), given) if part)
     additions = {
@@ -213,12 +213,20 @@ def batch_dataframe(spark: SparkSession, batch: FetchedBatch) -> DataFrame:
     The rows are spread over the default parallelism as an RDD: a local relation would be converted on the driver,
     one row at a time, by the optimizer, instead of in parallel tasks.
     """
-    return rows_dataframe(spark, batch.data_rows())
+    return rows_dataframe(spark, batch.data_rows(), batch.bytes)
 
 
-def rows_dataframe(spark: SparkSession, rows: Any) -> DataFrame:
-    """A DataFrame of a Java list of the runner's rows (`ChangeBatch.rowType`), over the default parallelism."""
-    rdd = spark._jsc.parallelize(rows, spark.sparkContext.defaultParallelism).rdd()
+# A task of a batch's rows holds about this many bytes of them at most (while rows are not larger): a task carries
+# its rows, serialized, and the driver holds that copy and the task's own while it runs.
+PARTITION_BYTES = 8 << 20
+
+
+def rows_dataframe(spark: SparkSession, rows: Any, size: int = 0) -> DataFrame:
+    """A DataFrame of a Java list of the runner's rows (`ChangeBatch.rowType`), over the default parallelism, or
+    over more tasks when the rows hold more than PARTITION_BYTES a task (`size`: their bytes)."""
+    count = rows.size()
+    partitions = max(spark.sparkContext.defaultParallelism, min(count, -(-size // PARTITION_BYTES)))
+    rdd = spark._jsc.parallelize(rows, partitions).rdd()
     row_type = java_class(spark._jvm, f"{JAVA_PACKAGE}.ChangeBatch").rowType()
     return DataFrame(spark._jsparkSession.internalCreateDataFrame(rdd, row_type, False), spark)
 

@@ -24,6 +24,11 @@ import io.debezium.engine.RecordChangeEvent;
  * then the stream, and a batch never straddles that switch. Both halves share the engine's committer, which
  * commits the offset of the records marked so far each time a half is marked complete.
  *
+ * What the batches queued and in flight hold is bounded by bytes too (`heldBytes`): a batch that would take them
+ * past the bound waits in the engine's thread until older batches are complete, unless none is held (a single
+ * batch larger than the bound goes through alone). With Debezium's own queue bounded by bytes
+ * (`max.queue.size.in.bytes`), a stream of multi-MB values holds a bounded heap whatever the counts allow.
+ *
  * A batch of heartbeats only (Debezium's heartbeat topic, and the table its heartbeat writes to) that arrives while
  * no batch is queued or in flight is committed here at once and never handed over: it carries no data, and
  * committing its offset is what confirms a PostgreSQL slot past the WAL of tables the connector does not capture.
@@ -34,17 +39,22 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private final EventSerializer serializer = new EventSerializer();
     private final Set<String> heartbeatTopics;
     private final boolean keepRecords;
+    private final long heldBytesLimit;
     private volatile boolean stopping;
+    /** The engine's thread is in handleBatch: making a batch's rows, or waiting for room. */
+    private volatile boolean handing;
+    private long heldBytes;
     private long outstanding;
     private long heartbeatsCommitted;
     private long nextSeq = 1;
     private long nextBatchId = 1;
     private long eventsReceived;
 
-    BatchManager(int capacity, Set<String> heartbeatTopics, boolean keepRecords) {
+    BatchManager(int capacity, Set<String> heartbeatTopics, boolean keepRecords, long heldBytesLimit) {
         this.queue = new ArrayBlockingQueue<>(capacity);
         this.heartbeatTopics = heartbeatTopics;
         this.keepRecords = keepRecords;
+        this.heldBytesLimit = heldBytesLimit;
     }
 
     @Override
@@ -54,6 +64,18 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         if (records.isEmpty()) {
             return;
         }
+        handing = true;
+        try {
+            handOver(records, committer);
+        }
+        finally {
+            handing = false;
+        }
+    }
+
+    private void handOver(List<RecordChangeEvent<SourceRecord>> records,
+                          DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
         if (heartbeatsOnly(records)) {
             synchronized (this) {
                 // Nothing before it waits to be committed: its offset may be committed now, in order.
@@ -85,6 +107,12 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         }
         ChangeBatch batch = new ChangeBatch(records, committer, serializer, nextSeq, keepRecords);
         nextSeq += records.size();
+        synchronized (this) {
+            while (!stopping && heldBytesLimit > 0 && heldBytes > 0 && heldBytes + batch.bytes() > heldBytesLimit) {
+                wait(200);
+            }
+            heldBytes += batch.bytes();
+        }
         while (!stopping) {
             if (queue.offer(batch, 200, TimeUnit.MILLISECONDS)) {
                 synchronized (this) {
@@ -139,6 +167,8 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         batch.markProcessed();
         synchronized (this) {
             outstanding--;
+            heldBytes -= batch.bytes();
+            notifyAll();
         }
         return batch.size();
     }
@@ -160,12 +190,22 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         stopping = true;
     }
 
+    /** Whether the engine's thread is handing a batch over now (making its rows, or waiting for room). */
+    boolean handingOver() {
+        return handing;
+    }
+
     synchronized int inFlightCount() {
         return inFlight.size();
     }
 
     int queuedCount() {
         return queue.size();
+    }
+
+    /** The bytes of the batches queued and in flight (see ChangeBatch#bytes). */
+    synchronized long heldBytes() {
+        return heldBytes;
     }
 
     synchronized long eventsReceived() {

@@ -13,6 +13,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
+import org.apache.kafka.connect.data.Field;
+import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.source.SourceRecord;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.types.StructType;
@@ -35,6 +37,7 @@ import io.debezium.engine.RecordChangeEvent;
  * only asked for a dead letter, under the `skip` error strategy, which keeps them.
  */
 public final class ChangeBatch {
+    private static final String[] IMAGES = {"before", "after"};
     /** The records (with `keepRecords`), or the last record of each source partition, in order. */
     private final List<RecordChangeEvent<SourceRecord>> records;
     private final boolean keepRecords;
@@ -50,6 +53,8 @@ public final class ChangeBatch {
     /** The source offset of the last record, as JSON: where the engine resumes once this batch is complete. */
     private final String lastOffset;
     private final String lastPartition;
+    /** About what the batch holds in memory (see {@link #bytes}). */
+    private final long bytes;
     private volatile long id = -1;
 
     ChangeBatch(List<RecordChangeEvent<SourceRecord>> records,
@@ -65,6 +70,7 @@ public final class ChangeBatch {
         StringBuilder indexJson = new StringBuilder(records.size() * 256).append('[');
         Set<String> schemaIds = new LinkedHashSet<>();
         long seq = firstSeq;
+        long rowBytes = 0;
         SourceRecord last = null;
         for (RecordChangeEvent<SourceRecord> event : records) {
             SourceRecord record = event.record();
@@ -78,7 +84,9 @@ public final class ChangeBatch {
                 schemaIds.add(schemaId.asText());
             }
             if (EventSerializer.KIND_DATA_CHANGE.equals(entry.path("kind").asText())) {
-                data.add(serializer.dataRow(seq, record));
+                UnsafeRow row = serializer.dataRow(seq, record);
+                rowBytes += row.getSizeInBytes();
+                data.add(row);
             }
             seq++;
             last = record;
@@ -93,8 +101,13 @@ public final class ChangeBatch {
         this.schemas = schemaJson.append('}').toString();
         this.dataRows = Collections.unmodifiableList(data);
         this.index = indexJson.append(']').toString();
+        // Records kept whole weigh about what their rows do.
+        this.bytes = rowBytes * (keepRecords ? 2 : 1) + index.length() + schemas.length();
         this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
+        if (!keepRecords) {
+            dropImages(this.records);
+        }
     }
 
     private static List<RecordChangeEvent<SourceRecord>> lastOfEachPartition(
@@ -108,6 +121,26 @@ public final class ChangeBatch {
         return new ArrayList<>(last.values());
     }
 
+    /**
+     * Drops the row images of the records kept without `keepRecords` (once their rows are made): the committer needs
+     * a record's source partition and offset only, and an image may hold megabytes.
+     */
+    private static void dropImages(List<RecordChangeEvent<SourceRecord>> kept) {
+        for (RecordChangeEvent<SourceRecord> event : kept) {
+            Object value = event.record().value();
+            if (!(value instanceof Struct)) {
+                continue;
+            }
+            Struct struct = (Struct) value;
+            for (String image : IMAGES) {
+                Field field = struct.schema().field(image);
+                if (field != null && field.schema().isOptional()) {
+                    struct.put(field, null);
+                }
+            }
+        }
+    }
+
     public long id() {
         return id;
     }
@@ -118,6 +151,14 @@ public final class ChangeBatch {
 
     public int size() {
         return size;
+    }
+
+    /**
+     * About what the batch holds in memory: its rows' bytes (twice as much when it keeps its records) and its
+     * index's and schemas' characters.
+     */
+    public long bytes() {
+        return bytes;
     }
 
     /**
@@ -169,6 +210,8 @@ public final class ChangeBatch {
             out.write(Long.toString(id));
             out.write(",\"size\":");
             out.write(Integer.toString(size));
+            out.write(",\"bytes\":");
+            out.write(Long.toString(bytes));
             out.write(",\"index\":");
             out.write(index);
             out.write(",\"schemas\":");

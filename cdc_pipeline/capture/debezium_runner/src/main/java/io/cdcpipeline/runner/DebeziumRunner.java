@@ -39,7 +39,8 @@ public final class DebeziumRunner {
 
     public DebeziumRunner(RunnerParameters parameters) {
         this.parameters = parameters;
-        this.batches = new BatchManager(parameters.queueCapacity(), parameters.heartbeatTopics(), parameters.keepRecords());
+        this.batches = new BatchManager(parameters.queueCapacity(), parameters.heartbeatTopics(), parameters.keepRecords(),
+                                        parameters.heldBytes());
     }
 
     public synchronized void start() {
@@ -217,6 +218,14 @@ public final class DebeziumRunner {
         return lastError;
     }
 
+    /**
+     * Whether the engine's thread is handing a batch over (making its rows, or waiting while the runner holds its
+     * bytes' worth): a batch of large values takes seconds there, with both queues empty.
+     */
+    public boolean handingOver() {
+        return batches.handingOver();
+    }
+
     public int queuedBatches() {
         return batches.queuedCount();
     }
@@ -227,6 +236,11 @@ public final class DebeziumRunner {
 
     public long eventsReceived() {
         return batches.eventsReceived();
+    }
+
+    /** The bytes of the batches queued and in flight (bounded by the runner's held bytes). */
+    public long heldBytes() {
+        return batches.heldBytes();
     }
 
     /** Heap and non-heap use of this JVM, as JSON. */

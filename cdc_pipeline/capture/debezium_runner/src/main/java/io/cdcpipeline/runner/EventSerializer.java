@@ -88,8 +88,10 @@ final class EventSerializer {
      * the collector copies fast while they wait), as Spark's generated projection does, without its code generation
      * (about 0.3 s of a cold JVM, before the engine's first batch).
      */
-    private final UnsafeRowWriter rowWriter = new UnsafeRowWriter(DATA_ROW.size(), 512);
-    private final UnsafeArrayWriter arrayWriter = new UnsafeArrayWriter(rowWriter, 8);
+    private UnsafeRowWriter rowWriter = new UnsafeRowWriter(DATA_ROW.size(), 512);
+    private UnsafeArrayWriter arrayWriter = new UnsafeArrayWriter(rowWriter, 8);
+    /** A row writer whose buffer grew past this many bytes (a row of large values) is replaced by a small one. */
+    private static final int KEPT_BUFFER_BYTES = 1 << 20;
 
     EventSerializer() {
         Map<String, Object> config = new HashMap<>();
@@ -116,7 +118,13 @@ final class EventSerializer {
         writeText(2, value.getString("op"));
         writeImage(3, record.topic(), schema, value, "before");
         writeImage(4, record.topic(), schema, value, "after");
-        return rowWriter.getRow().copy();
+        UnsafeRow row = rowWriter.getRow().copy();
+        if (row.getSizeInBytes() > KEPT_BUFFER_BYTES) {
+            // Its buffer would keep the largest row's size for the engine's life.
+            rowWriter = new UnsafeRowWriter(DATA_ROW.size(), 512);
+            arrayWriter = new UnsafeArrayWriter(rowWriter, 8);
+        }
+        return row;
     }
 
     private void writeText(int ordinal, String text) {

@@ -24,6 +24,7 @@ public final class RunnerParameters {
     private static final String DEFAULT_HEARTBEAT_TOPICS_PREFIX = "__debezium-heartbeat";
     private final Properties properties = new Properties();
     private int queueCapacity = 4;
+    private long heldBytes = 0;
 
     public RunnerParameters set(String key, String value) {
         if (value == null) {
@@ -49,6 +50,23 @@ public final class RunnerParameters {
 
     public int queueCapacity() {
         return queueCapacity;
+    }
+
+    /**
+     * The bytes of rows the runner holds at most (batches queued and in flight together; 0: no bound): while they
+     * are reached the engine's thread waits, so a stream of large values cannot fill the driver's heap. A single
+     * batch larger than the bound still goes through, alone.
+     */
+    public RunnerParameters setHeldBytes(long bytes) {
+        if (bytes < 0) {
+            throw new IllegalArgumentException("held bytes must not be negative, got " + bytes);
+        }
+        this.heldBytes = bytes;
+        return this;
+    }
+
+    public long heldBytes() {
+        return heldBytes;
     }
 
     Properties toProperties() {
