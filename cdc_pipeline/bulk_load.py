@@ -50,6 +50,7 @@ from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
+from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
 from cdc_pipeline.sources import captures, mariadb, module_for
 
@@ -839,6 +840,17 @@ class _SourceDefinition:
                 "key": self.key}
 
 
+def _id_ranges(ids: Sequence[int]) -> str:
+    """Ids as ranges: `3-7, 9`."""
+    ranges: list[list[int]] = []
+    for number in sorted(ids):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    return ", ".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
 class _SliceCopy:
     """One Spark job copying a slice of chunks (read in parallel, each COPYed in its own transaction), run from a
     thread of its own so that the driver plans the next slice meanwhile; the driver's connection is used by the
@@ -867,7 +879,10 @@ class _SliceCopy:
             self.loader.spark.sparkContext.setJobGroup(
                 slice_job_group(self.loader.connector.name),
                 f"bulk snapshot: {len(self.ids)} chunks of {tables} table{'s' if tables > 1 else ''}")
-            self._rdd.foreachPartition(writer)
+            names = ", ".join(part.table.source_table for part in self.parts[:5]) + (", ..." if tables > 5 else "")
+            with working_on(f"the bulk load copied chunks {_id_ranges(self.ids)} (control table bulk_load_chunks) "
+                            f"of {names}"):
+                self._rdd.foreachPartition(writer)
         except BaseException as exc:  # noqa: BLE001 - raised by result(), in the driver's thread
             self._error = exc
 

@@ -42,7 +42,7 @@ from cdc_pipeline.capture.runner import (
     merge_batches,
 )
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.capture.spark import SparkStart, batch_dataframe
+from cdc_pipeline.capture.spark import SparkStart, batch_dataframe, driver_death, driver_exit_code, working_on
 from cdc_pipeline.fetch_phases import FetchCycle
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
@@ -409,6 +409,9 @@ class ConnectorSession:
         that came while the cycle ran is kept.
         """
         stop_error: BaseException | None = None
+        if driver_exit_code() is not None:
+            # The driver JVM is gone, and the engine and the staging connections with it.
+            self._staging = self.runner = None
         if self._staging is not None:
             self._staging.close(self.jvm)
             self._staging = None
@@ -477,7 +480,11 @@ class ConnectorSession:
             raise
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
-        self.close(exc)
+        death = None if exc is None or isinstance(exc, CdcError) else driver_death(
+            exc, self.connector.name, self.connector.apply_batch_mb)
+        self.close(death or exc)
+        if death is not None:
+            raise death from None
 
     def _set_state(self, state: str, unless_in: tuple[str, ...] = control.HALTED_STATES, **kwargs: Any) -> bool:
         assert self.conn is not None
@@ -695,7 +702,7 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
     """Applies the plans (`apply_batches`), adding their runner batch ids to `applied`."""
     stats = session.cycle_stats
     for plan in plans:
-        with session.phase(control.PHASE_EXECUTING, "apply"):
+        with session.phase(control.PHASE_EXECUTING, "apply"), working_on(_group_work(plan)):
             try:
                 counts = apply_with_retries(session, applier, plan)
             finally:
@@ -725,6 +732,17 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
             # this process hold one group whatever the run's length, and a kill re-delivers that group at most.
             faults.pause_point(faults.GROUP_COMMITTED)
             session.complete_applied_batches()
+
+
+def _group_work(plan: BatchPlan) -> str:
+    """What applying the plan asks of the driver JVM, in words: its events, tables, first position and size."""
+    refs = plan.parsed.refs
+    tables = sorted({ref.source_table for ref in refs if ref.source_table})
+    named = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more tables" if len(tables) > 5 else "")
+    first = next((ref for ref in refs if ref.position), None)
+    return (f"applying events {refs[0].seq}-{refs[-1].seq}" if refs else "applying a group") \
+        + (f" of {named}" if named else "") + (f" from source position {json.dumps(first.position)}" if first else "") \
+        + f" ({plan.parsed.batch.bytes / (1 << 20):.0f} MB of rows)"
 
 
 # Groups a run holds at most while running ahead: the one being applied and the next, fetched, parsed, converted.

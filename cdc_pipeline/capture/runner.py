@@ -82,6 +82,9 @@ _ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compi
      "(its next run rebuilds the history from the tables as they are now and streams on from the stored offset; "
      "if a table's schema changed since that offset, remove the connector's offsets and take a new snapshot "
      "instead)"),
+    (r"OutOfMemoryError",
+     "the driver JVM's heap is too small for these values: raise spark.driver.memory in the connectors file's "
+     "`spark: conf:`, or lower the connector's apply_batch_mb (docs/configuration.md, \"Memory\")"),
     (r"communications link failure|connection refused|unknown host|could not connect|unable to connect|"
      r"connect timed out|no route to host|name or service not known",
      "the source is not reachable: check that it runs and that `hostname` and `port` point at it from this "

@@ -6,13 +6,15 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_pipeline.capture import jvm_archive, spark_home
 from cdc_pipeline.config import DRIVER_MEMORY, THIRD_PARTY_WARNINGS_ENV, SparkConfig
+from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, FetchedBatch, executor_jars, java_class, runner_classpath
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,10 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # collector cost far less CPU than C2's compilations and G1's threads return in so short a life (docs/decisions.md,
 # "The driver JVM's compiler and collector"). Options of the connectors file's spark.driver.extraJavaOptions come
 # after these, so the JVM takes theirs (a collector they select replaces ours); executors of a cluster keep their own.
-DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#
+# A driver out of heap ends at once (exit code 3) rather than go on with a thread of Spark's or Debezium's dead: the
+# run then fails naming what it was doing and the setting to raise (`driver_death`), where it could hang.
+DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
 DRIVER_CLASSPATH = "spark.driver.extraClassPath"
 JARS = "spark.jars"
 APP_NAME = "cdc-pipeline"
@@ -100,11 +105,67 @@ def _launch_environment(settings: Mapping[str, str]) -> None:
 
 
 def _session_of(settings: Mapping[str, str]) -> SparkSession:
+    _LAUNCHED.setdefault(DRIVER_MEMORY, settings.get(DRIVER_MEMORY, ""))
     _launch_environment(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     return prepare_session(builder.getOrCreate())
+
+
+# What the driver JVM of this process was started with (its heap), for the error of its death.
+_LAUNCHED: dict[str, str] = {}
+# What each thread of the run asks of the JVM now (`working_on`), named by the error of its death.
+_WORK: dict[int, str] = {}
+# The exit codes of a driver JVM out of heap: Spark's on an OutOfMemoryError in a task (SparkExitCode.OOM), the
+# JVM's under -XX:+ExitOnOutOfMemoryError.
+OUT_OF_MEMORY_EXIT_CODES = (52, 3)
+
+
+@contextmanager
+def working_on(what: str) -> Iterator[None]:
+    """Names the work of this thread that uses the driver JVM (a group's tables and events, a load's chunks): an
+    error of the JVM's death names it (`driver_death`)."""
+    thread = threading.get_ident()
+    before = _WORK.get(thread)
+    _WORK[thread] = what
+    try:
+        yield
+    finally:
+        if before is None:
+            _WORK.pop(thread, None)
+        else:
+            _WORK[thread] = before
+
+
+def driver_exit_code() -> int | None:
+    """The exit code of this process's driver JVM once it ended, else None (also when it runs elsewhere)."""
+    process = getattr(SparkContext._gateway, "proc", None)
+    return None if process is None else process.poll()
+
+
+def out_of_memory_advice(apply_batch_mb: int | None = None) -> str:
+    """What to raise when the driver JVM runs out of heap."""
+    heap = _LAUNCHED.get(DRIVER_MEMORY) or "Spark's default"
+    return (f"raise spark.driver.memory (it was {heap}) in the connectors file's `spark: conf:`"
+            + (f", or lower the connector's apply_batch_mb (it was {apply_batch_mb}), which sizes the stream's "
+               "buffers" if apply_batch_mb is not None else "")
+            + "; a single row needs about ten times its size (docs/configuration.md, \"Memory\")")
+
+
+def driver_death(error: BaseException, connector: str, apply_batch_mb: int | None = None) -> RunnerError | None:
+    """The error to report instead of `error` when the driver JVM ended under it (py4j then says only "Connection
+    refused"): how it ended (out of memory: what to raise), and what the run was doing. None while the JVM runs."""
+    code = driver_exit_code()
+    if code is None:
+        return None
+    doing = "; and ".join(dict.fromkeys(_WORK.values()))
+    while_doing = f" while {doing}" if doing else ""
+    if code in OUT_OF_MEMORY_EXIT_CODES:
+        return RunnerError(f"the Spark driver JVM ran out of memory{while_doing} and ended (exit code {code}): "
+                           + out_of_memory_advice(apply_batch_mb), connector=connector)
+    return RunnerError(f"the Spark driver JVM ended with exit code {code}{while_doing} ({type(error).__name__}: "
+                       f"{str(error).strip()[:200]}); its log is above", connector=connector)
 
 
 class SparkStart:
