@@ -31,7 +31,8 @@ import io.debezium.engine.RecordChangeEvent;
  *
  * Without `keepRecords` the batch keeps, of its records, only the last of each source partition: marking that one
  * processed leaves the engine's offset where marking every record would (the offset writer and the task keep the
- * last offset given per partition). The records in flight (the engine's queue, the runner's and the groups run
+ * last offset given per partition), and keeps it without its row images, which may hold megabytes (the committer
+ * reads its source partition and offset only). The records in flight (the engine's queue, the runner's and the groups run
  * ahead: about 100,000 events of a backlog) are then their rows and index alone, which the collector copies far
  * faster than the records' trees of objects. An event's whole line (`line`, `lines`) needs the records: it is
  * only asked for a dead letter, under the `skip` error strategy, which keeps them.
