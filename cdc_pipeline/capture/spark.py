@@ -150,7 +150,8 @@ def out_of_memory_advice(apply_batch_mb: int | None = None) -> str:
     return (f"raise spark.driver.memory (it was {heap}) in the connectors file's `spark: conf:`"
             + (f", or lower the connector's apply_batch_mb (it was {apply_batch_mb}), which sizes the stream's "
                "buffers" if apply_batch_mb is not None else "")
-            + "; a single row needs about ten times its size (docs/configuration.md, \"Memory\")")
+            + "; an updated row of tens of MB needs a heap of tens of times its size (docs/configuration.md, "
+              "\"Memory\")")
 
 
 def driver_death(error: BaseException, connector: str, apply_batch_mb: int | None = None) -> RunnerError | None:
