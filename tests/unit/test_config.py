@@ -774,3 +774,14 @@ def test_connectors_writing_one_destination_table_are_refused_naming_both(eu, us
 ])
 def test_connectors_with_their_own_destination_tables_are_accepted(eu, us) -> None:
     assert set(parse_config(shards(eu, us), CONFIG_PATH).connectors) == {"eu", "us"}
+
+
+def test_apply_batch_mb_bounds_debezium_s_queue_by_bytes() -> None:
+    from cdc_pipeline.capture.runner import debezium_properties
+
+    config = parse_config(with_connector_field("apply_batch_mb", 16), CONFIG_PATH)
+    properties = debezium_properties(config.connector("inventory"), config.destination)
+
+    assert properties["max.queue.size.in.bytes"] == str(16 << 20)
+    with pytest.raises(ConfigError, match="apply_batch_mb"):
+        parse_config(with_connector_field("apply_batch_mb", 0), CONFIG_PATH)

@@ -81,3 +81,22 @@ def test_the_spark_ui_is_turned_on_from_the_spark_section(monkeypatch: pytest.Mo
     assert off["spark.ui.enabled"] == "false"
     assert (on["spark.ui.enabled"], on["spark.ui.port"]) == ("true", "4040")
     assert moved["spark.ui.port"] == "4050" and conf_wins["spark.ui.port"] == "4099"
+
+
+def test_the_driver_heap_is_sized_from_the_largest_group_of_the_file_s_connectors_unless_the_file_sets_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from cdc_pipeline.config import parse_config
+
+    monkeypatch.setenv("CDC_JVM_ARCHIVE", "off")
+    connector = {"type": "mariadb", "hostname": "h", "user": "u", "password": "p", "database": "d"}
+    document = {"destination": {"dsn": "postgresql://u@h/d"}, "connectors": {"c": connector}}
+
+    assert spark_settings(parse_config(document, tmp_path / "c.yaml").spark)["spark.driver.memory"] == "1536m"
+    wide = {**document, "connectors": {"c": connector, "docs": {**connector, "database": "docs", "apply_batch_mb": 128}}}
+    assert spark_settings(parse_config(wide, tmp_path / "c.yaml").spark)["spark.driver.memory"] == "2560m"
+    set_by_file = {**wide, "spark": {"conf": {"spark.driver.memory": "6g"}}}
+    assert spark_settings(parse_config(set_by_file, tmp_path / "c.yaml").spark)["spark.driver.memory"] == "6g"
+
+
+def test_a_driver_out_of_heap_ends_at_once() -> None:
+    assert "-XX:+ExitOnOutOfMemoryError" in DRIVER_JIT_OPTIONS.split()
