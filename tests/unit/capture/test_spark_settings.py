@@ -100,3 +100,31 @@ def test_the_driver_heap_is_sized_from_the_largest_group_of_the_file_s_connector
 
 def test_a_driver_out_of_heap_ends_at_once() -> None:
     assert "-XX:+ExitOnOutOfMemoryError" in DRIVER_JIT_OPTIONS.split()
+
+
+def test_a_driver_jvm_that_ended_out_of_heap_is_reported_with_what_the_run_did_and_what_to_raise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from pyspark import SparkContext
+
+    from cdc_pipeline.capture import spark as spark_module
+
+    exit_code: list[int | None] = [None]
+    monkeypatch.setattr(SparkContext, "_gateway", SimpleNamespace(proc=SimpleNamespace(poll=lambda: exit_code[0])))
+    monkeypatch.setitem(spark_module._LAUNCHED, "spark.driver.memory", "1536m")
+    refused = ConnectionRefusedError(111, "Connection refused")
+
+    assert spark_module.driver_death(refused, "docs") is None  # the JVM runs: py4j's error stands
+
+    exit_code[0] = 52
+    with spark_module.working_on("applying events 41-44 of app.docs"):
+        error = spark_module.driver_death(refused, "docs", apply_batch_mb=64)
+    assert error is not None and error.connector == "docs"
+    text = str(error)
+    assert "ran out of memory while applying events 41-44 of app.docs" in text
+    assert "spark.driver.memory (it was 1536m)" in text and "apply_batch_mb (it was 64)" in text
+    assert "Connection refused" not in text
+
+    exit_code[0] = 137
+    assert "ended with exit code 137" in str(spark_module.driver_death(refused, "docs"))
