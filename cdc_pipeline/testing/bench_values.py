@@ -182,28 +182,25 @@ def measure_size(source: MariaDbServer, destination: PostgresServer, work: Path,
     measured["ceiling"] = {"seconds": round(ceiling.seconds, 2), "mb_per_second": round(ceiling_mb_per_second, 1),
                            "exact": same_values(source, destination, database, database, sql.Identifier("ceiling"))}
 
-    try:
-        load = sync_until_done(source, destination, work, new_destination=True, database=database,
-                               spark_conf=spark_conf, timeout_seconds=SYNC_TIMEOUT_SECONDS)
-    except RuntimeError as error:
-        log.error("%d MB values, load: %s", size_mb, error)
-        measured["load"] = failure(error)
-        return measured
-    measured["load"] = {**phase_figures(load, int(count), data_mb, ceiling_mb_per_second),
-                        "exact": same_values(source, destination, database, dbname, pipeline_table)}
+    def phase(name: str, new_destination: bool, count: int) -> bool:
+        """Syncs until done and records the phase's figures (or its failure); whether it succeeded."""
+        try:
+            run = sync_until_done(source, destination, work, new_destination=new_destination, database=database,
+                                  spark_conf=spark_conf, timeout_seconds=SYNC_TIMEOUT_SECONDS)
+        except RuntimeError as error:
+            log.error("%d MB values, %s: %s", size_mb, name, error)
+            measured[name] = failure(error)
+            return False
+        measured[name] = {**phase_figures(run, count, data_mb, ceiling_mb_per_second),
+                          "exact": same_values(source, destination, database, dbname, pipeline_table)}
+        return True
 
+    if not phase("load", True, int(count)):
+        return measured
     started = time.monotonic()
     write_values(source, database, size_mb, rows, version=1)
     measured["update_seconds"] = round(time.monotonic() - started, 2)
-    try:
-        stream = sync_until_done(source, destination, work, new_destination=False, database=database,
-                                 spark_conf=spark_conf, timeout_seconds=SYNC_TIMEOUT_SECONDS)
-    except RuntimeError as error:
-        log.error("%d MB values, stream: %s", size_mb, error)
-        measured["stream"] = failure(error)
-        return measured
-    measured["stream"] = {**phase_figures(stream, rows, data_mb, ceiling_mb_per_second),
-                          "exact": same_values(source, destination, database, dbname, pipeline_table)}
+    phase("stream", False, rows)
     measured["exact"] = measured["load"]["exact"] and measured["stream"]["exact"]
     measured["succeeded"] = True
     return measured
