@@ -200,7 +200,8 @@ def measure_size(source: MariaDbServer, destination: PostgresServer, work: Path,
     started = time.monotonic()
     write_values(source, database, size_mb, rows, version=1)
     measured["update_seconds"] = round(time.monotonic() - started, 2)
-    phase("stream", False, rows)
+    if not phase("stream", False, rows):
+        return measured
     measured["exact"] = measured["load"]["exact"] and measured["stream"]["exact"]
     measured["succeeded"] = True
     return measured
