@@ -148,7 +148,7 @@ def queue_capacity(connector: ConnectorConfig) -> int:
 
 
 # A group whose rows hold this many bytes is let go of at once once applied (`_apply_all`).
-LARGE_GROUP_BYTES = 8 << 20
+LARGE_GROUP_BYTES = 32 << 20
 # Groups' worth of bytes the runner holds at most (queued and in flight): the group applied, the next one run ahead,
 # and the one being gathered.
 HELD_GROUPS = 3
