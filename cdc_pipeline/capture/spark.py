@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
+from py4j.protocol import Py4JNetworkError
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
@@ -138,10 +140,31 @@ def working_on(what: str) -> Iterator[None]:
             _WORK[thread] = before
 
 
-def driver_exit_code() -> int | None:
-    """The exit code of this process's driver JVM once it ended, else None (also when it runs elsewhere)."""
+# py4j loses its connection as soon as the dying JVM closes its sockets, before the process has ended: an error of a
+# lost connection waits this long for the process's exit code.
+DEATH_WAIT_SECONDS = 10.0
+
+
+def driver_exit_code(wait: float = 0.0) -> int | None:
+    """The exit code of this process's driver JVM once it ended (waiting up to `wait` seconds for its end), else None
+    (also when it runs elsewhere)."""
     process = getattr(SparkContext._gateway, "proc", None)
-    return None if process is None else process.poll()
+    if process is None:
+        return None
+    try:
+        return process.wait(timeout=wait) if wait else process.poll()
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _lost_connection(error: BaseException | None) -> bool:
+    """Whether `error`, or an error it was raised from, is py4j's or the socket's lost connection to the JVM."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, (ConnectionError, Py4JNetworkError)):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 def out_of_memory_advice(apply_batch_mb: int | None = None) -> str:
@@ -157,7 +180,7 @@ def out_of_memory_advice(apply_batch_mb: int | None = None) -> str:
 def driver_death(error: BaseException, connector: str, apply_batch_mb: int | None = None) -> RunnerError | None:
     """The error to report instead of `error` when the driver JVM ended under it (py4j then says only "Connection
     refused"): how it ended (out of memory: what to raise), and what the run was doing. None while the JVM runs."""
-    code = driver_exit_code()
+    code = driver_exit_code(DEATH_WAIT_SECONDS if _lost_connection(error) else 0.0)
     if code is None:
         return None
     doing = "; and ".join(dict.fromkeys(_WORK.values()))
