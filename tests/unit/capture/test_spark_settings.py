@@ -111,11 +111,26 @@ def test_a_driver_jvm_that_ended_out_of_heap_is_reported_with_what_the_run_did_a
     from cdc_pipeline.capture import spark as spark_module
 
     exit_code: list[int | None] = [None]
-    monkeypatch.setattr(SparkContext, "_gateway", SimpleNamespace(proc=SimpleNamespace(poll=lambda: exit_code[0])))
+    # The code the process ends with while the error's handler waits for it (py4j loses its connection first).
+    ending: list[int | None] = [None]
+
+    def wait(timeout: float) -> int:
+        code = exit_code[0] if exit_code[0] is not None else ending[0]
+        if code is None:
+            raise subprocess.TimeoutExpired("java", timeout)
+        return code
+
+    monkeypatch.setattr(SparkContext, "_gateway",
+                        SimpleNamespace(proc=SimpleNamespace(poll=lambda: exit_code[0], wait=wait)))
+    monkeypatch.setattr(spark_module, "DEATH_WAIT_SECONDS", 0.01)
     monkeypatch.setitem(spark_module._LAUNCHED, "spark.driver.memory", "1536m")
     refused = ConnectionRefusedError(111, "Connection refused")
 
     assert spark_module.driver_death(refused, "docs") is None  # the JVM runs: py4j's error stands
+    ending[0] = 3
+    assert "ran out of memory" in str(spark_module.driver_death(refused, "docs"))  # it ends just after the error
+    assert spark_module.driver_death(ValueError("not the connection"), "docs") is None  # no wait for other errors
+    ending[0] = None
 
     exit_code[0] = 52
     with spark_module.working_on("applying events 41-44 of app.docs"):
