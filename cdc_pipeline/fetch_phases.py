@@ -15,12 +15,15 @@ load, then the stream (or Debezium's own data snapshot).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from cdc_pipeline import control, faults, sources
+from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.decode.events import same_stream_position
 from cdc_pipeline.errors import RunnerError
@@ -184,6 +187,7 @@ class FetchCycle:
         source_lost_since: float | None = None
         streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
         idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the engine's read position, queue empty
+        wal_mark: str | None = None  # PostgreSQL: where its WAL ended when the idle mark was taken
         session.streaming = True
         first = True
         while True:
@@ -251,6 +255,8 @@ class FetchCycle:
                     # the engine's reader has read up to there and nothing came for the rest of the idle timeout,
                     # every change before it is applied (what the change sensor reads the source's log from).
                     idle_mark = (sources.source_position(connector), now)
+                    if connector.type == "postgres":
+                        wal_mark = postgres.wal_end(connector)
                 if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
                         and self._engine_drained():
                     # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
@@ -260,11 +266,16 @@ class FetchCycle:
                 if quiet_for >= connector.idle_timeout_seconds:
                     end = idle_mark[0] if idle_mark is not None else None
                     if end is None:
-                        break
+                        # PostgreSQL: once its walsender has sent the WAL written before the quiet began (a
+                        # transaction of tens of MB is decoded for longer than the idle timeout) and it all reached
+                        # us; until then the run waits, within its budget.
+                        if wal_mark is None or (postgres.wal_sent_past(connector, wal_mark)
+                                                and self._engine_drained()):
+                            break
                     # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
                     # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
                     # too fresh to say that nothing came after it.
-                    if now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end) \
+                    elif now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end) \
                             and self._engine_drained():
                         # Recorded once the groups fetched before it are applied (`apply_batches`).
                         session.checked_end = end
@@ -324,7 +335,9 @@ class FetchCycle:
         if self.carried is not None:
             batch, self.carried = self.carried, None
             return batch
-        with self.session.phase(control.PHASE_FETCHING, "fetch"):
+        after = f" after source position {json.dumps(self.last_offset)}" if self.last_offset else ""
+        with self.session.phase(control.PHASE_FETCHING, "fetch"), \
+                working_on(f"the Debezium engine captured the changes{after}"):
             return self.runner.fetch(wait_seconds if wait_seconds is not None
                                      else GROUP_WAIT_SECONDS if self.group else FETCH_WAIT_SECONDS)
 

@@ -611,6 +611,32 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
                     unconfirmed_wal_bytes=int(unconfirmed[0] or 0) if unconfirmed else 0, flushed=bool(flushed))
 
 
+def wal_end(connector: ConnectorConfig) -> str | None:
+    """Where the source's WAL ends now (`pg_current_wal_lsn`), or None when it cannot be read."""
+    try:
+        with connect(connector) as source:
+            return str(source.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    except Exception as exc:  # noqa: BLE001 - the run then ends on time alone, as before
+        log.warning("%s: cannot read the source's WAL position: %s", connector.name, exc)
+        return None
+
+
+def wal_sent_past(connector: ConnectorConfig, lsn: str) -> bool:
+    """Whether the walsender of the connector's slot has decoded and sent the WAL up to `lsn`: a transaction
+    committed before it was handed to Debezium whole. True when that cannot be told (no such walsender, or its
+    position hidden from the capture user), so a run never waits on what it cannot see."""
+    try:
+        with connect(connector) as source:
+            row = source.execute(
+                "SELECT r.sent_lsn >= %s::pg_lsn FROM pg_replication_slots s "
+                "JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = %s",
+                (lsn, connector.replication_slot)).fetchone()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("%s: cannot read the walsender's position: %s", connector.name, exc)
+        return True
+    return row is None or row[0] is None or bool(row[0])
+
+
 def _lsn_text(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
