@@ -792,7 +792,9 @@ def _present(fields: Mapping[Any, Any]) -> dict[Any, Any]:
 
 
 def _field_names(section: type) -> tuple[str, ...]:
-    return tuple(config_field.name for config_field in dataclasses.fields(section) if config_field.name != "name")
+    """The fields a section of the file may set (not those the pipeline sets: `name`, and fields not in `__init__`)."""
+    return tuple(config_field.name for config_field in dataclasses.fields(section)
+                 if config_field.name != "name" and config_field.init)
 
 
 # Each place in the file, by the first part of an error's location, and how an unknown field's message names it.
