@@ -32,6 +32,7 @@ import psycopg
 import pymysql
 from psycopg import sql
 
+from cdc_pipeline.sources.mariadb import quote_mysql
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, SyncFailed, measure_copy_ceiling)
 from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
@@ -79,7 +80,7 @@ def prepare_source(source: MariaDbServer) -> None:
 
 
 def create_docs(source: MariaDbServer, database: str) -> None:
-    source.execute(f"CREATE DATABASE {database}")
+    source.execute(f"CREATE DATABASE {quote_mysql(database)}")
     source.execute("CREATE TABLE docs (id INT PRIMARY KEY, note VARCHAR(20), body LONGTEXT, img LONGBLOB)",
                    database=database)
 
