@@ -154,13 +154,22 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
         source_name=source_name,
         pg_type=pg_type,
         nullable=bool(column.get("optional", True)) or source.always_nullable(source_type),
-        default_sql=_default_sql(column.get("defaultValueExpression"), pg_type, source_name),
+        default_sql=_default_sql(_source_default(source, column.get("defaultValueExpression")), pg_type, source_name),
         identity=bool(column.get("autoIncremented", False)),
         source_type=source_type,
         implicit_default_sql=_implicit_default_sql(pg_type, source_type, column) if source.IMPLICIT_DEFAULTS else None,
         source_length=column_number(column.get("length")),
         source_scale=column_number(column.get("scale")),
     )
+
+
+def _source_default(source: ModuleType, expression: Any) -> Any:
+    """A default expression in the spelling `_default_sql` reads: the source module's `default_expression` rewrites
+    its own (SQL Server's `((0))`, Oracle's `SYSDATE`), where it has one."""
+    rewrite = getattr(source, "default_expression", None)
+    if expression is None or rewrite is None:
+        return expression
+    return rewrite(str(expression))
 
 
 def _fill_template(template: str, column: dict[str, Any], fractional_digits: int | None) -> str:

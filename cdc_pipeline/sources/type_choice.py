@@ -37,3 +37,13 @@ def column_length(value: Any) -> int | None:
     if length is None or not 1 <= length <= MAX_VARCHAR_LENGTH:
         return None
     return length
+
+
+def balanced(text: str) -> bool:
+    """Whether the parentheses of `text` are balanced (a default expression's outer pair may be taken off)."""
+    depth = 0
+    for character in text:
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth < 0:
+            return False
+    return depth == 0
