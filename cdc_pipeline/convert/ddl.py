@@ -22,6 +22,8 @@ from typing import Any
 from psycopg import sql
 
 from cdc_pipeline.errors import ConversionError
+from cdc_pipeline.sources.type_choice import balanced
+from cdc_pipeline import sources
 from cdc_pipeline.sources.mysql_ddl import QualifiedName, Statement, names_table, parse_statements, statements_about
 from cdc_pipeline.convert.typemap import (
     INTEGER_PG_TYPES,
@@ -106,6 +108,20 @@ def parse_table_id(table_id: str) -> tuple[str, ...]:
         index += 1
 
 
+def ddl_statements(ddl_text: str, connector_type: str) -> list[Statement]:
+    """What the DDL text of a schema change does, read by the source type's parser (`parse_ddl` of its module:
+    Oracle's names and quoting, none for SQL Server, whose changes carry no text); MariaDB/MySQL's by default."""
+    parse = getattr(sources.module_for(connector_type), "parse_ddl", parse_statements)
+    return parse(ddl_text)
+
+
+def source_table_of(parts: tuple[str, ...]) -> str:
+    """The source table of a Debezium table id as data events name it: `db.table` (MariaDB/MySQL),
+    `schema.table` (PostgreSQL; SQL Server's `shop.dbo.items` and Oracle's `ORCLPDB1.DEBEZIUM.ITEMS` without their
+    database, which the connector names)."""
+    return ".".join(parts[-2:])
+
+
 def table_def_from_change(
     table_change: dict[str, Any],
     *,
@@ -123,7 +139,7 @@ def table_def_from_change(
     the unique keys that text declares for this table fill `unique_keys`.
     """
     parts = _table_id_parts(table_change, connector=connector, position=position)
-    source_id = ".".join(parts)
+    source_id = source_table_of(parts)
     schema, name = _destination_names(parts, letter_casing, destination_schema, connector, position)
     table = table_change.get("table")
     if not isinstance(table, dict) or not table.get("columns"):
@@ -159,7 +175,7 @@ def table_def_from_change(
             table=source_id,
             position=position,
         )
-    statements = statements_about(parse_statements(ddl_text or ""), parts)
+    statements = statements_about(ddl_statements(ddl_text or "", connector_type), parts)
     unique_keys = _destination_unique_keys(statements, name, set(names), letter_casing, source_id)
     return TableDef(
         schema=schema,
@@ -190,12 +206,12 @@ def changes_from_schema_event(
     position = _source_position(payload)
     ddl_text = payload.get("ddl") or ""
     snapshotting = str((payload.get("source") or {}).get("snapshot") or "false").lower() != "false"
-    statements = parse_statements(ddl_text)
+    statements = ddl_statements(ddl_text, connector_type)
     changes: list[DdlChange] = []
     for table_change in payload.get("tableChanges") or ():
         kind = str(table_change.get("type") or "").lower()
         parts = _table_id_parts(table_change, connector=connector, position=position)
-        source_table = ".".join(parts)
+        source_table = source_table_of(parts)
         if kind == "drop":
             if snapshotting:
                 logger.debug("Skipped snapshot %r for %s", ddl_text, source_table)
@@ -577,9 +593,9 @@ def _normalised_default(expression: str) -> tuple[str, bool]:
     while True:
         previous = text
         cast = _TRAILING_CAST.fullmatch(text)
-        if cast and _balanced(cast.group(1)):
+        if cast and balanced(cast.group(1)):
             text = cast.group(1).strip()
-        if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        if text.startswith("(") and text.endswith(")") and balanced(text[1:-1]):
             text = text[1:-1].strip()
         if text == previous:
             break
@@ -591,14 +607,6 @@ def _normalised_default(expression: str) -> tuple[str, bool]:
         value = value.replace("\\\\", "\\")
     return value, True
 
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for character in text:
-        depth += {"(": 1, ")": -1}.get(character, 0)
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def retype_column_sql(schema: str, table: str, column: str, old_type: str, new_type: str) -> sql.Composed:
@@ -699,7 +707,7 @@ def _source_id(old: QualifiedName | None, parts: tuple[str, ...]) -> str | None:
     database, table = old
     if len(parts) < 2:
         return table
-    return ".".join((*parts[:-2], database or parts[-2], table))
+    return source_table_of((database or parts[-2], table))
 
 
 def _renamed_from(

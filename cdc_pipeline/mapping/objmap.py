@@ -326,7 +326,10 @@ def _key(*names: str) -> str:
 
 
 def _source_type_key(source_type: str, autoincrement: bool) -> str:
-    return f"{' '.join(source_type.split('(', 1)[0].split()).upper()}|{str(autoincrement).lower()}"
+    """`TYPE|autoincrement` of a source column: its type name without precisions (Oracle's `TIMESTAMP(6) WITH TIME
+    ZONE` is `TIMESTAMP WITH TIME ZONE`) and without SQL Server's ` identity` (the flag says it)."""
+    words = " ".join(re.sub(r"\(.*?\)", " ", source_type).split()).upper().removesuffix(" IDENTITY")
+    return f"{words}|{str(autoincrement).lower()}"
 
 
 class ObjectMap:

@@ -70,6 +70,20 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+# Oracle's text (LogMiner's DDL as it was run): "..." quotes a name kept as written, an unquoted name is stored upper
+# case, '...' is a string (N'...' national); no backticks, no # comments, no executable comments.
+_ORACLE_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+)
+    | (?P<comment>--[^\n]*|/\*.*?(?:\*/|\Z))
+    | (?P<name>"[^"]*(?:"|\Z))
+    | (?P<string>[Nn]?'(?:[^']|'')*(?:'|\Z))
+    | (?P<word>[\w$#]+)
+    | (?P<symbol>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+MYSQL, ORACLE = "mysql", "oracle"
 _NOT_A_COLUMN = {"CONSTRAINT", "PRIMARY", "UNIQUE", "INDEX", "KEY", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK"}
 
 
@@ -164,16 +178,19 @@ class _Cursor:
             self.accept("NOWAIT")
 
 
-def _tokens(ddl_text: str) -> list[_Token]:
+def _tokens(ddl_text: str, dialect: str = MYSQL) -> list[_Token]:
     tokens = []
-    for match in _TOKEN.finditer(ddl_text):
+    for match in (_ORACLE_TOKEN if dialect == ORACLE else _TOKEN).finditer(ddl_text):
         kind = match.lastgroup or "symbol"
         text = match.group()
         if kind in ("space", "comment", "executable"):
             continue
         if kind == "name":
-            text = text[1:-1] if len(text) > 1 and text.endswith("`") else text[1:]
-            text = text.replace("``", "`")
+            quote = text[0]
+            text = text[1:-1] if len(text) > 1 and text.endswith(quote) else text[1:]
+            text = text.replace(quote * 2, quote)
+        elif kind == "word" and dialect == ORACLE:
+            text = text.upper()
         tokens.append(_Token(kind, text))
     return tokens
 
@@ -192,16 +209,20 @@ def _split(tokens: list[_Token], separator: str) -> list[list[_Token]]:
     return [piece for piece in pieces if piece]
 
 
-def parse_statements(ddl_text: str) -> list[Statement]:
+def parse_statements(ddl_text: str, dialect: str = MYSQL) -> list[Statement]:
+    """What each statement of a DDL text does (`Statement`). `dialect` ORACLE reads Oracle's text: names quoted with
+    "..." kept as written, unquoted ones upper case as Oracle stores them, and `RENAME a TO b` renames a table; the
+    statements both share (ALTER TABLE ... RENAME COLUMN / RENAME TO / ADD [CONSTRAINT c] UNIQUE / ADD (columns) /
+    DROP CONSTRAINT, CREATE TABLE, CREATE UNIQUE INDEX) read alike."""
     statements = []
-    for tokens in _split(_tokens(ddl_text), ";"):
-        statement = _parse_statement(_Cursor(tokens))
+    for tokens in _split(_tokens(ddl_text, dialect), ";"):
+        statement = _parse_statement(_Cursor(tokens), dialect)
         if statement is not None:
             statements.append(statement)
     return statements
 
 
-def _parse_statement(cursor: _Cursor) -> Statement | None:
+def _parse_statement(cursor: _Cursor, dialect: str = MYSQL) -> Statement | None:
     if cursor.accept("CREATE"):
         cursor.accept_all("OR", "REPLACE")
         cursor.accept("TEMPORARY")
@@ -216,7 +237,7 @@ def _parse_statement(cursor: _Cursor) -> Statement | None:
         if cursor.accept("TABLE"):
             return _parse_alter_table(cursor)
     elif cursor.accept("RENAME"):
-        if cursor.accept("TABLE", "TABLES"):
+        if cursor.accept("TABLE", "TABLES") or dialect == ORACLE:
             return _parse_rename_table(cursor)
     elif cursor.accept("DROP"):
         cursor.accept("ONLINE", "OFFLINE")
@@ -305,7 +326,7 @@ def _parse_alter_specification(spec: _Cursor, statement: Statement, table: Quali
             new = spec.name() if spec.accept("TO") else None
             if old is not None and new is not None:
                 statement.column_renames.append((old, new))
-        elif not spec.accept("INDEX", "KEY"):
+        elif not spec.accept("INDEX", "KEY", "CONSTRAINT"):
             spec.accept("TO", "AS")
             new_table = spec.qualified_name()
             if new_table is not None:
