@@ -13,11 +13,17 @@ from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, balanced, column_number
 
 CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"
+_INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
+                               "incremental_snapshot_collections", "incremental_snapshot_correlation_id")
 OFFSET_SHAPE = OffsetShape(
     required={"scn": TEXT + INT},
-    optional={"commit_scn": TEXT, "lcr_position": TEXT, "snapshot_scn": TEXT, "snapshot": FLAG,
-              "snapshot_completed": FLAG, "transaction_id": TEXT},
-    example='{"scn": "2891044"}',
+    # As OracleOffsetContext.getOffset writes them (Debezium 3.5): commit_scn is CommitScn's per-thread list
+    # ('scn:thread:txid-txid,...'), null before the first commit; the incremental snapshot's keys while one runs.
+    optional={"commit_scn": TEXT + (type(None),), "txId": TEXT, "txSeq": INT, "scn_idx": INT, "lcr_position": TEXT,
+              "snapshot_scn": TEXT, "snapshot_pending_tx": TEXT, "snapshot": FLAG, "snapshot_completed": FLAG,
+              "window_advance_enabled": FLAG, "transaction_id": TEXT,
+              **{key: TEXT + (type(None),) for key in _INCREMENTAL_SNAPSHOT_KEYS}},
+    example='{"scn": "2891044", "commit_scn": "2891051:1:0a001b00c5030000", "txId": "0a001b00c5030000", "txSeq": 3}',
 )
 DDL_EVENTS = True  # LogMiner gives the DDL text Oracle logged and Debezium's parse of it
 
@@ -182,3 +188,9 @@ def replicates(connector: ConnectorConfig, source_table: str) -> bool:
 def source_partition(connector: str, database: str) -> dict[str, str]:
     """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
     return {"server": connector}
+
+
+# The server's reads (python-oracledb, thin mode): the change check, the preflight, row counts, and the order of
+# streaming offsets.
+from cdc_pipeline.sources.oracle_checks import (  # noqa: E402
+    ORDERED_WITHIN_TRANSACTION, check_changes, preflight, row_counts, stream_order)

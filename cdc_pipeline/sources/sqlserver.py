@@ -13,11 +13,15 @@ from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, balanced, column_number
 
 CONNECTOR_CLASS = "io.debezium.connector.sqlserver.SqlServerConnector"
+_INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
+                               "incremental_snapshot_collections", "incremental_snapshot_correlation_id")
 OFFSET_SHAPE = OffsetShape(
     required={"commit_lsn": TEXT},
-    optional={"change_lsn": TEXT, "event_serial_no": INT, "snapshot": FLAG, "snapshot_completed": FLAG,
-              "transaction_id": TEXT},
-    example='{"commit_lsn": "0000002c:00000a38:0003", "change_lsn": "0000002c:00000a38:0002"}',
+    # As SqlServerOffsetContext.getOffset writes them (Debezium 3.5): change_lsn is null at a position without a
+    # change; the incremental snapshot's keys are there while one runs.
+    optional={"change_lsn": TEXT + (type(None),), "event_serial_no": INT, "snapshot": FLAG, "snapshot_completed": FLAG,
+              "transaction_id": TEXT, **{key: TEXT + (type(None),) for key in _INCREMENTAL_SNAPSHOT_KEYS}},
+    example='{"commit_lsn": "0000002c:00000a38:0003", "change_lsn": "0000002c:00000a38:0002", "event_serial_no": 1}',
 )
 DDL_EVENTS = True  # a new capture instance gives a schema change: no DDL text, the table's whole definition
 
@@ -146,3 +150,8 @@ def source_partition(connector: str, database: str) -> dict[str, str]:
     """Debezium's source partition of the connector's offsets: one per database (`database.names` may list several),
     named by the connector's name (its topic prefix) and the database."""
     return {"server": connector, "database": database}
+
+
+# The server's reads (pymssql): the change check, the preflight, row counts, and the order of streaming offsets.
+from cdc_pipeline.sources.sqlserver_checks import (  # noqa: E402
+    ORDERED_WITHIN_TRANSACTION, check_changes, preflight, row_counts, stream_order)

@@ -1,0 +1,353 @@
+"""What the pipeline reads from an Oracle source without a JVM, through python-oracledb in thin mode (no client
+libraries): the order of Debezium's streaming offsets (re-delivered events), the change check, the preflight check
+and row counts.
+
+Offsets. Debezium's Oracle connector (3.5, LogMiner; `OracleOffsetContext.getOffset`) writes `scn` (where mining
+resumes: the start of the oldest transaction still open), `commit_scn` (`CommitScn`: per redo thread, the SCN of the
+last commit handled and the transactions committed at it, 'scn:thread:tx1-tx2' joined by ',') and, for a record,
+`txId` and `txSeq` (its transaction and its place in it, from 1). Transactions are emitted whole at their commit, in
+commit order, and the commit is recorded after their last record (`BufferedLogMinerStreamingChangeEventSource.
+handleCommit`): the records of one transaction share one `commit_scn`, and it grows (per thread) from one transaction
+to the next. On restart, Debezium skips a transaction its `commit_scn` covers (`CommitScn.hasBeenHandled`) and, in
+the offset's own transaction, the records up to `txSeq`.
+
+The change check. An SCN moves with any activity of the database (its own background work too), so the current SCN
+alone never tells that nothing is new. The check mines the redo between the applied position and the current SCN
+with LogMiner (the capture user holds its privileges: the preflight checks them), for a change of a captured table
+committed after the applied one, within a bound on the redo's size; more redo than that asks for a run, which reads
+it. The applied position must still be in the redo logs the database keeps (online and archived): when it is older
+than the oldest, the connector cannot resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+
+CONNECT_TIMEOUT_SECONDS = 10
+ORDERED_WITHIN_TRANSACTION = True  # a transaction's records come in `txSeq` order
+CHECK_SECONDS = 20.0  # a change check's LogMiner session, at most
+CHECK_REDO_BYTES = 256 << 20  # more redo than this since the applied position: a run reads it, not a check
+CHECK_ROWS = 100_000
+
+CURRENT_SCN = "SELECT current_scn FROM v$database"
+OLDEST_LOG_SCN = ("SELECT MIN(first_change#) FROM (SELECT first_change# FROM v$log UNION ALL SELECT first_change# "
+                  "FROM v$archived_log WHERE status = 'A' AND deleted = 'NO' AND name IS NOT NULL)")
+REDO_LOGS = ("SELECT a.name, a.thread#, a.sequence#, a.blocks * a.block_size, 1 FROM v$archived_log a "
+             "WHERE a.status = 'A' AND a.deleted = 'NO' AND a.name IS NOT NULL AND a.next_change# > :start_scn "
+             "UNION ALL SELECT f.member, l.thread#, l.sequence#, l.bytes, 0 FROM v$log l JOIN v$logfile f "
+             "ON f.group# = l.group# WHERE l.next_change# > :start_scn AND (f.status IS NULL OR f.status <> 'INVALID') "
+             "ORDER BY 2, 3, 5 DESC")
+ADD_LOGFILE = "BEGIN DBMS_LOGMNR.ADD_LOGFILE(LOGFILENAME => :name, OPTIONS => :options); END;"
+START_LOGMNR = ("BEGIN DBMS_LOGMNR.START_LOGMNR(STARTSCN => :start_scn, ENDSCN => :end_scn, "
+                "OPTIONS => DBMS_LOGMNR.DICT_FROM_ONLINE_CATALOG); END;")
+END_LOGMNR = "BEGIN DBMS_LOGMNR.END_LOGMNR; END;"
+# Commits up to the applied one, and changes (insert, delete, update, DDL) of tables outside Oracle's own schemas.
+MINED_CHANGES = ("SELECT scn, xid, operation_code, seg_owner, table_name FROM v$logmnr_contents "
+                 "WHERE scn >= :start_scn AND ((operation_code = 7 AND scn <= :committed_scn) "
+                 "OR (operation_code IN (1, 2, 3, 5) AND seg_owner NOT IN "
+                 "(SELECT username FROM all_users WHERE oracle_maintained = 'Y'))) AND ROWNUM <= :row_limit")
+DATABASE_STATE = ("SELECT log_mode, supplemental_log_data_min, supplemental_log_data_all, cdb, "
+                  "SYS_CONTEXT('USERENV', 'SESSION_USER') FROM v$database")
+SESSION_PRIVILEGES = "SELECT privilege FROM session_privs"
+LOGMNR_EXECUTE = "SELECT COUNT(*) FROM all_procedures WHERE owner = 'SYS' AND object_name = 'DBMS_LOGMNR'"
+USER_TABLES = ("SELECT owner, table_name FROM all_tables WHERE owner NOT IN "
+               "(SELECT username FROM all_users WHERE oracle_maintained = 'Y') AND nested = 'NO' "
+               "AND temporary = 'N' ORDER BY owner, table_name")
+ALL_COLUMN_LOGGING = "SELECT owner, table_name FROM all_log_groups WHERE log_group_type = 'ALL COLUMN LOGGING'"
+# LogMiner's privileges as Debezium's Oracle documentation lists them (the system ones session_privs shows, roles
+# included), and the V$ views it reads (granted as their V_$ base views).
+SYSTEM_PRIVILEGES = ("CREATE SESSION", "LOGMINING", "SELECT ANY TRANSACTION", "FLASHBACK ANY TABLE",
+                     "SELECT ANY TABLE", "LOCK ANY TABLE")
+LOGMINER_VIEWS = ("V$LOG", "V$LOG_HISTORY", "V$LOGFILE", "V$ARCHIVED_LOG", "V$ARCHIVE_DEST_STATUS",
+                  "V$LOGMNR_LOGS", "V$LOGMNR_CONTENTS", "V$LOGMNR_PARAMETERS", "V$TRANSACTION", "V$MYSTAT",
+                  "V$STATNAME")
+_DML_AND_DDL = (1, 2, 3, 5)
+_COMMIT = 7
+
+
+def quote(identifier: str) -> str:
+    """An Oracle identifier in double quotes (as the dictionary spells it), embedded quotes doubled."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def qualified(owner: str, table: str) -> str:
+    return quote(owner) + "." + quote(table)
+
+
+def commit_state(value: Any) -> dict[int, tuple[int, frozenset[str]]]:
+    """Debezium's `commit_scn` offset value (`CommitScn.valueOf`) as {redo thread: (commit SCN, transactions committed
+    at it)}: 'scn:thread:tx-tx' entries joined by ','; older forms: 'scn' alone (thread 1), 'scn:_:_:thread', or a
+    number."""
+    if value is None or value == "":
+        return {}
+    state = {}
+    for entry in str(value).split(","):
+        parts = entry.split(":")
+        if len(parts) == 1:
+            state[1] = (int(parts[0]), frozenset())
+        elif len(parts) == 3:
+            state[int(parts[1])] = (int(parts[0]), frozenset(filter(None, parts[2].split("-"))))
+        elif len(parts) == 4:
+            state[int(parts[3])] = (int(parts[0]), frozenset())
+        else:
+            raise ValueError(f"an unexpected commit_scn entry {entry!r}")
+    return state
+
+
+def committed_scn(offset: dict[str, Any]) -> int | None:
+    """The SCN of the last commit an offset's `commit_scn` records (the highest of its redo threads), or None."""
+    state = commit_state(offset.get("commit_scn"))
+    return max(scn for scn, _ in state.values()) if state else None
+
+
+def stream_order(offset: dict[str, Any] | None) -> tuple[tuple[int, int], tuple, tuple[int]] | None:
+    """Where a streamed record's offset lies: (its transaction's order, its transaction, its place in it). The
+    transaction's order is that of the commits recorded before it (`commit_scn`), which grow from one transaction to
+    the next on each redo thread: the sum of their SCNs, then of their transactions, grows with them. None for a
+    snapshot's offset, an XStream one (`lcr_position`), or one that is not Oracle's."""
+    if not offset or offset.get("snapshot") not in (None, False, "false") or "scn" not in offset \
+            or "commit_lsn" in offset:
+        return None
+    try:
+        state = commit_state(offset.get("commit_scn"))
+    except ValueError:
+        return None
+    order = (sum(scn for scn, _ in state.values()), sum(len(txs) for _, txs in state.values()))
+    transaction = (tuple(sorted((thread, scn, tuple(sorted(txs))) for thread, (scn, txs) in state.items())),
+                   offset.get("txId"))
+    return order, transaction, (int(offset.get("txSeq") or 0),)
+
+
+def connect(connector: ConnectorConfig) -> Any:
+    """A python-oracledb connection (thin mode) to the connector's database service, for the checks' reads (never
+    rows). A call that runs longer than `source_statement_timeout_seconds` fails."""
+    import oracledb
+
+    try:
+        conn = oracledb.connect(user=connector.user, password=connector.password.reveal(), host=connector.hostname,
+                                port=connector.port, service_name=connector.database,
+                                tcp_connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    except oracledb.Error as exc:
+        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
+                       f"{_server_words(exc, connector)}", connector=connector.name) from None
+    conn.call_timeout = int(connector.source_statement_timeout_seconds * 1000)
+    return conn
+
+
+def _server_words(exc: BaseException, connector: ConnectorConfig) -> str:
+    """The driver's message on one line, the password (should a driver ever echo it) masked."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    password = connector.password.reveal()
+    return text.replace(password, "***") if password else text
+
+
+def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
+    """`reads(cursor)` on a connection to the source; a driver error raises CdcError naming the connector and host."""
+    import oracledb
+
+    conn = connect(connector)
+    try:
+        with conn.cursor() as cur:
+            return reads(cur)
+    except oracledb.Error as exc:
+        raise CdcError(f"the source {connector.hostname}:{connector.port} refused a check's query: "
+                       f"{_server_words(exc, connector)}", connector=connector.name) from None
+    finally:
+        conn.close()
+
+
+def _pdb(connector: ConnectorConfig) -> str | None:
+    return connector.debezium.get("database.pdb.name") or None
+
+
+def _enter_pdb(cur: Any, connector: ConnectorConfig) -> None:
+    """Into the connector's pluggable database (`database.pdb.name`), where its tables are, as Debezium does."""
+    pdb = _pdb(connector)
+    if pdb:
+        cur.execute(f"ALTER SESSION SET CONTAINER = {quote(pdb.upper())}")
+
+
+def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
+                  captured: Callable[[str], bool]) -> ChangeCheck:
+    """The change check: whether the redo since the applied position holds a change of a captured table that the
+    connector has not applied (one of a transaction not committed by the applied commit), mined by LogMiner; or
+    whether that position is older than every redo log the database keeps."""
+    if stream_order(applied) is None:
+        return ChangeCheck(True, "no streamed position is applied yet")
+    resume = int(applied["scn"])
+    committed = committed_scn(applied)
+    return _read(connector, lambda cur: _check(cur, connector, resume, resume - 1 if committed is None else committed,
+                                               captured))
+
+
+def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,
+           captured: Callable[[str], bool]) -> ChangeCheck:
+    cur.execute(CURRENT_SCN)
+    current = int(cur.fetchone()[0])
+    cur.execute(OLDEST_LOG_SCN)
+    oldest = cur.fetchone()[0]
+    if oldest is None or resume < int(oldest):
+        return ChangeCheck(False, f"the applied position (SCN {resume}) is older than every redo log the database "
+                                  f"keeps (the oldest starts at SCN {oldest}): LogMiner cannot read the changes "
+                                  "after it, and the connector cannot resume. Restore the archived logs from SCN "
+                                  f"{resume} on, or take a new snapshot (`cdc-pipeline restart {connector.name} "
+                                  "always`)", known=False)
+    cur.execute(REDO_LOGS, start_scn=resume)
+    logs: dict[tuple[int, int], tuple[str, int]] = {}
+    for name, thread, sequence, size, _archived in cur.fetchall():
+        logs.setdefault((int(thread), int(sequence)), (name, int(size or 0)))  # the archived copy first
+    redo = sum(size for _, size in logs.values())
+    if redo > CHECK_REDO_BYTES:
+        return ChangeCheck(True, f"{redo >> 20} MB of redo since SCN {resume}, more than a check mines "
+                                 f"({CHECK_REDO_BYTES >> 20} MB): a run reads it")
+    return _mine(cur, [name for name, _ in logs.values()], resume, committed, current, captured)
+
+
+def _mine(cur: Any, files: list[str], resume: int, committed: int, current: int,
+          captured: Callable[[str], bool]) -> ChangeCheck:
+    import oracledb
+
+    if not files:
+        return ChangeCheck(True, f"no redo log holds SCN {resume} on: a run reads from there")
+    cur.connection.call_timeout = int(CHECK_SECONDS * 1000)
+    for index, name in enumerate(files):
+        cur.execute(ADD_LOGFILE, name=name, options=1 if index == 0 else 3)  # DBMS_LOGMNR.NEW, then ADDFILE
+    cur.execute(START_LOGMNR, start_scn=resume, end_scn=current)
+    try:
+        cur.execute(MINED_CHANGES, start_scn=resume, committed_scn=committed, row_limit=CHECK_ROWS)
+        rows = cur.fetchall()
+    finally:
+        try:
+            cur.execute(END_LOGMNR)
+        except oracledb.Error:
+            pass  # the session ends with the connection, and its LogMiner session with it
+    open_transactions: dict[Any, str] = {}
+    committed_transactions = set()
+    for scn, xid, operation, owner, table in rows:
+        if operation == _COMMIT:
+            committed_transactions.add(xid)
+            continue
+        source_table = f"{owner}.{table}"
+        if operation not in _DML_AND_DDL or not captured(source_table):
+            continue
+        if int(scn) > committed:
+            return ChangeCheck(True, f"{source_table} changed at SCN {scn}, after the applied commit (SCN "
+                                     f"{committed})")
+        open_transactions.setdefault(xid, source_table)
+    unapplied = [table for xid, table in open_transactions.items() if xid not in committed_transactions]
+    if unapplied:
+        return ChangeCheck(True, f"a transaction open at the applied commit (SCN {committed}) changed {unapplied[0]}")
+    if len(rows) >= CHECK_ROWS:
+        return ChangeCheck(True, f"more than {CHECK_ROWS} changes and commits since SCN {resume}: a run reads them")
+    return ChangeCheck(False, f"no change of the connector's tables between SCN {resume} and {current}",
+                       reached_end=True)
+
+
+def preflight(connector: ConnectorConfig) -> list[Finding]:
+    """What the source lacks for Debezium's Oracle connector (LogMiner): ARCHIVELOG mode, minimal supplemental
+    logging on the database and ALL COLUMNS logging on each captured table (or on the database), LogMiner's
+    privileges (LOGMINING, SELECT ANY TRANSACTION, EXECUTE on DBMS_LOGMNR, the V$ views) and, in a container
+    database, a common user (C##). Each finding carries the statement that fixes it. Raises CdcError when the source
+    cannot be reached."""
+    return _read(connector, lambda cur: _preflight(cur, connector))
+
+
+def _preflight(cur: Any, connector: ConnectorConfig) -> list[Finding]:
+    cur.execute(DATABASE_STATE)
+    log_mode, minimal, all_columns, cdb, user = cur.fetchone()
+    findings = []
+    if log_mode != "ARCHIVELOG":
+        findings.append(source_error(
+            "log_mode", f"the database is in {log_mode} mode: LogMiner reads redo logs the database archives",
+            "as SYSDBA: SHUTDOWN IMMEDIATE; STARTUP MOUNT; ALTER DATABASE ARCHIVELOG; ALTER DATABASE OPEN; "
+            "(and a db_recovery_file_dest large enough for the archived logs)"))
+    if minimal not in ("YES", "IMPLICIT"):
+        findings.append(source_error("supplemental_log_data_min", "minimal supplemental logging is off: the redo "
+                                                                  "lacks what LogMiner needs to rebuild a change",
+                                     "ALTER DATABASE ADD SUPPLEMENTAL LOG DATA;"))
+    if cdb == "YES" and not user.startswith("C##"):
+        findings.append(source_error("user", f"the database is a container database and {user} is a local user: "
+                                             "LogMiner runs in the root container, with a common user",
+                                     'CREATE USER C##DBZUSER IDENTIFIED BY "..." CONTAINER=ALL; then grant it the '
+                                     "privileges with CONTAINER=ALL, and make it the connector's user"))
+    findings += _privilege_findings(cur, user, cdb == "YES")
+    _enter_pdb(cur, connector)
+    if all_columns != "YES":
+        findings += _table_logging_findings(cur, connector)
+    return findings
+
+
+def _privilege_findings(cur: Any, user: str, cdb: bool) -> list[Finding]:
+    import oracledb
+
+    container = " CONTAINER=ALL" if cdb else ""
+    cur.execute(SESSION_PRIVILEGES)
+    held = {row[0] for row in cur.fetchall()}
+    required = SYSTEM_PRIVILEGES + (("SET CONTAINER",) if cdb else ())
+    missing = [privilege for privilege in required if privilege not in held]
+    findings = []
+    if missing:
+        findings.append(source_error("privileges", f"the capture user {user} lacks {', '.join(missing)}",
+                                     f"GRANT {', '.join(missing)} TO {quote(user)}{container};"))
+    cur.execute(LOGMNR_EXECUTE)
+    if not cur.fetchone()[0]:
+        findings.append(source_error("privileges", f"the capture user {user} may not execute DBMS_LOGMNR",
+                                     f"GRANT EXECUTE ON DBMS_LOGMNR TO {quote(user)}{container}; (as SYS)"))
+    unreadable = []
+    for view in LOGMINER_VIEWS:
+        try:
+            cur.execute(f"SELECT COUNT(*) FROM {view} WHERE 1 = 0")
+            cur.fetchone()
+        except oracledb.DatabaseError:
+            unreadable.append(view)
+    if unreadable:
+        findings.append(source_error(
+            "privileges", f"the capture user {user} cannot read {', '.join(unreadable)}",
+            " ".join(f"GRANT SELECT ON {view.replace('V$', 'V_$')} TO {quote(user)}{container};"
+                     for view in unreadable) + " (as SYS)"))
+    return findings
+
+
+def _table_logging_findings(cur: Any, connector: ConnectorConfig) -> list[Finding]:
+    cur.execute(USER_TABLES)
+    tables = [f"{owner}.{table}" for owner, table in cur.fetchall()]
+    cur.execute(ALL_COLUMN_LOGGING)
+    logged = {f"{owner}.{table}" for owner, table in cur.fetchall()}
+    findings = []
+    missing = [table for table in connector.tables if table not in tables]
+    if missing:
+        findings.append(source_error("tables", f"the connector's tables {', '.join(missing)} do not exist"
+                                               + (f" in {_pdb(connector)}" if _pdb(connector) else ""),
+                                     "correct the connector's `tables` (OWNER.TABLE, as the dictionary spells them)"))
+    captured = [table for table in tables if table in connector.tables] if connector.tables else tables
+    unlogged = [table for table in captured if table not in logged]
+    if unlogged:
+        statements = " ".join(f"ALTER TABLE {qualified(*connector.split_table(table))} ADD SUPPLEMENTAL LOG DATA "
+                              "(ALL) COLUMNS;" for table in unlogged)
+        finding = source_error if connector.tables else source_warning
+        findings.append(finding("supplemental_log_data_all",
+                                f"{', '.join(unlogged)} {'has' if len(unlogged) == 1 else 'have'} no ALL COLUMNS "
+                                "supplemental logging: an update's event would lack the columns it did not change",
+                                statements))
+    return findings
+
+
+def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
+    """The rows of each table (outside Oracle's own schemas) that `captured` accepts (`OWNER.TABLE`: rows)."""
+    def count(cur: Any) -> dict[str, int]:
+        _enter_pdb(cur, connector)
+        cur.execute(USER_TABLES)
+        tables = [(owner, table) for owner, table in cur.fetchall() if captured(f"{owner}.{table}")]
+        counts = {}
+        for owner, table in tables:
+            # python-oracledb binds values, not names: the names are double-quoted by quote.
+            cur.execute("SELECT COUNT(*) FROM " + qualified(owner, table))
+            counts[f"{owner}.{table}"] = int(cur.fetchone()[0])
+        return counts
+
+    return _read(connector, count)
