@@ -172,12 +172,15 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     - `interval.handling.mode=string`: INTERVAL YEAR TO MONTH as ISO-8601 years and months
       (`OracleValueConverters.convertOracleIntervalYearMonth`); the default (`numeric`) turns a month into 30.4375
       days of microseconds (`MicroDuration.DAYS_PER_MONTH_AVG`), which PostgreSQL's interval would keep as days.
+    - `time.precision.mode=microseconds`: DATE and TIMESTAMP(n) as microseconds (`MicroTimestamp`), all PostgreSQL
+      keeps. The runner's `adaptive_time_microseconds` would send TIMESTAMP(7-9) as a `NanoTimestamp`, which cannot
+      hold a value before 1677-09-21 or after 2262-04-11 (Debezium's `NanoTimestamp.toEpochNanos` fails the
+      connector on one; Oracle's span 4712 BC..9999).
     The runner's shared properties keep numbers exact (`decimal.handling.mode=precise`: NUMBER as decimals,
-    NUMBER without precision as `VariableScaleDecimal`) and timestamps to their digits
-    (`time.precision.mode=adaptive_time_microseconds`: TIMESTAMP(7-9) as `NanoTimestamp`).
+    NUMBER without precision as `VariableScaleDecimal`).
     """
     return {"connector.class": CONNECTOR_CLASS, "database.dbname": connector.database, "lob.enabled": "true",
-            "interval.handling.mode": "string"}
+            "interval.handling.mode": "string", "time.precision.mode": "microseconds"}
 
 
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:

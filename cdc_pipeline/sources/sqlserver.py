@@ -134,10 +134,16 @@ def parse_ddl(ddl_text: str) -> list[Statement]:
 
 def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """The connector properties of a SQL Server source (the engine's own are the runner's); TLS through
-    `debezium:` properties. The runner's shared ones keep every value exact: `decimal.handling.mode=precise` (money,
-    decimal(38,s)), `time.precision.mode=adaptive_time_microseconds` (datetime2(7) as `NanoTimestamp`, time(7) as
-    `MicroTime`, the 100 ns digit PostgreSQL cannot keep anyway), `binary.handling.mode=bytes`."""
-    return {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false"}
+    `debezium:` properties.
+
+    - `time.precision.mode=microseconds`: every time and timestamp as microseconds (`MicroTime`, `MicroTimestamp`),
+      all PostgreSQL keeps. The runner's `adaptive_time_microseconds` would send datetime2(7) as a `NanoTimestamp`,
+      a 64-bit count of nanoseconds that cannot hold a value before 1677-09-21 or after 2262-04-11: Debezium's
+      `NanoTimestamp.toEpochNanos` fails the connector on one (datetime2 spans 0001..9999).
+    The runner's other shared properties keep values exact: `decimal.handling.mode=precise` (money, decimal(38,s)),
+    `binary.handling.mode=bytes`."""
+    return {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false",
+            "time.precision.mode": "microseconds"}
 
 
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:
