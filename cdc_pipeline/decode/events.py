@@ -15,6 +15,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import ModuleType
 from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame
@@ -23,6 +24,7 @@ from pyspark.sql import types as T
 
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.sources import oracle, sqlserver
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,8 @@ DATA_CHANGE = "data_change"
 TRUNCATE = "truncate"
 OTHER = "other"
 
-_POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "scn", "snapshot")
+_POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "event_serial_no", "scn",
+                  "commit_scn", "snapshot")
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,32 @@ def _pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | N
     return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
 
 
+# Sources whose module orders its streaming offsets (`stream_order`: the transaction's order, the transaction, the
+# record's place in it; `ORDERED_WITHIN_TRANSACTION`: whether records come in that place's order within it).
+_ORDERED_SOURCES = (sqlserver, oracle)
+
+
+def _ordered_place(offset: dict[str, Any] | None) -> tuple[ModuleType, tuple[Any, Any, Any]] | None:
+    """The source module that orders a streaming offset, and where the offset lies (`stream_order`), or None."""
+    for module in _ORDERED_SOURCES:
+        place = module.stream_order(offset)
+        if place is not None:
+            return module, place
+    return None
+
+
+def _ordered_before(module: ModuleType, place: tuple[Any, Any, Any], other: tuple[Any, Any, Any], *,
+                    or_same: bool = False) -> bool:
+    """Whether a record (its `stream_order` place) comes before `other` (or is it, with `or_same`): by transaction,
+    then within one transaction by place when its records come in that order. Records of two transactions that
+    share an order (which one stream never gives) are not ordered."""
+    if place[0] != other[0]:
+        return place[0] < other[0]
+    if place[1] != other[1] or not module.ORDERED_WITHIN_TRANSACTION:
+        return False
+    return place[2] <= other[2] if or_same else place[2] < other[2]
+
+
 def same_stream_position(first: dict[str, Any] | None, second: dict[str, Any] | None) -> bool:
     """Whether two streamed records share one offset: the records of one statement that Debezium splits (the
     schema changes of a multi-table `DROP TABLE a, b` or `RENAME TABLE`, PostgreSQL's TRUNCATE of several tables).
@@ -319,7 +348,10 @@ def same_stream_position(first: dict[str, Any] | None, second: dict[str, Any] | 
     if binlog is not None:
         return offset_order(second) == binlog and _binlog_base(first) == _binlog_base(second)
     pg = _pg_stream_offset(first)
-    return pg is not None and _pg_stream_offset(second) == pg
+    if pg is not None:
+        return _pg_stream_offset(second) == pg
+    ordered = _ordered_place(first)
+    return ordered is not None and _ordered_place(second) == ordered
 
 
 class SourceLogChangedError(CdcError):
@@ -348,6 +380,9 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
     transaction whole: a record is re-delivered when it belongs to the applied record's transaction (`txId`) at
     or before its `lsn` (a transaction's changes have growing LSNs), or to a transaction before it, which its
     `lsn_commit` (the commit LSN of the transaction before the record's) tells: lower than the applied record's.
+    SQL Server and Oracle order their own offsets (`stream_order` of their source modules, `_ordered_test`): SQL
+    Server by commit LSN, then change LSN and `event_serial_no`; Oracle by the commits recorded before a record
+    (`commit_scn`), then its `txSeq` in its transaction.
     Snapshot records never count: they are tracked per table (`SnapshotStep`).
 
     A binlog record is only compared when it belongs to the applied position's binlog: one of another base name,
@@ -383,7 +418,40 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
             record = _pg_stream_offset(offset)
             return record is not None and _pg_before(record, pg, or_same=True)
         return pg_test
+    ordered = _ordered_place(applied)
+    if ordered is not None:
+        return _ordered_test(*ordered, resumed_from)
     return None
+
+
+def _ordered_test(module: ModuleType, applied: tuple[Any, Any, Any],
+                  resumed_from: dict[str, Any] | None) -> Callable[[dict[str, Any] | None], bool]:
+    """`redelivery_test` of a source whose module orders its offsets (SQL Server, Oracle): a record of a transaction
+    before the applied one's is re-delivered, and one of the applied transaction at or before the applied place.
+
+    Where records of a transaction do not always come in the order of their places (SQL Server: a multi-row update
+    of a key, DBZ-2329), Debezium skips on restart only up to where the places first go down, then gives the rest:
+    so here, in the applied transaction, a record at or before the place the engine resumed from (`resumed_from`)
+    is one Debezium gave after such a drop (new), and once the places go down no record of it counts as
+    re-delivered. Some records may then be applied twice (replayed in order, the transaction ends as the source
+    has it), none lost."""
+    resumed = module.stream_order(resumed_from) if resumed_from else None
+    resumed_within = resumed[2] if resumed is not None and resumed[:2] == applied[:2] else None
+    seen: dict[str, Any] = {"last": None, "dropped": False}
+
+    def ordered_test(offset: dict[str, Any] | None) -> bool:
+        place = module.stream_order(offset)
+        if place is None:
+            return False
+        if module.ORDERED_WITHIN_TRANSACTION or place[:2] != applied[:2]:
+            return _ordered_before(module, place, applied, or_same=True)
+        last, seen["last"] = seen["last"], place[2]
+        if last is not None and place[2] < last:
+            seen["dropped"] = True
+        if seen["dropped"] or (resumed_within is not None and place[2] <= resumed_within):
+            return False
+        return place[2] <= applied[2]
+    return ordered_test
 
 
 def _pg_before(record: tuple[Any, ...], other: tuple[Any, ...], *, or_same: bool = False) -> bool:
@@ -409,26 +477,22 @@ class StreamRedeliveries:
     binlog offset never are (a key update's delete and create differ in op, and each row of a statement has its own
     offset), so such an event starts repeats at that very offset. Reads do not count (an incremental snapshot's
     chunk shares the stream's offset). PostgreSQL gives the rows of one multi-row WAL record (a COPY) one LSN, so
-    there repeats that begin at the last offset taken are not told. Call it on every event, in order, with `change`
-    (op, table) for data changes."""
+    there repeats that begin at the last offset taken are not told. SQL Server and Oracle events are placed by their
+    source modules (`stream_order`); within a SQL Server transaction an event placed before the one taken before it
+    is no repeat (its rows do not always come in the order of their change LSNs). Call it on every event, in order,
+    with `change` (op, table) for data changes."""
 
     def __init__(self, applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
                  connector: str | None = None) -> None:
         self._applied = redelivery_test(applied, resumed_from, connector=connector)
-        self._last: tuple[Any, ...] | None = None  # where the last event taken is: ("binlog", base, order) or ("pg", record)
+        self._last: tuple[Any, ...] | None = None  # where the last event taken is (`_stream_place`)
         self._taken_at_last = 0  # events taken at that offset
         self._repeated_at_last = 0  # events at that offset given again since the last repeat before it
         self._repeating = False  # the event before was a repeat
         self._first_change_at_last: tuple[Any, ...] | None = None  # (op, table) of the first event taken there
 
     def __call__(self, offset: dict[str, Any] | None, change: tuple[Any, ...] | None = None) -> bool:
-        order = offset_order(offset)
-        if order is not None:
-            assert offset is not None
-            here: tuple[Any, ...] | None = ("binlog", _binlog_base(offset), order)
-        else:
-            record = _pg_stream_offset(offset)
-            here = None if record is None else ("pg", record)
+        here = _stream_place(offset)
         if here is None:
             return self._applied is not None and self._applied(offset)
         last = self._last
@@ -466,4 +530,20 @@ class StreamRedeliveries:
     def _before(here: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
         if here[0] == "binlog":
             return here[2] < last[2]
+        if here[0] == "ordered":
+            return _ordered_before(here[1], here[2], last[2])
         return _pg_before(here[1], last[1])
+
+
+def _stream_place(offset: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """Where a streamed record is, for `StreamRedeliveries`: ("binlog", base name, `offset_order`), ("pg",
+    `_pg_stream_offset`) or ("ordered", source module, `stream_order`); None for a snapshot's or an unordered one."""
+    order = offset_order(offset)
+    if order is not None:
+        assert offset is not None
+        return "binlog", _binlog_base(offset), order
+    record = _pg_stream_offset(offset)
+    if record is not None:
+        return "pg", record
+    ordered = _ordered_place(offset)
+    return None if ordered is None else ("ordered", *ordered)

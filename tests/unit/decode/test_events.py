@@ -196,7 +196,9 @@ def test_postgres_records_of_the_applied_transaction_or_earlier_ones_are_redeliv
 def test_snapshot_and_unknown_applied_offsets_skip_nothing() -> None:
     assert redelivery_test(None) is None
     assert redelivery_test({"lsn": 10, "txId": 5, "snapshot": True, "last_snapshot_record": True}) is None
-    assert redelivery_test({"change_lsn": "00000027:00000758:0003", "commit_lsn": "00000027:00000758:0005"}) is None
+    assert redelivery_test({"commit_lsn": "00000027:00000758:0005", "change_lsn": "00000027:00000758:0003",
+                            "event_serial_no": 1, "snapshot": "INITIAL", "snapshot_completed": False}) is None
+    assert redelivery_test({"scn": "1001", "snapshot": "INITIAL", "snapshot_completed": False}) is None
 
 
 def test_the_parse_of_another_batch_reuses_the_generated_code(spark: SparkSession) -> None:
