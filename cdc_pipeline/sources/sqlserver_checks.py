@@ -106,13 +106,24 @@ def connect(connector: ConnectorConfig) -> Any:
 
 
 def _server_words(exc: BaseException, connector: ConnectorConfig) -> str:
-    """The driver's message on one line, the password (should a driver ever echo it) masked."""
-    text = " ".join(str(part.decode(errors="replace") if isinstance(part, bytes) else part)
-                    for part in (exc.args or (type(exc).__name__,)))
+    """The driver's message on one line (pymssql gives (code, bytes) pairs, its lines often twice), the password
+    (should a driver ever echo it) masked."""
+    parts: list[str] = []
+
+    def gather(value: Any) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                gather(item)
+        elif isinstance(value, bytes):
+            parts.append(value.decode(errors="replace"))
+        elif not isinstance(value, int):
+            parts.append(str(value))
+
+    gather(exc.args)
+    lines = dict.fromkeys(line.strip() for part in parts for line in part.splitlines() if line.strip())
+    text = " ".join(lines) or type(exc).__name__
     password = connector.password.reveal()
-    if password:
-        text = text.replace(password, "***")
-    return " ".join(text.split()) or type(exc).__name__
+    return text.replace(password, "***") if password else text
 
 
 def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
