@@ -31,7 +31,7 @@ from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 CONNECT_TIMEOUT_SECONDS = 10
 ORDERED_WITHIN_TRANSACTION = True  # a transaction's records come in `txSeq` order
 CHECK_SECONDS = 20.0  # a change check's LogMiner session, at most
-CHECK_REDO_BYTES = 256 << 20  # more redo than this since the applied position: a run reads it, not a check
+CHECK_REDO_BYTES = 256 << 20  # more archived redo than this since the applied position: a run reads it, not a check
 CHECK_ROWS = 100_000
 
 CURRENT_SCN = "SELECT current_scn FROM v$database"
@@ -199,11 +199,13 @@ def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,
                                   "always`)", known=False)
     cur.execute(REDO_LOGS, start_scn=resume)
     logs: dict[tuple[int, int], tuple[str, int]] = {}
-    for name, thread, sequence, size, _archived in cur.fetchall():
-        logs.setdefault((int(thread), int(sequence)), (name, int(size or 0)))  # the archived copy first
+    for name, thread, sequence, size, archived in cur.fetchall():
+        # The archived copy first; an online log's size is its file's, not the redo written in it so far (the few
+        # online logs are always mined).
+        logs.setdefault((int(thread), int(sequence)), (name, int(size or 0) if archived else 0))
     redo = sum(size for _, size in logs.values())
     if redo > CHECK_REDO_BYTES:
-        return ChangeCheck(True, f"{redo >> 20} MB of redo since SCN {resume}, more than a check mines "
+        return ChangeCheck(True, f"{redo >> 20} MB of archived redo since SCN {resume}, more than a check mines "
                                  f"({CHECK_REDO_BYTES >> 20} MB): a run reads it")
     return _mine(cur, [name for name, _ in logs.values()], resume, committed, current, captured)
 

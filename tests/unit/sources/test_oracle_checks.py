@@ -1,0 +1,153 @@
+"""The Oracle source's checks without a JVM or a server: the change check (LogMiner over the redo since the applied
+position), the preflight and row counts, each against Oracle's recorded answers (tests/fixtures/recorded/oracle.yaml,
+each answer citing the page of Oracle's documentation it follows), through python-oracledb's `connect` answered by a
+recorded connection; an unreachable server through python-oracledb itself (thin mode)."""
+
+from __future__ import annotations
+
+import socket
+
+import oracledb
+import pytest
+
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources import captures, oracle, oracle_checks
+from tests.fixtures.recorded import RecordedConnection, answers
+
+APPLIED = {"scn": "289100", "commit_scn": "289120:1:0a001b00", "txId": "0a001b00", "txSeq": 3}
+PASSWORD = "0racle-Secr3t"
+
+
+def connector(**fields) -> ConnectorConfig:
+    return ConnectorConfig(**{"name": "ledger", "type": "oracle", "hostname": "ora.example.com", "user": "C##DBZUSER",
+                              "password": PASSWORD, "database": "ORCLCDB",
+                              "tables": ["INVENTORY.ORDERS", "INVENTORY.CUSTOMERS"],
+                              "debezium": {"database.pdb.name": "ORCLPDB1"}, **fields})
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """Answers python-oracledb's connections from a scenario of the recorded answers (`server.last`)."""
+    class Server:
+        scenario = ""
+        last: RecordedConnection | None = None
+
+        def connect(self, **kwargs):
+            self.last = RecordedConnection(answers("oracle", self.scenario), kwargs)
+            return self.last
+
+    fake = Server()
+    monkeypatch.setattr(oracledb, "connect", fake.connect)
+    return fake
+
+
+def check(server, scenario: str, applied: dict = APPLIED, **fields):
+    server.scenario = scenario
+    source = connector(**fields)
+    return oracle.check_changes(source, None, applied, lambda table: captures(source, table))
+
+
+def test_nothing_is_new_when_the_redo_since_the_applied_commit_holds_no_captured_change(server):
+    found = check(server, "nothing_new")
+    assert not found.changes and found.known and found.reached_end
+    assert found.reason == "no change of the connector's tables between SCN 289100 and 289200"
+    opened = server.last.opened_with
+    assert (opened["host"], opened["port"], opened["service_name"], opened["user"]) == \
+        ("ora.example.com", 1521, "ORCLCDB", "C##DBZUSER")
+    # Mined from where Debezium resumes, to the current SCN, over the archived copy of 41 and the online 42.
+    sent = server.last.sent
+    logfiles = [params for text, params in sent if text.startswith("BEGIN DBMS_LOGMNR.ADD_LOGFILE")]
+    assert logfiles == [{"name": "/u01/fra/ORCLCDB/archivelog/1_41_1150000000.arc", "options": 1},
+                        {"name": "/u01/oradata/ORCLCDB/redo02.log", "options": 3}]
+    assert [params for text, params in sent if text.startswith("BEGIN DBMS_LOGMNR.START_LOGMNR")] == \
+        [{"start_scn": 289100, "end_scn": 289200}]
+    assert [params for text, params in sent if "v$logmnr_contents" in text] == \
+        [{"start_scn": 289100, "committed_scn": 289120, "row_limit": oracle_checks.CHECK_ROWS}]
+    assert server.last.statements()[-1] == "BEGIN DBMS_LOGMNR.END_LOGMNR; END;" and server.last.closed
+
+
+def test_a_change_of_a_captured_table_after_the_applied_commit_asks_for_a_run(server):
+    found = check(server, "changes_waiting")
+    assert found.changes and found.reason == "INVENTORY.CUSTOMERS changed at SCN 289160, after the applied commit " \
+                                             "(SCN 289120)"
+
+
+def test_a_transaction_open_at_the_applied_commit_asks_for_a_run(server):
+    found = check(server, "open_transaction")
+    assert found.changes and "a transaction open at the applied commit (SCN 289120) changed INVENTORY.CUSTOMERS" \
+        == found.reason
+
+
+def test_a_position_older_than_every_redo_log_is_said_and_launches_nothing(server):
+    found = check(server, "out_of_retention")
+    assert not found.changes and not found.known
+    assert "older than every redo log the database keeps (the oldest starts at SCN 289500)" in found.reason
+    assert "cdc-pipeline restart ledger always" in found.reason
+    assert not any("DBMS_LOGMNR" in text for text in server.last.statements())
+
+
+def test_more_archived_redo_than_a_check_mines_asks_for_a_run(server):
+    found = check(server, "too_much_redo")
+    assert found.changes and "300 MB of archived redo since SCN 289100" in found.reason
+    assert not any("DBMS_LOGMNR" in text for text in server.last.statements())
+
+
+def test_no_streamed_position_asks_for_a_run_without_connecting(server):
+    assert check(server, "nothing_new", applied={}).changes and server.last is None
+    snapshot = {"scn": "1001", "snapshot_scn": "1001", "snapshot": "INITIAL", "snapshot_completed": False}
+    assert check(server, "nothing_new", applied=snapshot).changes and server.last is None
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_server_names_the_connector_and_host_never_the_password():
+    source = connector(hostname="127.0.0.1", port=_closed_port())
+    with pytest.raises(CdcError) as raised:
+        oracle.check_changes(source, None, APPLIED, lambda table: True)
+    message = str(raised.value)
+    assert f"cannot connect to the source 127.0.0.1:{source.port}: DPY-6005" in message
+    assert "connector 'ledger'" in message and PASSWORD not in message
+
+
+def test_a_ready_source_has_no_findings(server):
+    server.scenario = "ready"
+    assert oracle.preflight(connector()) == []
+    assert 'ALTER SESSION SET CONTAINER = "ORCLPDB1"' in server.last.statements()
+
+
+def test_each_missing_setting_is_a_finding_with_its_fix(server):
+    server.scenario = "not_ready"
+    findings = oracle.preflight(connector(user="DBZUSER"))
+    by_problem = {finding.problem: finding for finding in findings}
+    assert all(finding.is_error for finding in findings)
+    assert [finding.setting for finding in findings] == [
+        "log_mode", "supplemental_log_data_min", "user", "privileges", "privileges", "privileges",
+        "supplemental_log_data_all"]
+    assert "ALTER DATABASE ARCHIVELOG" in by_problem["the database is in NOARCHIVELOG mode: LogMiner reads redo logs "
+                                                     "the database archives"].fix
+    assert findings[1].fix == "ALTER DATABASE ADD SUPPLEMENTAL LOG DATA;"
+    assert "C##" in findings[2].fix
+    assert findings[3].fix == 'GRANT LOGMINING, SELECT ANY TRANSACTION TO "DBZUSER" CONTAINER=ALL;'
+    assert findings[4].fix == 'GRANT EXECUTE ON DBMS_LOGMNR TO "DBZUSER" CONTAINER=ALL; (as SYS)'
+    assert findings[5].problem == "the capture user DBZUSER cannot read V$LOGMNR_CONTENTS"
+    assert findings[5].fix == 'GRANT SELECT ON V_$LOGMNR_CONTENTS TO "DBZUSER" CONTAINER=ALL; (as SYS)'
+    assert findings[6].fix == 'ALTER TABLE "INVENTORY"."CUSTOMERS" ADD SUPPLEMENTAL LOG DATA (ALL) COLUMNS;'
+
+
+def test_all_column_logging_of_the_database_covers_every_table(server):
+    server.scenario = "all_columns_on_the_database"
+    settings = [finding.setting for finding in oracle.preflight(connector())]
+    assert "supplemental_log_data_all" not in settings and "log_mode" not in settings
+
+
+def test_row_counts_of_the_captured_tables_in_the_pdb(server):
+    server.scenario = "counts"
+    source = connector()
+    assert oracle.row_counts(source, lambda table: captures(source, table)) == {"INVENTORY.CUSTOMERS": 3,
+                                                                                "INVENTORY.ORDERS": 7}
+    assert server.last.statements()[0] == 'ALTER SESSION SET CONTAINER = "ORCLPDB1"'
