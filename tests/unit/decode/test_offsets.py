@@ -15,6 +15,24 @@ def test_a_binlog_offset_as_debezium_writes_it_is_accepted():
     assert parse_offset(json.dumps(offset), "inventory", "mariadb") == offset
 
 
+@pytest.mark.parametrize("connector_type, offset", [
+    # SqlServerOffsetContext.getOffset (Debezium 3.5): streaming; after a poll without a change (change_lsn null,
+    # serial 0); during the snapshot ("snapshot": the SnapshotType's name).
+    ("sqlserver", {"commit_lsn": "0000002c:00000a38:0005", "change_lsn": "0000002c:00000a38:0004",
+                   "event_serial_no": 2, "transaction_id": "0000002c:00000a38:0005"}),
+    ("sqlserver", {"commit_lsn": "0000002c:00000b10:0001", "change_lsn": None, "event_serial_no": 0}),
+    ("sqlserver", {"snapshot": "INITIAL", "snapshot_completed": False, "commit_lsn": "0000002c:00000a38:0005",
+                   "change_lsn": None, "event_serial_no": 0}),
+    # OracleOffsetContext.getOffset: a record of a transaction on two redo threads (CommitScn's list); the offset
+    # after the snapshot (HybridMiningStrategyIT's); a first streamed record before any commit (commit_scn null).
+    ("oracle", {"scn": "289100", "commit_scn": "289120:1:0a001b00,289118:2:", "txId": "0c000200", "txSeq": 3}),
+    ("oracle", {"commit_scn": "1001:1:", "snapshot_scn": "1001", "scn": "1001", "snapshot_completed": True}),
+    ("oracle", {"scn": "1001", "commit_scn": None, "txId": "0a000100", "txSeq": 1, "snapshot_scn": "1001"}),
+])
+def test_sqlserver_and_oracle_offsets_as_debezium_writes_them_are_accepted(connector_type, offset):
+    assert parse_offset(json.dumps(offset), "c", connector_type) == offset
+
+
 def test_offset_shapes_per_connector_type():
     assert parse_offset('{"lsn": 24023128, "txId": 555}', "pg", "postgres") == {"lsn": 24023128, "txId": 555}
     for text, message in (('{"file": "f.1", "pos": -1}', "must not be negative"),

@@ -5,6 +5,7 @@ recorded connection; an unreachable server through python-oracledb itself (thin 
 
 from __future__ import annotations
 
+import json
 import socket
 
 import oracledb
@@ -13,7 +14,7 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import captures, oracle, oracle_checks
-from tests.fixtures.recorded import RecordedConnection, answers
+from tests.fixtures.recorded import RecordedConnection, answers, connectors_file
 
 APPLIED = {"scn": "289100", "commit_scn": "289120:1:0a001b00", "txId": "0a001b00", "txSeq": 3}
 PASSWORD = "0racle-Secr3t"
@@ -151,3 +152,26 @@ def test_row_counts_of_the_captured_tables_in_the_pdb(server):
     assert oracle.row_counts(source, lambda table: captures(source, table)) == {"INVENTORY.CUSTOMERS": 3,
                                                                                 "INVENTORY.ORDERS": 7}
     assert server.last.statements()[0] == 'ALTER SESSION SET CONTAINER = "ORCLPDB1"'
+
+
+@pytest.mark.integration
+def test_pending_and_check_answer_through_the_cli(destination_pg, tmp_path, monkeypatch, server, capsys):
+    from cdc_pipeline.ops.cli import main
+
+    path = connectors_file(destination_pg, tmp_path, monkeypatch, "ledger", {
+        "type": "oracle", "hostname": "ora.example.com", "user": "C##DBZUSER", "password": PASSWORD,
+        "database": "ORCLCDB", "tables": ["INVENTORY.ORDERS", "INVENTORY.CUSTOMERS"],
+        "debezium": {"database.pdb.name": "ORCLPDB1"}}, APPLIED)
+    server.scenario = "changes_waiting"
+    assert main(["pending", "ledger", "--config", str(path)]) == 0
+    assert capsys.readouterr().out == ("ledger: work: INVENTORY.CUSTOMERS changed at SCN 289160, after the applied "
+                                       "commit (SCN 289120)\n")
+    server.scenario = "nothing_new"
+    assert main(["pending", "ledger", "--json", "--config", str(path)]) == 1, "the sensor launches nothing"
+    assert json.loads(capsys.readouterr().out)["ledger"]["work"] is False
+    server.scenario = "not_ready"
+    assert main(["check", "ledger", "--config", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "error   source log_mode: the database is in NOARCHIVELOG mode" in out
+    assert 'fix: ALTER TABLE "INVENTORY"."CUSTOMERS" ADD SUPPLEMENTAL LOG DATA (ALL) COLUMNS;' in out
+    assert PASSWORD not in out

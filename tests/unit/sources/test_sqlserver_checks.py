@@ -5,6 +5,7 @@ server through pymssql itself."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pymssql
@@ -13,7 +14,7 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import captures, sqlserver
-from tests.fixtures.recorded import RecordedConnection, answers
+from tests.fixtures.recorded import RecordedConnection, answers, connectors_file
 
 APPLIED = {"commit_lsn": "0000002c:00000a38:0005", "change_lsn": "0000002c:00000a38:0004", "event_serial_no": 1}
 PASSWORD = "s3cret-Pa55"
@@ -170,3 +171,25 @@ def test_row_counts_of_the_captured_tables(server):
     source = connector()
     assert sqlserver.row_counts(source, lambda table: captures(source, table)) == {"dbo.customers": 35,
                                                                                    "dbo.orders": 120}
+
+
+@pytest.mark.integration
+def test_pending_and_check_answer_through_the_cli(destination_pg, tmp_path, monkeypatch, server, capsys):
+    from cdc_pipeline.ops.cli import main
+
+    path = connectors_file(destination_pg, tmp_path, monkeypatch, "erp", {
+        "type": "sqlserver", "hostname": "sql.example.com", "user": "dbz", "password": PASSWORD, "database": "shop",
+        "tables": ["dbo.orders", "dbo.customers"]}, APPLIED)
+    server.scenario = "changes_waiting"
+    assert main(["pending", "erp", "--config", str(path)]) == 0
+    assert capsys.readouterr().out == ("erp: work: capture instance dbo_customers of dbo.customers holds changes "
+                                       "after 0000002c:00000a38:0005\n")
+    server.scenario = "changes_elsewhere"
+    assert main(["pending", "erp", "--json", "--config", str(path)]) == 1, "the sensor launches nothing"
+    assert json.loads(capsys.readouterr().out)["erp"]["work"] is False
+    server.scenario = "not_ready"
+    assert main(["check", "erp", "--config", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "error   source is_tracked_by_cdc: CDC is not enabled on dbo.customers" in out
+    assert "fix: USE [shop]; EXEC sys.sp_cdc_enable_table @source_schema = N'dbo'" in out
+    assert PASSWORD not in out
