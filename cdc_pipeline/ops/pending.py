@@ -14,7 +14,14 @@ has not applied, which its source type's module tells (`check_changes`):
   consumed) for a change of its publication after the last one applied. (Decoding reads the WAL flushed: with
   `synchronous_commit=off` a change shows within `wal_writer_delay`.) A slot holding more WAL than
   `retained_wal_run_mb` after its confirmed position also asks for a run, which confirms it past that WAL.
-- SQL Server and Oracle have no such check: every check says there is work (the schedule's behaviour).
+- SQL Server: `sys.fn_cdc_get_max_lsn()` not past the applied `commit_lsn` is nothing new; past it, each capture
+  instance of a captured table is asked for a row after the applied position (writes to other captured tables move
+  the max LSN too). A position the cleanup job removed changes after (a capture instance's oldest LSN is later) is
+  said, and launches nothing: the changes are gone, and Debezium would read on without them.
+- Oracle: the SCN moves with any activity of the database, so the redo since the applied position is mined with
+  LogMiner (archived redo up to `oracle_checks.CHECK_REDO_BYTES`, for `CHECK_SECONDS`) for a change of a captured
+  table the connector has not applied; more redo asks for a run. A position older than every redo log the database
+  keeps is said, and launches nothing (Debezium cannot resume from it).
 Only a check that read the source to its end tells that there is nothing to do (`Pending.caught_up`, what `sync`
 asks in `nothing_to_do`).
 A connector in a state where no cycle starts (paused, schema sync done, offset update: `control.HALTED_STATES`) has

@@ -1,8 +1,8 @@
 """The preflight check of a connector: what its source and the destination lack before its first run, each finding
 with the statement that fixes it (`cdc-pipeline check NAME`).
 
-The source's checks are its source type's module's (`preflight` of `sources/mariadb.py`, `sources/postgres.py`);
-SQL Server and Oracle sources have none. The destination's are here: it can be reached, it is a primary that
+The source's checks are its source type's module's (`preflight` of `sources/mariadb.py`, `sources/postgres.py`,
+`sources/sqlserver_checks.py`, `sources/oracle_checks.py`). The destination's are here: it can be reached, it is a primary that
 takes writes, the session settings the pipeline pins (`config.SESSION_SETTINGS`) take effect, no default the
 session leaves alone (read-only transactions, idle transaction timeouts) breaks a run, and the role may create the
 control schema and the connector's destination schemas.
@@ -69,6 +69,10 @@ def _source_findings(module: Any, connector: ConnectorConfig) -> list[Finding]:
     try:
         return module.preflight(connector)
     except CdcError as exc:
+        if not exc.message.startswith("cannot connect"):
+            # SQL Server's and Oracle's checks say so when the source refused one of their queries.
+            return [Finding(ERROR, "source", "check", exc.message,
+                            "give the capture user the privileges the message names")]
         return [Finding(ERROR, "source", "connection", exc.message, failure_hint(exc.message)
                         or "check the connector's hostname, port, user, password, database and tls_mode")]
     except (psycopg.Error, pymysql.MySQLError) as exc:

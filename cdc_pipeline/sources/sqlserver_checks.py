@@ -275,11 +275,12 @@ def _access_findings(cur: Any, database: str, user: str, use: str) -> list[Findi
     owner, cdc_select = cur.fetchone()
     if owner == 1:
         return []
-    findings = []
     if cdc_select != 1:
-        findings.append(source_error("privileges", f"the capture user {user} is neither in db_owner nor has SELECT "
-                                                   "on schema cdc, where the change tables are",
-                                     f"{use}GRANT SELECT ON SCHEMA::cdc TO {quote(user)};"))
+        # cdc.change_tables, which names the gating roles, is in that schema too.
+        return [source_error("privileges", f"the capture user {user} is neither in db_owner nor has SELECT on schema "
+                                           "cdc, where the change tables are",
+                             f"{use}GRANT SELECT ON SCHEMA::cdc TO {quote(user)};")]
+    findings = []
     cur.execute(GATING_ROLES)
     roles = [row[0] for row in cur.fetchall()]
     if roles:

@@ -143,9 +143,20 @@ def test_each_missing_setting_is_a_finding_with_its_fix(server):
                                                  "@source_name = N'customers', @role_name = NULL;")
     assert findings["sql_server_agent"].is_error and "is Stopped" in findings["sql_server_agent"].problem
     assert findings["snapshot_isolation_state"].fix == "ALTER DATABASE [shop] SET ALLOW_SNAPSHOT_ISOLATION ON;"
-    privileges = [finding for finding in sqlserver.preflight(connector()) if finding.setting == "privileges"]
-    assert [finding.fix for finding in privileges] == ["USE [shop]; GRANT SELECT ON SCHEMA::cdc TO [dbz];",
-                                                       "USE [shop]; ALTER ROLE [cdc_reader] ADD MEMBER [dbz];"]
+    assert findings["privileges"].fix == "USE [shop]; GRANT SELECT ON SCHEMA::cdc TO [dbz];"
+    server.scenario = "gated"
+    [gated] = sqlserver.preflight(connector())
+    assert gated.setting == "privileges" and gated.fix == "USE [shop]; ALTER ROLE [cdc_reader] ADD MEMBER [dbz];"
+
+
+def test_a_query_the_source_refuses_is_one_finding_naming_it(server):
+    from cdc_pipeline.ops import preflight
+
+    server.scenario = "refused"
+    [finding] = preflight._source_findings(sqlserver, connector())
+    assert finding.setting == "check" and finding.is_error
+    assert "refused a check's query: The SELECT permission was denied on the object 'change_tables'" in \
+        finding.problem
 
 
 def test_cdc_off_on_the_database_is_the_one_finding(server):
