@@ -1,10 +1,11 @@
 """What every source type's change check returns (`check_changes` of the source module, which `cdc-pipeline
-pending` and the change sensor ask without a JVM)."""
+pending` and the change sensor ask without a JVM), and the counts of rows per key range `verify` compares for the
+sources whose rows it does not hash."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,31 @@ class SourceLag:
     source_position: str
     events: int | None = None
     events_capped: bool = False
+
+
+@dataclass(frozen=True)
+class RangeCounts:
+    """One table's rows counted per range of its integer key, for `verify` of sources whose rows it does not hash
+    (SQL Server, Oracle): range `b` holds the keys from `base + b * width` up to the next range's start. Without
+    such a key (`key` None) the table is one range, 0."""
+
+    key: str | None
+    base: int
+    width: int
+    rows: dict[int, int]
+
+
+def count_key_ranges(cur: Any, key: str | None, chunk_rows: int,
+                     statements: Callable[[int, int], tuple[str, str]]) -> RangeCounts:
+    """Counts a source table's rows per range of about `chunk_rows` keys' rows: `statements(base, width)` gives the
+    source's SQL of (the key's minimum, maximum and the row count; each range's number and rows)."""
+    bounds, _ = statements(0, 1)
+    cur.execute(bounds)
+    low, high, total = cur.fetchone()
+    if key is None or not total:
+        return RangeCounts(None, 0, 1, {0: int(total)} if total else {})
+    base = int(low)
+    width = max(1, -(-(int(high) - base + 1) * chunk_rows // int(total)))
+    _, ranges = statements(base, width)
+    cur.execute(ranges)
+    return RangeCounts(key, base, width, {int(number): int(rows) for number, rows in cur.fetchall()})

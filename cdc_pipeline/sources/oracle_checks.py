@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts, count_key_ranges
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -58,6 +58,11 @@ LOGMNR_EXECUTE = "SELECT COUNT(*) FROM all_procedures WHERE owner = 'SYS' AND ob
 USER_TABLES = ("SELECT owner, table_name FROM all_tables WHERE owner NOT IN "
                "(SELECT username FROM all_users WHERE oracle_maintained = 'Y') AND nested = 'NO' "
                "AND temporary = 'N' ORDER BY owner, table_name")
+PRIMARY_KEYS = ("SELECT cc.owner, cc.table_name, cc.column_name, tc.data_type, tc.data_scale FROM all_constraints c "
+                "JOIN all_cons_columns cc ON cc.owner = c.owner AND cc.constraint_name = c.constraint_name "
+                "JOIN all_tab_columns tc ON tc.owner = cc.owner AND tc.table_name = cc.table_name "
+                "AND tc.column_name = cc.column_name WHERE c.constraint_type = 'P' "
+                "ORDER BY cc.owner, cc.table_name, cc.position")
 ALL_COLUMN_LOGGING = "SELECT owner, table_name FROM all_log_groups WHERE log_group_type = 'ALL COLUMN LOGGING'"
 # LogMiner's privileges as Debezium's Oracle documentation lists them (the system ones session_privs shows, roles
 # included), and the V$ views it reads (granted as their V_$ base views).
@@ -353,3 +358,36 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
         return counts
 
     return _read(connector, count)
+
+
+def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool],
+                     chunk_rows: int) -> dict[str, RangeCounts]:
+    """For `verify`: the rows of each captured table per range of its key (a primary key of one NUMBER column of
+    scale 0; other tables as one range), about `chunk_rows` rows a range (`OWNER.TABLE`: counts)."""
+    def count(cur: Any) -> dict[str, RangeCounts]:
+        _enter_pdb(cur, connector)
+        cur.execute(USER_TABLES)
+        tables = [(owner, table) for owner, table in cur.fetchall() if captured(f"{owner}.{table}")]
+        cur.execute(PRIMARY_KEYS)
+        keys: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+        for owner, table, column, data_type, scale in cur.fetchall():
+            keys.setdefault((owner, table), []).append((column, data_type == "NUMBER" and scale == 0))
+        counts = {}
+        for owner, table in tables:
+            columns = keys.get((owner, table), [])
+            key = columns[0][0] if len(columns) == 1 and columns[0][1] else None
+            counts[f"{owner}.{table}"] = count_key_ranges(cur, key, chunk_rows, _range_statements(owner, table, key))
+        return counts
+
+    return _read(connector, count)
+
+
+def _range_statements(owner: str, table: str, key: str | None) -> Callable[[int, int], tuple[str, str]]:
+    source = qualified(owner, table)
+    if key is None:
+        return lambda base, width: (f"SELECT NULL, NULL, COUNT(*) FROM {source}", "")
+    value = quote(key)
+    return lambda base, width: (
+        f"SELECT MIN({value}), MAX({value}), COUNT(*) FROM {source}",
+        f"SELECT b, COUNT(*) FROM (SELECT FLOOR(({value} - {int(base)}) / {int(width)}) AS b FROM {source}) "
+        "GROUP BY b")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import ChangeCheck
+from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts, count_key_ranges
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -43,6 +43,13 @@ DATABASE_STATE = ("SELECT DB_NAME(), USER_NAME(), is_cdc_enabled, snapshot_isola
                   "WHERE name = DB_NAME()")
 AGENT_STATUS = "SELECT status_desc FROM sys.dm_server_services WHERE servicename LIKE N'SQL Server Agent%'"
 USER_ACCESS = "SELECT IS_ROLEMEMBER('db_owner'), HAS_PERMS_BY_NAME('cdc', 'SCHEMA', 'SELECT')"
+PRIMARY_KEYS = ("SELECT s.name, t.name, c.name, ty.name FROM sys.indexes i JOIN sys.index_columns ic "
+                "ON ic.object_id = i.object_id AND ic.index_id = i.index_id JOIN sys.columns c "
+                "ON c.object_id = ic.object_id AND c.column_id = ic.column_id JOIN sys.types ty "
+                "ON ty.user_type_id = c.user_type_id JOIN sys.tables t ON t.object_id = i.object_id "
+                "JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE i.is_primary_key = 1 "
+                "ORDER BY s.name, t.name, ic.key_ordinal")
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "int", "bigint"})
 GATING_ROLES = ("SELECT DISTINCT role_name FROM cdc.change_tables WHERE role_name IS NOT NULL "
                 "AND IS_ROLEMEMBER(role_name) = 0")
 
@@ -304,3 +311,35 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
         return counts
 
     return _read(connector, count)
+
+
+def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool],
+                     chunk_rows: int) -> dict[str, RangeCounts]:
+    """For `verify`: the rows of each captured table per range of its key (a primary key of one integer column;
+    other tables as one range), about `chunk_rows` rows a range (`schema.table`: counts)."""
+    def count(cur: Any) -> dict[str, RangeCounts]:
+        cur.execute(USER_TABLES)
+        tables = [(schema, table) for schema, table, _ in cur.fetchall() if captured(f"{schema}.{table}")]
+        cur.execute(PRIMARY_KEYS)
+        keys: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for schema, table, column, type_name in cur.fetchall():
+            keys.setdefault((schema, table), []).append((column, type_name))
+        counts = {}
+        for schema, table in tables:
+            columns = keys.get((schema, table), [])
+            key = columns[0][0] if len(columns) == 1 and columns[0][1] in _INTEGER_TYPES else None
+            counts[f"{schema}.{table}"] = count_key_ranges(cur, key, chunk_rows, _range_statements(schema, table, key))
+        return counts
+
+    return _read(connector, count)
+
+
+def _range_statements(schema: str, table: str, key: str | None) -> Callable[[int, int], tuple[str, str]]:
+    source = qualified(schema, table)
+    if key is None:
+        return lambda base, width: (f"SELECT NULL, NULL, COUNT_BIG(*) FROM {source}", "")
+    value = f"CAST({quote(key)} AS bigint)"
+    return lambda base, width: (
+        f"SELECT MIN({value}), MAX({value}), COUNT_BIG(*) FROM {source}",
+        f"SELECT b, COUNT_BIG(*) FROM (SELECT ({value} - {int(base)}) / {int(width)} AS b FROM {source}) AS x "
+        "GROUP BY b")

@@ -34,8 +34,12 @@ def server(monkeypatch):
         scenario = ""
         last: RecordedConnection | None = None
 
+        def __init__(self) -> None:
+            self.connections: list[RecordedConnection] = []
+
         def connect(self, **kwargs):
             self.last = RecordedConnection(answers("oracle", self.scenario), kwargs)
+            self.connections.append(self.last)
             return self.last
 
     fake = Server()

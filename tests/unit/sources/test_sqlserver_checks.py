@@ -18,6 +18,8 @@ from tests.fixtures.recorded import RecordedConnection, answers, connectors_file
 
 APPLIED = {"commit_lsn": "0000002c:00000a38:0005", "change_lsn": "0000002c:00000a38:0004", "event_serial_no": 1}
 PASSWORD = "s3cret-Pa55"
+IN_FILE = {"type": "sqlserver", "hostname": "sql.example.com", "user": "dbz", "password": PASSWORD, "database": "shop",
+           "tables": ["dbo.orders", "dbo.customers"]}
 
 
 def connector(**fields) -> ConnectorConfig:
@@ -33,8 +35,12 @@ def server(monkeypatch):
         scenario = ""
         last: RecordedConnection | None = None
 
+        def __init__(self) -> None:
+            self.connections: list[RecordedConnection] = []
+
         def connect(self, **kwargs):
             self.last = RecordedConnection(answers("sqlserver", self.scenario), kwargs)
+            self.connections.append(self.last)
             return self.last
 
     fake = Server()
@@ -188,9 +194,7 @@ def test_row_counts_of_the_captured_tables(server):
 def test_pending_and_check_answer_through_the_cli(destination_pg, tmp_path, monkeypatch, server, capsys):
     from cdc_pipeline.ops.cli import main
 
-    path = connectors_file(destination_pg, tmp_path, monkeypatch, "erp", {
-        "type": "sqlserver", "hostname": "sql.example.com", "user": "dbz", "password": PASSWORD, "database": "shop",
-        "tables": ["dbo.orders", "dbo.customers"]}, APPLIED)
+    path = connectors_file(destination_pg, tmp_path, monkeypatch, "erp", IN_FILE, APPLIED)
     server.scenario = "changes_waiting"
     assert main(["pending", "erp", "--config", str(path)]) == 0
     assert capsys.readouterr().out == ("erp: work: capture instance dbo_customers of dbo.customers holds changes "
@@ -204,3 +208,42 @@ def test_pending_and_check_answer_through_the_cli(destination_pg, tmp_path, monk
     assert "error   source is_tracked_by_cdc: CDC is not enabled on dbo.customers" in out
     assert "fix: USE [shop]; EXEC sys.sp_cdc_enable_table @source_schema = N'dbo'" in out
     assert PASSWORD not in out
+
+
+@pytest.mark.integration
+def test_verify_counts_the_rows_of_each_key_range_on_both_sides(destination_pg, tmp_path, monkeypatch, server, capsys):
+    from psycopg import sql
+
+    from cdc_pipeline.config import load_config
+    from cdc_pipeline.mapping.objmap import ObjectMap
+    from cdc_pipeline.ops.cli import main
+    from cdc_pipeline.ops.verify import DIFFERS
+
+    path = connectors_file(destination_pg, tmp_path, monkeypatch, "erp", IN_FILE, APPLIED)
+    config = load_config(path)
+    names = ObjectMap(config.connector("erp"), [])
+    orders, customers = names.table_name("dbo.orders"), names.table_name("dbo.customers")
+    with config.destination.connect("erp") as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(orders[0])))
+        # The source's ids are 1..10: here 6 is missing and 11 extra, the counts of 1..10 alike.
+        conn.execute(sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(sql.Identifier(*orders)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g FROM generate_series(1, 11) g WHERE g <> 6").format(
+            sql.Identifier(*orders)))
+        conn.execute(sql.SQL("CREATE TABLE {} (code text PRIMARY KEY)").format(sql.Identifier(*customers)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES ('a'), ('b'), ('c')").format(sql.Identifier(*customers)))
+    server.scenario = "verify"
+
+    assert main(["verify", "erp", "--json", "--chunk-rows", "4", "--rechecks", "1", "--recheck-seconds", "0",
+                 "--config", str(path)]) == DIFFERS
+    tables = {table["source_table"]: table for table in json.loads(capsys.readouterr().out)["tables"]}
+    assert tables["dbo.orders"]["differing_ranges"] == [{"lower": [5], "upper": [9]}, {"lower": [9], "upper": [13]}]
+    assert (tables["dbo.orders"]["source_rows"], tables["dbo.orders"]["destination_rows"]) == (10, 10)
+    assert tables["dbo.orders"]["compared_by"] == "row counts per key range" and tables["dbo.orders"]["chunks"] == 3
+    assert not tables["dbo.customers"]["differs"] and tables["dbo.customers"]["destination_rows"] == 3
+    assert "not hashed" in tables["dbo.orders"]["unlisted"]
+    # Counted again once (--rechecks 1), the differing table only; the change check found nothing unapplied.
+    sent = [text for connection in server.connections for text in connection.statements()]
+    assert sent.count("SELECT NULL, NULL, COUNT_BIG(*) FROM [dbo].[customers]") == 1
+    assert sent.count("SELECT MIN(CAST([id] AS bigint)), MAX(CAST([id] AS bigint)), COUNT_BIG(*) FROM [dbo].[orders]") \
+        == 2
+    assert sent[-1].startswith("SELECT s.name, t.name, ct.capture_instance"), "the change check, last"
