@@ -82,13 +82,24 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
     source = sources.module_for(connector.type)
     if not hasattr(source, "check_changes"):
         return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
-    found = source.check_changes(connector, state.get("source_checked"),
-                                 control.read_applied_offset(conn, schema, name) or {},
+    found = source.check_changes(connector, state.get("source_checked"), checked_offset(conn, schema, name, source),
                                  lambda table: sources.captures(connector, table))
     if found.checked is not None and _recorded_checked(conn, schema, name) == state.get("source_checked"):
         control.record_source_checked(conn, schema, name, found.checked)
     return Pending(found.changes, found.reason, found.known,
                    caught_up=not found.changes and found.known and found.reached_end)
+
+
+def checked_offset(conn: psycopg.Connection, schema: str, name: str, source: Any) -> dict[str, Any]:
+    """The offset the change check starts from: the last event applied, or (SQL Server, Oracle: `check_position`)
+    the engine's stored offset when it is later. Their offsets move on without events to apply (a finished
+    snapshot's, a heartbeat's), and their engine stores an offset only once what precedes it is applied."""
+    applied = control.read_applied_offset(conn, schema, name) or {}
+    if not hasattr(source, "check_position"):
+        return applied
+    engine = control.read_engine_offset(conn, schema, name)
+    later = engine is not None and (source.check_position(engine) or ()) > (source.check_position(applied) or ())
+    return engine if later else applied
 
 
 def _recorded_checked(conn: psycopg.Connection, schema: str, name: str) -> Any:

@@ -41,6 +41,7 @@ from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT
 from cdc_pipeline.errors import CdcError, ConnectorBusyError
 from cdc_pipeline.mapping.objmap import ObjectMap
 from cdc_pipeline.mapping.rule_store import read_rules
+from cdc_pipeline.ops.pending import checked_offset
 from cdc_pipeline.sources import postgres
 from cdc_pipeline.sources.table import ColumnText
 
@@ -526,7 +527,7 @@ def _unapplied_changes(conn: psycopg.Connection, connector: ConnectorConfig, sch
     source = sources.module_for(connector.type)
     try:
         found = source.check_changes(connector, state.get("source_checked"),
-                                     control.read_applied_offset(conn, schema, connector.name) or {},
+                                     checked_offset(conn, schema, connector.name, source),
                                      lambda table: sources.captures(connector, table))
     except CdcError as exc:
         return f"the change check failed: {exc.message}"

@@ -182,12 +182,26 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     """The change check: whether the redo since the applied position holds a change of a captured table that the
     connector has not applied (one of a transaction not committed by the applied commit), mined by LogMiner; or
     whether that position is older than every redo log the database keeps."""
-    if stream_order(applied) is None:
+    position = check_position(applied)
+    if position is None:
         return ChangeCheck(True, "no streamed position is applied yet")
-    resume = int(applied["scn"])
-    committed = committed_scn(applied)
-    return _read(connector, lambda cur: _check(cur, connector, resume, resume - 1 if committed is None else committed,
-                                               captured))
+    committed, resume = position
+    return _read(connector, lambda cur: _check(cur, connector, resume, committed, captured))
+
+
+def check_position(offset: dict[str, Any] | None) -> tuple[int, int] | None:
+    """Up to where an offset says every change was processed, for the change check: (the SCN of its last commit
+    handled, the SCN mining resumes from); a finished snapshot's counts. None inside a snapshot, or for an offset
+    that is not Oracle's (LogMiner)."""
+    if not offset or "scn" not in offset or "commit_lsn" in offset or (
+            str(offset.get("snapshot", "false")).lower() != "false"
+            and str(offset.get("snapshot_completed")).lower() != "true"):
+        return None
+    try:
+        resume, committed = int(offset["scn"]), committed_scn(offset)
+    except ValueError:
+        return None
+    return (resume - 1 if committed is None else committed), resume
 
 
 def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,

@@ -148,15 +148,32 @@ def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
         conn.close()
 
 
+def check_position(offset: dict[str, Any] | None) -> tuple[bytes, bytes] | None:
+    """Up to where an offset says every change was processed, for the change check: (commit LSN, change LSN in
+    that transaction); a position without a change (a finished snapshot's, a poll that found none) covers its whole
+    commit LSN. None inside a snapshot, or for an offset that is not SQL Server's."""
+    if not offset or _inside_snapshot(offset):
+        return None
+    commit = lsn_bytes(offset.get("commit_lsn"))
+    if commit is None:
+        return None
+    return commit, lsn_bytes(offset.get("change_lsn")) or b"\xff" * len(commit)
+
+
+def _inside_snapshot(offset: dict[str, Any]) -> bool:
+    return str(offset.get("snapshot", "false")).lower() != "false" \
+        and str(offset.get("snapshot_completed")).lower() != "true"
+
+
 def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
                   captured: Callable[[str], bool]) -> ChangeCheck:
     """The change check: whether a change table of a captured table holds a row after the applied position (its
     `commit_lsn`, and within that transaction its `change_lsn`), or whether that position fell out of the change
     tables' retention."""
-    commit = lsn_bytes(applied.get("commit_lsn")) if stream_order(applied) else None
-    if commit is None:
+    position = check_position(applied)
+    if position is None:
         return ChangeCheck(True, "no streamed position is applied yet")
-    change = lsn_bytes(applied.get("change_lsn")) or bytes(10)
+    commit, change = position
     return _read(connector, lambda cur: _check(cur, connector, commit, change, captured))
 
 

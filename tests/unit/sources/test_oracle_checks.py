@@ -104,6 +104,14 @@ def test_no_streamed_position_asks_for_a_run_without_connecting(server):
     assert check(server, "nothing_new", applied=snapshot).changes and server.last is None
 
 
+def test_a_finished_snapshot_is_a_position_to_check_from(server):
+    finished = {"commit_scn": "289120:1:", "snapshot_scn": "289120", "scn": "289120", "snapshot_completed": True}
+    assert oracle.check_position(finished) == (289120, 289120)
+    assert oracle.check_position(APPLIED) == (289120, 289100)
+    assert oracle.check_position({"scn": "1001", "snapshot": "INITIAL", "snapshot_completed": False}) is None
+    assert oracle.check_position({"scn": "1001", "commit_scn": None}) == (1000, 1001), "no commit handled yet"
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -106,6 +106,18 @@ def test_no_streamed_position_asks_for_a_run_without_connecting(server):
     assert check(server, "nothing_new", applied=snapshot).changes and server.last is None
 
 
+def test_a_finished_snapshot_or_a_poll_without_change_covers_its_whole_commit_lsn(server):
+    finished = {"snapshot": "INITIAL", "snapshot_completed": True, "commit_lsn": "0000002c:00000a38:0005",
+                "change_lsn": None, "event_serial_no": 0}
+    found = check(server, "changes_elsewhere", applied=finished)
+    assert not found.changes and found.reached_end
+    commit = bytes.fromhex("0000002c00000a380005")
+    assert {params for text, params in server.last.sent if "_CT]" in text} == {(commit, commit, b"\xff" * 10)}
+    # The later of two positions: by commit LSN, then by change LSN within it.
+    assert sqlserver.check_position(finished) > sqlserver.check_position(APPLIED)
+    assert sqlserver.check_position({**finished, "snapshot_completed": False}) is None
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
