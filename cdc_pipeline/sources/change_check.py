@@ -1,11 +1,14 @@
 """What every source type's change check returns (`check_changes` of the source module, which `cdc-pipeline
-pending` and the change sensor ask without a JVM), and the counts of rows per key range `verify` compares for the
-sources whose rows it does not hash."""
+pending` and the change sensor ask without a JVM), the counts of rows per key range `verify` compares for the
+sources whose rows it does not hash, and what the SQL Server and Oracle checks share to read their server."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
 
 
 @dataclass(frozen=True)
@@ -62,3 +65,46 @@ def count_key_ranges(cur: Any, key: str | None, chunk_rows: int,
     _, ranges = statements(base, width)
     cur.execute(ranges)
     return RangeCounts(key, base, width, {int(number): int(rows) for number, rows in cur.fetchall()})
+
+
+def inside_snapshot(offset: dict[str, Any]) -> bool:
+    """Whether a Debezium offset was taken inside a snapshot that had not completed (its `snapshot` is true or the
+    snapshot's kind, INITIAL, ...)."""
+    return str(offset.get("snapshot", "false")).lower() != "false" \
+        and str(offset.get("snapshot_completed")).lower() != "true"
+
+
+def driver_words(exc: BaseException, connector: ConnectorConfig) -> str:
+    """A driver's error as one line of the server's words (pymssql gives (code, bytes) pairs, its lines often twice),
+    the password (should a driver ever echo it) masked."""
+    parts: list[str] = []
+
+    def gather(value: Any) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                gather(item)
+        elif isinstance(value, bytes):
+            parts.append(value.decode(errors="replace"))
+        elif not isinstance(value, int):
+            parts.append(str(value))
+
+    gather(exc.args)
+    lines = dict.fromkeys(line.strip() for part in parts for line in part.splitlines() if line.strip())
+    text = " ".join(lines) or type(exc).__name__
+    password = connector.password.reveal()
+    return text.replace(password, "***") if password else text
+
+
+def read_source(connector: ConnectorConfig, connect: Callable[[ConnectorConfig], Any], driver_error: type,
+                reads: Callable[[Any], Any]) -> Any:
+    """`reads(cursor)` on a connection `connect` opens to the connector's source, closed after; a `driver_error`
+    raises CdcError naming the connector and host."""
+    conn = connect(connector)
+    try:
+        with conn.cursor() as cur:
+            return reads(cur)
+    except driver_error as exc:
+        raise CdcError(f"the source {connector.hostname}:{connector.port} refused a check's query: "
+                       f"{driver_words(exc, connector)}", connector=connector.name) from None
+    finally:
+        conn.close()

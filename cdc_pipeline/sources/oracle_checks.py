@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts, count_key_ranges
+from cdc_pipeline.sources.change_check import (ChangeCheck, RangeCounts, count_key_ranges, driver_words,
+                                                 inside_snapshot, read_source)
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -139,31 +140,15 @@ def connect(connector: ConnectorConfig) -> Any:
                                 tcp_connect_timeout=CONNECT_TIMEOUT_SECONDS)
     except oracledb.Error as exc:
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
-                       f"{_server_words(exc, connector)}", connector=connector.name) from None
+                       f"{driver_words(exc, connector)}", connector=connector.name) from None
     conn.call_timeout = int(connector.source_statement_timeout_seconds * 1000)
     return conn
 
 
-def _server_words(exc: BaseException, connector: ConnectorConfig) -> str:
-    """The driver's message on one line, the password (should a driver ever echo it) masked."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    password = connector.password.reveal()
-    return text.replace(password, "***") if password else text
-
-
 def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
-    """`reads(cursor)` on a connection to the source; a driver error raises CdcError naming the connector and host."""
     import oracledb
 
-    conn = connect(connector)
-    try:
-        with conn.cursor() as cur:
-            return reads(cur)
-    except oracledb.Error as exc:
-        raise CdcError(f"the source {connector.hostname}:{connector.port} refused a check's query: "
-                       f"{_server_words(exc, connector)}", connector=connector.name) from None
-    finally:
-        conn.close()
+    return read_source(connector, connect, oracledb.Error, reads)
 
 
 def _pdb(connector: ConnectorConfig) -> str | None:
@@ -193,9 +178,7 @@ def check_position(offset: dict[str, Any] | None) -> tuple[int, int] | None:
     """Up to where an offset says every change was processed, for the change check: (the SCN of its last commit
     handled, the SCN mining resumes from); a finished snapshot's counts. None inside a snapshot, or for an offset
     that is not Oracle's (LogMiner)."""
-    if not offset or "scn" not in offset or "commit_lsn" in offset or (
-            str(offset.get("snapshot", "false")).lower() != "false"
-            and str(offset.get("snapshot_completed")).lower() != "true"):
+    if not offset or "scn" not in offset or "commit_lsn" in offset or inside_snapshot(offset):
         return None
     try:
         resume, committed = int(offset["scn"]), committed_scn(offset)

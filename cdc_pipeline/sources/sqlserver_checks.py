@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts, count_key_ranges
+from cdc_pipeline.sources.change_check import (ChangeCheck, RangeCounts, count_key_ranges, driver_words,
+                                                 inside_snapshot, read_source)
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -109,60 +110,25 @@ def connect(connector: ConnectorConfig) -> Any:
                                appname=f"cdc-pipeline {connector.name}", autocommit=True)
     except pymssql.Error as exc:
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
-                       f"{_server_words(exc, connector)}", connector=connector.name) from None
-
-
-def _server_words(exc: BaseException, connector: ConnectorConfig) -> str:
-    """The driver's message on one line (pymssql gives (code, bytes) pairs, its lines often twice), the password
-    (should a driver ever echo it) masked."""
-    parts: list[str] = []
-
-    def gather(value: Any) -> None:
-        if isinstance(value, tuple):
-            for item in value:
-                gather(item)
-        elif isinstance(value, bytes):
-            parts.append(value.decode(errors="replace"))
-        elif not isinstance(value, int):
-            parts.append(str(value))
-
-    gather(exc.args)
-    lines = dict.fromkeys(line.strip() for part in parts for line in part.splitlines() if line.strip())
-    text = " ".join(lines) or type(exc).__name__
-    password = connector.password.reveal()
-    return text.replace(password, "***") if password else text
+                       f"{driver_words(exc, connector)}", connector=connector.name) from None
 
 
 def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
-    """`reads(cursor)` on a connection to the source; a driver error raises CdcError naming the connector and host."""
     import pymssql
 
-    conn = connect(connector)
-    try:
-        with conn.cursor() as cur:
-            return reads(cur)
-    except pymssql.Error as exc:
-        raise CdcError(f"the source {connector.hostname}:{connector.port} refused a check's query: "
-                       f"{_server_words(exc, connector)}", connector=connector.name) from None
-    finally:
-        conn.close()
+    return read_source(connector, connect, pymssql.Error, reads)
 
 
 def check_position(offset: dict[str, Any] | None) -> tuple[bytes, bytes] | None:
     """Up to where an offset says every change was processed, for the change check: (commit LSN, change LSN in
     that transaction); a position without a change (a finished snapshot's, a poll that found none) covers its whole
     commit LSN. None inside a snapshot, or for an offset that is not SQL Server's."""
-    if not offset or _inside_snapshot(offset):
+    if not offset or inside_snapshot(offset):
         return None
     commit = lsn_bytes(offset.get("commit_lsn"))
     if commit is None:
         return None
     return commit, lsn_bytes(offset.get("change_lsn")) or b"\xff" * len(commit)
-
-
-def _inside_snapshot(offset: dict[str, Any]) -> bool:
-    return str(offset.get("snapshot", "false")).lower() != "false" \
-        and str(offset.get("snapshot_completed")).lower() != "true"
 
 
 def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],

@@ -6,7 +6,6 @@ recorded connection; an unreachable server through python-oracledb itself (thin 
 from __future__ import annotations
 
 import json
-import socket
 
 import oracledb
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import captures, oracle, oracle_checks
-from tests.fixtures.recorded import RecordedConnection, answers, connectors_file
+from tests.fixtures.recorded import closed_port, connectors_file, recorded_server
 
 APPLIED = {"scn": "289100", "commit_scn": "289120:1:0a001b00", "txId": "0a001b00", "txSeq": 3}
 PASSWORD = "0racle-Secr3t"
@@ -29,22 +28,8 @@ def connector(**fields) -> ConnectorConfig:
 
 @pytest.fixture
 def server(monkeypatch):
-    """Answers python-oracledb's connections from a scenario of the recorded answers (`server.last`)."""
-    class Server:
-        scenario = ""
-        last: RecordedConnection | None = None
-
-        def __init__(self) -> None:
-            self.connections: list[RecordedConnection] = []
-
-        def connect(self, **kwargs):
-            self.last = RecordedConnection(answers("oracle", self.scenario), kwargs)
-            self.connections.append(self.last)
-            return self.last
-
-    fake = Server()
-    monkeypatch.setattr(oracledb, "connect", fake.connect)
-    return fake
+    """python-oracledb's connections answered from a scenario of the recorded answers."""
+    return recorded_server(monkeypatch, oracledb, "oracle")
 
 
 def check(server, scenario: str, applied: dict = APPLIED, **fields):
@@ -112,14 +97,8 @@ def test_a_finished_snapshot_is_a_position_to_check_from(server):
     assert oracle.check_position({"scn": "1001", "commit_scn": None}) == (1000, 1001), "no commit handled yet"
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_an_unreachable_server_names_the_connector_and_host_never_the_password():
-    source = connector(hostname="127.0.0.1", port=_closed_port())
+    source = connector(hostname="127.0.0.1", port=closed_port())
     with pytest.raises(CdcError) as raised:
         oracle.check_changes(source, None, APPLIED, lambda table: True)
     message = str(raised.value)

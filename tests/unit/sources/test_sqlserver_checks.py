@@ -6,7 +6,6 @@ server through pymssql itself."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pymssql
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import captures, sqlserver
-from tests.fixtures.recorded import RecordedConnection, answers, connectors_file
+from tests.fixtures.recorded import closed_port, connectors_file, recorded_server
 
 APPLIED = {"commit_lsn": "0000002c:00000a38:0005", "change_lsn": "0000002c:00000a38:0004", "event_serial_no": 1}
 PASSWORD = "s3cret-Pa55"
@@ -30,22 +29,8 @@ def connector(**fields) -> ConnectorConfig:
 
 @pytest.fixture
 def server(monkeypatch):
-    """Answers pymssql's connections from a scenario of the recorded answers; the last connection is `server.last`."""
-    class Server:
-        scenario = ""
-        last: RecordedConnection | None = None
-
-        def __init__(self) -> None:
-            self.connections: list[RecordedConnection] = []
-
-        def connect(self, **kwargs):
-            self.last = RecordedConnection(answers("sqlserver", self.scenario), kwargs)
-            self.connections.append(self.last)
-            return self.last
-
-    fake = Server()
-    monkeypatch.setattr(pymssql, "connect", fake.connect)
-    return fake
+    """pymssql's connections answered from a scenario of the recorded answers."""
+    return recorded_server(monkeypatch, pymssql, "sqlserver")
 
 
 def check(server, scenario: str, applied: dict = APPLIED, **fields):
@@ -118,15 +103,9 @@ def test_a_finished_snapshot_or_a_poll_without_change_covers_its_whole_commit_ls
     assert sqlserver.check_position({**finished, "snapshot_completed": False}) is None
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_an_unreachable_server_names_the_connector_and_host_never_the_password():
     # pymssql itself, against a port nothing listens on.
-    source = connector(hostname="127.0.0.1", port=_closed_port())
+    source = connector(hostname="127.0.0.1", port=closed_port())
     with pytest.raises(CdcError) as raised:
         sqlserver.check_changes(source, None, APPLIED, lambda table: True)
     message = str(raised.value)
