@@ -1,0 +1,221 @@
+package io.cdcpipeline.runner.scripted;
+
+import java.lang.reflect.Constructor;
+import java.time.Instant;
+import java.util.List;
+import java.util.Map;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import io.debezium.DebeziumException;
+import io.debezium.bean.StandardBeanNames;
+import io.debezium.config.CommonConnectorConfig;
+import io.debezium.config.Configuration;
+import io.debezium.connector.base.ChangeEventQueue;
+import io.debezium.connector.base.DefaultQueueProvider;
+import io.debezium.connector.common.CdcSourceTaskContext;
+import io.debezium.connector.common.DebeziumHeaderProducer;
+import io.debezium.connector.common.DebeziumHeaderProducerProvider;
+import io.debezium.converters.custom.CustomConverterServiceProvider;
+import io.debezium.processors.PostProcessorRegistryServiceProvider;
+import io.debezium.relational.CustomConverterRegistry;
+import io.debezium.pipeline.DataChangeEvent;
+import io.debezium.pipeline.EventDispatcher;
+import io.debezium.pipeline.metrics.StreamingChangeEventSourceMetrics;
+import io.debezium.pipeline.metrics.spi.ChangeEventSourceMetricsFactory;
+import io.debezium.pipeline.source.spi.EventMetadataProvider;
+import io.debezium.pipeline.spi.Partition;
+import io.debezium.relational.Column;
+import io.debezium.relational.ColumnEditor;
+import io.debezium.relational.HistorizedRelationalDatabaseSchema;
+import io.debezium.relational.RelationalDatabaseConnectorConfig;
+import io.debezium.relational.RelationalDatabaseSchema;
+import io.debezium.relational.TableId;
+import io.debezium.schema.DatabaseSchema;
+
+/**
+ * One source's replay of a script through the connector's own classes: the connector's config, value converters,
+ * database schema (its {@code TableSchemaBuilder}), offset context and change record emitters, and Debezium's
+ * {@link EventDispatcher} putting the records on a {@link ChangeEventQueue} as the connector's streaming source does.
+ * A subclass knows its connector: how a step's position compares with a stored offset, and how a step is emitted.
+ */
+abstract class ScriptedSource<P extends Partition> {
+    protected final String name;
+    protected List<JsonNode> steps = List.of();
+    private int firstPlayed;
+    protected ChangeEventQueue<DataChangeEvent> queue;
+    protected EventDispatcher<P, TableId> dispatcher;
+    private StreamingChangeEventSourceMetrics<P> metrics;
+
+    ScriptedSource(Configuration config) {
+        this.name = config.getString(CommonConnectorConfig.TOPIC_PREFIX);
+    }
+
+    /** The connector's source partition (the key of its offsets). */
+    abstract P partition();
+
+    /** Takes the connector's stored offset (null when none) as the connector's task does on start. */
+    abstract void loadOffset(Map<String, ?> storedOffset);
+
+    /** Whether the stored offset says the step was already delivered (the connector resumes after it). */
+    abstract boolean delivered(int index);
+
+    /** Applies a schema step to the in-memory schema without emitting it (the connector's recovered history). */
+    abstract void recoverSchema(JsonNode step) throws InterruptedException;
+
+    /** Emits the step's records through the dispatcher. */
+    abstract void play(int index) throws InterruptedException;
+
+    abstract void close();
+
+    /**
+     * Decides where the replay starts: after the last step the stored offset covers, less {@code redeliver} steps
+     * (re-delivered with their own positions, as a connector restarted from an older offset would); the schema steps
+     * before it only rebuild the in-memory schema.
+     */
+    final void prepare(List<JsonNode> script, Map<String, ?> storedOffset, int redeliver) throws InterruptedException {
+        steps = script;
+        loadOffset(storedOffset);
+        int resume = 0;
+        if (storedOffset != null) {
+            for (int index = 0; index < steps.size(); index++) {
+                if (delivered(index)) {
+                    resume = index + 1;
+                }
+            }
+        }
+        firstPlayed = Math.max(0, resume - redeliver);
+        for (int index = 0; index < firstPlayed; index++) {
+            if (steps.get(index).has("schema")) {
+                recoverSchema(steps.get(index));
+            }
+        }
+    }
+
+    /**
+     * Registers the connector's streaming metrics (the MBean the runner reads: connected, queue capacity) and makes
+     * them the dispatcher's event listener, as the connector's coordinator does.
+     */
+    final void startStreamingMetrics(ChangeEventSourceMetricsFactory<P> factory, CdcSourceTaskContext<?> taskContext,
+                                     EventMetadataProvider metadataProvider, RelationalDatabaseSchema schema) {
+        metrics = factory.getStreamingMetrics(taskContext, queue, metadataProvider, schema::tableIds);
+        metrics.register();
+        dispatcher.setEventListener(metrics);
+    }
+
+    final void stopStreamingMetrics() {
+        if (metrics != null) {
+            metrics.unregister();
+        }
+    }
+
+    /** Emits the steps from the resume point on; a failing step is named by its connector, table and position. */
+    final void playAll() throws InterruptedException {
+        // Connected: what the streaming source reports once it reads the log.
+        metrics.connected(true);
+        for (int index = firstPlayed; index < steps.size(); index++) {
+            try {
+                play(index);
+            }
+            catch (RuntimeException e) {
+                throw new DebeziumException("scripted " + getClass().getSimpleName() + " of connector '" + name
+                        + "': step " + index + " " + steps.get(index) + " failed: " + e.getMessage(), e);
+            }
+        }
+    }
+
+    final ChangeEventQueue<DataChangeEvent> queue() {
+        return queue;
+    }
+
+    /** The connector task's queue, from its config, as its {@code start} builds it. */
+    static ChangeEventQueue<DataChangeEvent> newQueue(CommonConnectorConfig connectorConfig, CdcSourceTaskContext<?> taskContext) {
+        return new ChangeEventQueue.Builder<DataChangeEvent>()
+                .pollInterval(connectorConfig.getPollInterval())
+                .maxBatchSize(connectorConfig.getMaxBatchSize())
+                .maxQueueSize(connectorConfig.getMaxQueueSize())
+                .maxQueueSizeInBytes(connectorConfig.getMaxQueueSizeInBytes())
+                .queueProvider(new DefaultQueueProvider<>(connectorConfig.getMaxQueueSize()))
+                .loggingContextSupplier(() -> taskContext.configureLoggingContext("scripted-source"))
+                .build();
+    }
+
+    /** Registers the service providers and beans the connector's task registers ({@code BaseSourceTask}). */
+    static void registerServiceProviders(CommonConnectorConfig connectorConfig) {
+        connectorConfig.getServiceRegistry().registerServiceProvider(new PostProcessorRegistryServiceProvider());
+        connectorConfig.getServiceRegistry().registerServiceProvider(new DebeziumHeaderProducerProvider());
+        connectorConfig.getServiceRegistry().registerServiceProvider(new CustomConverterServiceProvider());
+    }
+
+    static CustomConverterRegistry customConverterRegistry(CommonConnectorConfig connectorConfig) {
+        return connectorConfig.getServiceRegistry().tryGetService(CustomConverterRegistry.class);
+    }
+
+    static void registerBeans(CommonConnectorConfig connectorConfig, Configuration config, DatabaseSchema<?> schema,
+                              Object valueConverters, CdcSourceTaskContext<?> taskContext) {
+        connectorConfig.getBeanRegistry().add(StandardBeanNames.CONFIGURATION, config);
+        connectorConfig.getBeanRegistry().add(StandardBeanNames.CONNECTOR_CONFIG, connectorConfig);
+        connectorConfig.getBeanRegistry().add(StandardBeanNames.DATABASE_SCHEMA, schema);
+        connectorConfig.getBeanRegistry().add(StandardBeanNames.VALUE_CONVERTER, valueConverters);
+        connectorConfig.getBeanRegistry().add(StandardBeanNames.CDC_SOURCE_TASK_CONTEXT, taskContext);
+    }
+
+    /** The dispatcher as the connector's task makes it, without signals and heartbeats (none are configured). */
+    static <P extends Partition> EventDispatcher<P, TableId> newDispatcher(RelationalDatabaseConnectorConfig connectorConfig,
+                                                                         HistorizedRelationalDatabaseSchema schema,
+                                                                         ChangeEventQueue<DataChangeEvent> queue,
+                                                                         EventMetadataProvider metadataProvider) {
+        return new EventDispatcher<>(
+                connectorConfig,
+                connectorConfig.getTopicNamingStrategy(CommonConnectorConfig.TOPIC_NAMING_STRATEGY, true),
+                schema,
+                queue,
+                connectorConfig.getTableFilters().dataCollectionFilter(),
+                DataChangeEvent::new,
+                metadataProvider,
+                connectorConfig.schemaNameAdjuster(),
+                connectorConfig.getServiceRegistry().tryGetService(DebeziumHeaderProducer.class));
+    }
+
+    /** A column as {@code JdbcConnection.readTableColumn} makes it from a row of {@code DatabaseMetaData.getColumns}. */
+    static Column column(JsonNode definition, int position) {
+        ColumnEditor column = Column.editor().name(definition.get("name").asText());
+        column.type(definition.get("typeName").asText());
+        column.length(definition.path("length").asInt(0));
+        if (definition.hasNonNull("scale")) {
+            column.scale(definition.get("scale").asInt());
+        }
+        column.optional(definition.path("optional").asBoolean(true));
+        column.position(position);
+        column.autoIncremented(definition.path("autoIncremented").asBoolean(false));
+        column.generated(definition.path("generated").asBoolean(false));
+        column.nativeType(Column.UNSET_INT_VALUE);
+        column.jdbcType(definition.get("jdbcType").asInt());
+        if (definition.hasNonNull("default")) {
+            column.defaultValueExpression(definition.get("default").asText());
+        }
+        return column.create();
+    }
+
+    /** The step's time of change ({@code ts}, an ISO instant), else now. */
+    static Instant changeTime(JsonNode step) {
+        return step.hasNonNull("ts") ? Instant.parse(step.get("ts").asText()) : Instant.now();
+    }
+
+    /** An instance of a connector class that is not public (its connector makes it in its own package). */
+    @SuppressWarnings("unchecked")
+    static <T> T newPackagePrivate(String className, Object... arguments) {
+        try {
+            for (Constructor<?> constructor : Class.forName(className).getDeclaredConstructors()) {
+                if (constructor.getParameterCount() == arguments.length) {
+                    constructor.setAccessible(true);
+                    return (T) constructor.newInstance(arguments);
+                }
+            }
+            throw new NoSuchMethodException(className + " with " + arguments.length + " parameters");
+        }
+        catch (ReflectiveOperationException e) {
+            throw new DebeziumException("cannot make Debezium's " + className, e);
+        }
+    }
+}
