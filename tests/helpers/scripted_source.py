@@ -45,6 +45,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from cdc_pipeline.config import load_config
 from cdc_pipeline.testing.servers import PostgresServer
 from tests.helpers.destination import DestinationChecks
 
@@ -58,10 +59,10 @@ ORACLE_DATABASE = "ORCLPDB1"
 # DatabaseMetaData.getColumns reports it (sp_columns_100's ODBC types, mapped by the driver).
 SQLSERVER_JDBC_TYPES: dict[str, int] = {
     "bit": -7, "tinyint": -6, "smallint": 5, "int": 4, "bigint": -5, "decimal": 3, "numeric": 2,
-    "smallmoney": 3, "money": 3, "real": 7, "float": 6, "date": 91, "time": 92, "datetime": 93,
+    "smallmoney": 3, "money": 3, "real": 7, "float": 8, "date": 91, "time": 92, "datetime": 93,
     "smalldatetime": 93, "datetime2": 93, "datetimeoffset": -155, "char": 1, "varchar": 12, "text": -1,
     "nchar": -15, "nvarchar": -9, "ntext": -16, "binary": -2, "varbinary": -3, "image": -4, "timestamp": -2,
-    "uniqueidentifier": 1, "xml": -16,
+    "uniqueidentifier": 1, "xml": -16, "hierarchyid": -3, "geometry": -3, "geography": -3, "sql_variant": -150,
 }
 
 
@@ -243,11 +244,14 @@ class ScriptedPipeline(DestinationChecks):
         self.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def sync(self) -> dict[str, Any]:
-        """`cdc-pipeline sync` of the connector in this process (the session's Spark); writes the script first."""
-        from cdc_pipeline.ops.cli import run_sync
+        """One fetch cycle of the connector in this process, as `cdc-pipeline sync` runs it after its checks (the
+        change check and the preflight would reach for a server: there is none); writes the script first."""
+        from cdc_pipeline.cycle import run_cycle
+        from tests.helpers.spark import get_spark
 
         self.script.write()
-        return run_sync(self.name)
+        config = load_config()
+        return run_cycle(config.connector(self.name), config.destination, get_spark())
 
     def dest_rows(self, table: str) -> list[tuple]:
         from psycopg import sql
