@@ -1,6 +1,8 @@
 """One module per source type, holding what the pipeline knows of that type: its Debezium connector's properties,
-its offsets' shape, its type map, connecting (TLS, timeouts), and for MariaDB/MySQL and PostgreSQL the bulk
-snapshot's reads and the change check's. The stages ask here (`module_for`) instead of testing the type."""
+its offsets' shape, its type map, connecting (TLS, timeouts), the change check's, the preflight's and row counts'
+reads (SQL Server's and Oracle's in `sqlserver_checks`, `oracle_checks`, with the order of their offsets), and for
+MariaDB/MySQL and PostgreSQL the bulk snapshot's reads. The stages ask here (`module_for`) instead of testing the
+type."""
 
 from __future__ import annotations
 
