@@ -145,6 +145,16 @@ def test_row_counts_of_the_captured_tables_in_the_pdb(server):
     assert server.last.statements()[0] == 'ALTER SESSION SET CONTAINER = "ORCLPDB1"'
 
 
+def test_verify_counts_rows_per_range_of_an_integer_key_and_others_whole(server):
+    from cdc_pipeline.sources.change_check import RangeCounts
+
+    server.scenario = "key_ranges"
+    source = connector()
+    assert oracle.key_range_counts(source, lambda table: captures(source, table), 3) == {
+        "INVENTORY.CUSTOMERS": RangeCounts(None, 0, 1, {0: 3}),
+        "INVENTORY.ORDERS": RangeCounts("ORDER_ID", 1001, 3, {0: 3, 1: 3, 2: 1})}
+
+
 @pytest.mark.integration
 def test_pending_and_check_answer_through_the_cli(destination_pg, tmp_path, monkeypatch, server, capsys):
     from cdc_pipeline.ops.cli import main
