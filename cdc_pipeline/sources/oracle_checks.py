@@ -48,7 +48,7 @@ START_LOGMNR = ("BEGIN DBMS_LOGMNR.START_LOGMNR(STARTSCN => :start_scn, ENDSCN =
                 "OPTIONS => DBMS_LOGMNR.DICT_FROM_ONLINE_CATALOG); END;")
 END_LOGMNR = "BEGIN DBMS_LOGMNR.END_LOGMNR; END;"
 # Commits up to the applied one, and changes (insert, delete, update, DDL) of tables outside Oracle's own schemas.
-MINED_CHANGES = ("SELECT scn, xid, operation_code, seg_owner, table_name FROM v$logmnr_contents "
+MINED_CHANGES = ("SELECT scn, xid, operation_code, seg_owner, table_name, src_con_name FROM v$logmnr_contents "
                  "WHERE scn >= :start_scn AND ((operation_code = 7 AND scn <= :committed_scn) "
                  "OR (operation_code IN (1, 2, 3, 5) AND seg_owner NOT IN "
                  "(SELECT username FROM all_users WHERE oracle_maintained = 'Y'))) AND ROWNUM <= :row_limit")
@@ -171,7 +171,9 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     if position is None:
         return ChangeCheck(True, "no streamed position is applied yet")
     committed, resume = position
-    return _read(connector, lambda cur: _check(cur, connector, resume, committed, captured))
+    pdb = _pdb(connector)
+    return _read(connector, lambda cur: _check(cur, connector, resume, committed, lambda table, container: captured(
+        table) and (pdb is None or container == pdb.upper())))
 
 
 def check_position(offset: dict[str, Any] | None) -> tuple[int, int] | None:
@@ -188,7 +190,7 @@ def check_position(offset: dict[str, Any] | None) -> tuple[int, int] | None:
 
 
 def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,
-           captured: Callable[[str], bool]) -> ChangeCheck:
+           captured: Callable[[str, str | None], bool]) -> ChangeCheck:
     cur.execute(CURRENT_SCN)
     current = int(cur.fetchone()[0])
     cur.execute(OLDEST_LOG_SCN)
@@ -213,7 +215,10 @@ def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,
 
 
 def _mine(cur: Any, files: list[str], resume: int, committed: int, current: int,
-          captured: Callable[[str], bool]) -> ChangeCheck:
+          captured: Callable[[str, str | None], bool]) -> ChangeCheck:
+    """LogMiner over `files` from `resume` to `current`: a change of a table `captured` accepts (its name, and the
+    container it is in: mined in the root of a container database, the redo holds every PDB's) committed after
+    `committed`, or in a transaction open then."""
     import oracledb
 
     if not files:
@@ -232,12 +237,12 @@ def _mine(cur: Any, files: list[str], resume: int, committed: int, current: int,
             pass  # the session ends with the connection, and its LogMiner session with it
     open_transactions: dict[Any, str] = {}
     committed_transactions = set()
-    for scn, xid, operation, owner, table in rows:
+    for scn, xid, operation, owner, table, container in rows:
         if operation == _COMMIT:
             committed_transactions.add(xid)
             continue
         source_table = f"{owner}.{table}"
-        if operation not in _DML_AND_DDL or not captured(source_table):
+        if operation not in _DML_AND_DDL or not captured(source_table, container):
             continue
         if int(scn) > committed:
             return ChangeCheck(True, f"{source_table} changed at SCN {scn}, after the applied commit (SCN "

@@ -57,6 +57,11 @@ def test_nothing_is_new_when_the_redo_since_the_applied_commit_holds_no_captured
     assert server.last.statements()[-1] == "BEGIN DBMS_LOGMNR.END_LOGMNR; END;" and server.last.closed
 
 
+def test_a_change_of_the_same_table_in_another_pdb_is_not_the_connectors(server):
+    found = check(server, "other_pdb")
+    assert not found.changes and found.reached_end
+
+
 def test_a_change_of_a_captured_table_after_the_applied_commit_asks_for_a_run(server):
     found = check(server, "changes_waiting")
     assert found.changes and found.reason == "INVENTORY.CUSTOMERS changed at SCN 289160, after the applied commit " \
