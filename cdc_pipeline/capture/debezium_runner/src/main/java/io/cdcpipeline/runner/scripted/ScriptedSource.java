@@ -22,16 +22,15 @@ import io.debezium.relational.CustomConverterRegistry;
 import io.debezium.pipeline.DataChangeEvent;
 import io.debezium.pipeline.EventDispatcher;
 import io.debezium.pipeline.metrics.StreamingChangeEventSourceMetrics;
-import io.debezium.pipeline.metrics.spi.ChangeEventSourceMetricsFactory;
 import io.debezium.pipeline.source.spi.EventMetadataProvider;
 import io.debezium.pipeline.spi.Partition;
 import io.debezium.relational.Column;
 import io.debezium.relational.ColumnEditor;
 import io.debezium.relational.HistorizedRelationalDatabaseSchema;
 import io.debezium.relational.RelationalDatabaseConnectorConfig;
-import io.debezium.relational.RelationalDatabaseSchema;
 import io.debezium.relational.TableId;
 import io.debezium.schema.DatabaseSchema;
+import io.debezium.spi.topic.TopicNamingStrategy;
 
 /**
  * One source's replay of a script through the connector's own classes: the connector's config, value converters,
@@ -96,9 +95,8 @@ abstract class ScriptedSource<P extends Partition> {
      * Registers the connector's streaming metrics (the MBean the runner reads: connected, queue capacity) and makes
      * them the dispatcher's event listener, as the connector's coordinator does.
      */
-    final void startStreamingMetrics(ChangeEventSourceMetricsFactory<P> factory, CdcSourceTaskContext<?> taskContext,
-                                     EventMetadataProvider metadataProvider, RelationalDatabaseSchema schema) {
-        metrics = factory.getStreamingMetrics(taskContext, queue, metadataProvider, schema::tableIds);
+    final void startStreamingMetrics(StreamingChangeEventSourceMetrics<P> streamingMetrics) {
+        metrics = streamingMetrics;
         metrics.register();
         dispatcher.setEventListener(metrics);
     }
@@ -162,12 +160,13 @@ abstract class ScriptedSource<P extends Partition> {
 
     /** The dispatcher as the connector's task makes it, without signals and heartbeats (none are configured). */
     static <P extends Partition> EventDispatcher<P, TableId> newDispatcher(RelationalDatabaseConnectorConfig connectorConfig,
+                                                                         TopicNamingStrategy<TableId> topicNamingStrategy,
                                                                          HistorizedRelationalDatabaseSchema schema,
                                                                          ChangeEventQueue<DataChangeEvent> queue,
                                                                          EventMetadataProvider metadataProvider) {
         return new EventDispatcher<>(
                 connectorConfig,
-                connectorConfig.getTopicNamingStrategy(CommonConnectorConfig.TOPIC_NAMING_STRATEGY, true),
+                topicNamingStrategy,
                 schema,
                 queue,
                 connectorConfig.getTableFilters().dataCollectionFilter(),

@@ -25,6 +25,7 @@ import io.debezium.relational.Column;
 import io.debezium.relational.Table;
 import io.debezium.relational.TableId;
 import io.debezium.schema.SchemaChangeEvent.SchemaChangeEventType;
+import io.debezium.spi.topic.TopicNamingStrategy;
 import io.debezium.util.Clock;
 
 /**
@@ -62,9 +63,10 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
         // expressions it cannot parse.
         Object defaultValueConverter = newPackagePrivate("io.debezium.connector.sqlserver.SqlServerDefaultValueConverter",
                 null, valueConverters);
+        TopicNamingStrategy<TableId> topicNamingStrategy = connectorConfig.getTopicNamingStrategy(CommonConnectorConfig.TOPIC_NAMING_STRATEGY, true);
         schema = newPackagePrivate(SqlServerDatabaseSchema.class.getName(), connectorConfig, defaultValueConverter,
-                valueConverters, connectorConfig.getTopicNamingStrategy(CommonConnectorConfig.TOPIC_NAMING_STRATEGY, true),
-                connectorConfig.schemaNameAdjuster(), customConverterRegistry(connectorConfig), taskContext);
+                valueConverters, topicNamingStrategy, connectorConfig.schemaNameAdjuster(), customConverterRegistry(connectorConfig),
+                taskContext);
         schema.initializeStorage();
         registerBeans(connectorConfig, config, schema, valueConverters, taskContext);
         databaseName = connectorConfig.getDatabaseNames().get(0);
@@ -72,8 +74,9 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
                 connectorConfig.getDatabaseNames().size() > 1);
         queue = newQueue(connectorConfig, taskContext);
         EventMetadataProvider metadataProvider = newPackagePrivate("io.debezium.connector.sqlserver.SqlServerEventMetadataProvider");
-        dispatcher = newDispatcher(connectorConfig, schema, queue, metadataProvider);
-        startStreamingMetrics(new SqlServerMetricsFactory(List.of(partition)), taskContext, metadataProvider, schema);
+        dispatcher = newDispatcher(connectorConfig, topicNamingStrategy, schema, queue, metadataProvider);
+        startStreamingMetrics(new SqlServerMetricsFactory(List.of(partition)).getStreamingMetrics(taskContext, queue,
+                metadataProvider, schema::tableIds));
     }
 
     @Override
