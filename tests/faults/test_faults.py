@@ -97,9 +97,14 @@ def _run_streaming(pipeline, **config) -> tuple[dict[str, int], subprocess.Popen
     return baseline, run
 
 
+# The binlog client's keep-alive thread reconnects at its next check, one to two intervals after the loss: at the
+# default 60 s (within source_lost_timeout_seconds, tests/unit/test_config.py) the test would wait for it up to 120 s.
+RECONNECT_SOON = {"debezium": {"connect.keep.alive.interval.ms": "10000"}}
+
+
 def test_source_restarted_mid_run(own_source):
     pipeline = own_source
-    baseline, run = _run_streaming(pipeline)
+    baseline, run = _run_streaming(pipeline, **RECONNECT_SOON)
     pipeline.mariadb.restart()
     pipeline.source(AFTER_RESTART)
     stdout, stderr = run.communicate(timeout=300)

@@ -235,3 +235,14 @@ def test_a_purged_or_reset_binlog_asks_for_a_run():
     reset = scan_binlog(cursor, {"file": "bin.000002", "pos": 904}, {"file": "bin.000002", "pos": 404}, _captured,
                         "shop", 60)
     assert "past the binlog's end" in reset.found and not reset.at_end
+
+
+def test_by_default_a_run_waits_out_the_binlog_clients_reconnect_after_a_source_restart():
+    # The keep-alive thread reconnects one to two intervals after the loss, then connects within connect.timeout.ms
+    # (tests/faults/test_faults.py restarts a source with a shorter interval, so as not to wait for it).
+    connector = _connector("mariadb")
+    properties = debezium_properties(connector)
+    reconnect_seconds = (2 * int(properties["connect.keep.alive.interval.ms"])
+                         + int(properties["connect.timeout.ms"])) / 1000
+    assert properties["connect.keep.alive.interval.ms"] == "60000"
+    assert connector.source_lost_timeout_seconds > reconnect_seconds
