@@ -89,7 +89,7 @@ def test_a_stream_out_of_heap_fails_saying_so_and_the_next_run_applies_it_exact(
     pipeline.source(["CREATE TABLE wide (id INT, body LONGTEXT, data LONGBLOB, note VARCHAR(20))"])
     pipeline.write_config(apply_batch_mb=64, spark=small_heap("256m"))
     sync_summary(pipeline.name, pipeline.env)
-    pipeline.source([f"INSERT INTO wide {_wide_rows(1, 12)}"])
+    pipeline.source([f"INSERT INTO wide {_wide_rows(1, 8)}"])
 
     run = start_sync(pipeline.name, env=pipeline.env)
     _, err = run.communicate(timeout=600)
