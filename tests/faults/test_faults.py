@@ -98,7 +98,8 @@ def _run_streaming(pipeline, **config) -> tuple[dict[str, int], subprocess.Popen
 
 
 # The binlog client's keep-alive thread reconnects at its next check, one to two intervals after the loss: at the
-# default 60 s (within source_lost_timeout_seconds, tests/unit/test_config.py) the test would wait for it up to 120 s.
+# default 60 s (within source_lost_timeout_seconds: tests/unit/sources/test_sources_mariadb.py) the test would wait
+# for it up to 120 s.
 RECONNECT_SOON = {"debezium": {"connect.keep.alive.interval.ms": "10000"}}
 
 
@@ -116,13 +117,13 @@ def test_source_restarted_mid_run(own_source):
 
 def test_source_down_longer_than_the_run_waits(own_source):
     pipeline = own_source
-    baseline, run = _run_streaming(pipeline, source_lost_timeout_seconds=8)
+    baseline, run = _run_streaming(pipeline, source_lost_timeout_seconds=3)
     outcome: list[str] = []
     pipeline.mariadb.restart(while_down=lambda: outcome.extend(run.communicate(timeout=300)))
     pipeline.source(AFTER_RESTART)
 
     assert run.returncode == 1, "the run fails while the source is down"
-    assert "did not reconnect within 8 s (source_lost_timeout_seconds)" in outcome[1]
+    assert "did not reconnect within 3 s (source_lost_timeout_seconds)" in outcome[1]
     error = pipeline.dest_query("SELECT last_error FROM cdc.connector_state WHERE connector = %s", (pipeline.name,))
     assert "did not reconnect" in error[0][0]
     _assert_source_changes_counted_once(pipeline, baseline)
