@@ -137,7 +137,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
         JsonNode step = steps.get(index);
         TableId tableId = tableId(step);
         Instant changeTime = changeTime(step);
-        if (step.has("ddl")) {
+        if (step.has(DDL_STEP)) {
             offsetContext.setScn(scn(step));
             offsetContext.getCommitScn().recordCommit(commitRow(step));
             offsetContext.setEventScn(scn(step));
@@ -191,7 +191,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
     private OracleSchemaChangeEventEmitter schemaChange(JsonNode step) {
         TableId tableId = tableId(step);
         return new OracleSchemaChangeEventEmitter(connectorConfig, partition, offsetContext, tableId, tableId.catalog(),
-                tableId.schema(), step.get("ddl").asText(), schema, changeTime(step), streamingMetrics, () -> {
+                tableId.schema(), step.get(DDL_STEP).asText(), schema, changeTime(step), streamingMetrics, () -> {
                 });
     }
 

@@ -39,6 +39,9 @@ import io.debezium.spi.topic.TopicNamingStrategy;
  * A subclass knows its connector: how a step's position compares with a stored offset, and how a step is emitted.
  */
 abstract class ScriptedSource<P extends Partition> {
+    /** The key of a SQL Server schema step ({@code create} or {@code alter}), and of an Oracle DDL step. */
+    static final String SCHEMA_STEP = "schema";
+    static final String DDL_STEP = "ddl";
     protected final String name;
     protected List<JsonNode> steps = List.of();
     private int firstPlayed;
@@ -85,7 +88,7 @@ abstract class ScriptedSource<P extends Partition> {
         }
         firstPlayed = Math.max(0, resume - redeliver);
         for (int index = 0; index < firstPlayed; index++) {
-            if (steps.get(index).has("schema")) {
+            if (steps.get(index).has(SCHEMA_STEP) || steps.get(index).has(DDL_STEP)) {
                 recoverSchema(steps.get(index));
             }
         }

@@ -1,0 +1,135 @@
+"""The scripted SQL Server and Oracle sources (tests/helpers/scripted_source.py) give the runner, through the real
+embedded engine, the records the connectors' own classes make: the source struct and offsets each connector writes,
+its schema changes (SQL Server's without DDL text, Oracle's with it, both with Debezium's tableChanges), keyed and
+keyless tables, a transaction over two tables; a run resumes after its stored offset, `redeliver` replays steps
+before it; and a sync lands the rows, a column added later, in PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cdc_pipeline import cycle
+from cdc_pipeline.config import load_config
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE
+from tests.helpers.scripted_source import ScriptedPipeline, java, new_scripted_pipeline, sqlserver_column
+
+pytestmark = pytest.mark.integration
+
+SQLSERVER_ITEMS = [sqlserver_column("id", "int", 10, 0, optional=False), sqlserver_column("name", "nvarchar", 20)]
+SQLSERVER_NOTES = [sqlserver_column("note", "varchar", 50)]
+
+
+def fetched(pipe: ScriptedPipeline, spark) -> list[dict[str, Any]]:
+    """The index entries the runner's EventSerializer made of everything one fetch cycle pops (after the script is
+    written); each batch is marked complete, which stores its offset as a run does."""
+    pipe.script.write()
+    config = load_config()
+    entries = []
+    with cycle.ConnectorSession(config.connector(pipe.name), config.destination, spark) as session:
+        for group in cycle.fetch_batches(session):
+            for batch in group:
+                entries.extend(batch.index)
+                session.runner.mark_complete(batch.batch_id)
+    return entries
+
+
+def changes(entries: list[dict[str, Any]]) -> list[tuple]:
+    """Each entry as (kind, table, op or the schema change's type)."""
+    return [(entry["kind"], entry["source"]["table"],
+             entry["op"] if entry["kind"] == DATA_CHANGE else entry["change"]["tableChanges"][0]["type"])
+            for entry in entries]
+
+
+def sqlserver_changes(script) -> None:
+    script.create_table("dbo.items", SQLSERVER_ITEMS, primary_key=["id"])
+    script.create_table("dbo.notes", SQLSERVER_NOTES)
+    with script.transaction():
+        script.insert("dbo.items", {"id": 1, "name": "a"})
+        script.insert("dbo.notes", {"note": "first"})
+    script.insert("dbo.items", {"id": 2, "name": "b"})
+    script.update("dbo.items", {"id": 1, "name": "a"}, {"id": 1, "name": "c"})
+    script.delete("dbo.items", {"id": 2, "name": "b"})
+
+
+def test_sqlserver_events_are_the_connectors_and_a_run_resumes_after_its_offset(destination_pg, spark, tmp_path,
+                                                                                  monkeypatch):
+    pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=["dbo.items", "dbo.notes"])
+    sqlserver_changes(pipe.script)
+    entries = fetched(pipe, spark)
+    assert changes(entries) == [(SCHEMA_CHANGE, "items", "CREATE"), (SCHEMA_CHANGE, "notes", "CREATE"),
+                                (DATA_CHANGE, "items", "c"), (DATA_CHANGE, "notes", "c"), (DATA_CHANGE, "items", "c"),
+                                (DATA_CHANGE, "items", "u"), (DATA_CHANGE, "items", "d")]
+    create_items, create_notes = (entry["change"] for entry in entries[:2])
+    # SqlServerSchemaChangeEventEmitter: no DDL text ("N/A"), the table as getColumns described it.
+    assert create_items["ddl"] == "N/A" and create_items["databaseName"] == "testdb"
+    table = create_items["tableChanges"][0]["table"]
+    assert table["primaryKeyColumnNames"] == ["id"] and create_notes["tableChanges"][0]["table"]["primaryKeyColumnNames"] == []
+    assert [(c["name"], c["typeName"], c["jdbcType"], c["length"], c["optional"]) for c in table["columns"]] == [
+        ("id", "int", 4, 10, False), ("name", "nvarchar", -9, 20, True)]
+    insert_items, insert_notes = entries[2:4]
+    # One transaction over two tables: one commit LSN, a change LSN each (SqlServerOffsetContext).
+    assert insert_items["source"]["commit_lsn"] == insert_notes["source"]["commit_lsn"]
+    assert insert_items["source"]["change_lsn"] < insert_notes["source"]["change_lsn"]
+    assert {"db", "schema", "table", "commit_lsn", "change_lsn", "event_serial_no", "snapshot"} <= set(insert_items["source"])
+    assert insert_items["source"]["snapshot"] == "false" and insert_items["source"]["db"] == "testdb"
+    assert set(insert_items["offset"]) == {"commit_lsn", "change_lsn", "event_serial_no"}
+    assert entries[5]["offset"]["event_serial_no"] == 2  # an update is the change table's two rows
+
+    pipe.script.insert("dbo.items", {"id": 3, "name": "d"})
+    resumed = fetched(pipe, spark)
+    assert changes(resumed) == [(DATA_CHANGE, "items", "c")]
+    pipe.write_config(redeliver=2)
+    pipe.script.insert("dbo.items", {"id": 4, "name": "e"})
+    again = fetched(pipe, spark)
+    # The two steps before the stored offset again, at their own positions, then the new one.
+    assert changes(again) == [(DATA_CHANGE, "items", "d"), (DATA_CHANGE, "items", "c"), (DATA_CHANGE, "items", "c")]
+    assert [entry["source"] for entry in again[:2]] == [entries[-1]["source"], resumed[0]["source"]]
+
+
+def oracle_changes(script) -> None:
+    script.ddl("DEBEZIUM.ITEMS", 'CREATE TABLE "DEBEZIUM"."ITEMS" ("ID" NUMBER(9,0) NOT NULL, "NAME" VARCHAR2(20), '
+                                 'PRIMARY KEY ("ID"))')
+    script.ddl("DEBEZIUM.NOTES", 'CREATE TABLE "DEBEZIUM"."NOTES" ("NOTE" VARCHAR2(50))')
+    with script.transaction():
+        script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME") values ('1','a');""")
+        script.redo("DEBEZIUM.NOTES", """insert into "DEBEZIUM"."NOTES"("NOTE") values ('first');""")
+    script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME") values ('2','b');""")
+    script.redo("DEBEZIUM.ITEMS", """update "DEBEZIUM"."ITEMS" set "NAME" = 'c' where "ID" = '1' and "NAME" = 'a';""")
+    script.redo("DEBEZIUM.ITEMS", """delete from "DEBEZIUM"."ITEMS" where "ID" = '2' and "NAME" = 'b';""")
+
+
+def test_oracle_events_are_the_connectors_and_a_run_resumes_after_its_offset(destination_pg, spark, tmp_path,
+                                                                               monkeypatch):
+    pipe = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch,
+                                 tables=["DEBEZIUM.ITEMS", "DEBEZIUM.NOTES"])
+    oracle_changes(pipe.script)
+    entries = fetched(pipe, spark)
+    assert changes(entries) == [(SCHEMA_CHANGE, "ITEMS", "CREATE"), (SCHEMA_CHANGE, "NOTES", "CREATE"),
+                                (DATA_CHANGE, "ITEMS", "c"), (DATA_CHANGE, "NOTES", "c"), (DATA_CHANGE, "ITEMS", "c"),
+                                (DATA_CHANGE, "ITEMS", "u"), (DATA_CHANGE, "ITEMS", "d")]
+    create_items, create_notes = (entry["change"] for entry in entries[:2])
+    # OracleSchemaChangeEventEmitter: the DDL text, and the table OracleDdlParser made of it.
+    assert create_items["ddl"].startswith('CREATE TABLE "DEBEZIUM"."ITEMS"')
+    table = create_items["tableChanges"][0]["table"]
+    assert table["primaryKeyColumnNames"] == ["ID"] and create_notes["tableChanges"][0]["table"]["primaryKeyColumnNames"] == []
+    assert [(c["name"], c["typeName"], c["length"], c["scale"], c["optional"]) for c in table["columns"]] == [
+        ("ID", "NUMBER", 9, 0, False), ("NAME", "VARCHAR2", 20, None, True)]
+    insert_items, insert_notes = entries[2:4]
+    # One transaction over two tables: one id and commit SCN, an SCN and a sequence each (OracleOffsetContext).
+    assert insert_items["source"]["txId"] == insert_notes["source"]["txId"]
+    assert insert_items["source"]["commit_scn"] == insert_notes["source"]["commit_scn"]
+    assert [insert_items["source"]["txSeq"], insert_notes["source"]["txSeq"]] == [1, 2]
+    assert {"db", "schema", "table", "scn", "commit_scn", "txId", "snapshot"} <= set(insert_items["source"])
+    assert insert_items["source"]["snapshot"] == "false" and insert_items["source"]["db"] == "ORCLPDB1"
+    assert set(insert_items["offset"]) == {"scn", "commit_scn", "txId", "txSeq"}
+
+    pipe.script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME") values ('3','d');""")
+    resumed = fetched(pipe, spark)
+    assert changes(resumed) == [(DATA_CHANGE, "ITEMS", "c")]
+    pipe.write_config(redeliver=2)
+    pipe.script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME") values ('4','e');""")
+    again = fetched(pipe, spark)
+    assert changes(again) == [(DATA_CHANGE, "ITEMS", "d"), (DATA_CHANGE, "ITEMS", "c"), (DATA_CHANGE, "ITEMS", "c")]
+    assert [entry["source"] for entry in again[:2]] == [entries[-1]["source"], resumed[0]["source"]]
