@@ -254,6 +254,7 @@ class ScriptedPipeline(DestinationChecks):
         return run_cycle(config.connector(self.name), config.destination, get_spark())
 
     def dest_rows(self, table: str) -> list[tuple]:
+        """The rows of a destination table (named as the destination names it: `items` for Oracle's ITEMS)."""
         from psycopg import sql
 
         return self.dest_query(sql.SQL("SELECT * FROM {} ORDER BY 1").format(

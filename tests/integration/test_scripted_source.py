@@ -133,3 +133,27 @@ def test_oracle_events_are_the_connectors_and_a_run_resumes_after_its_offset(des
     again = fetched(pipe, spark)
     assert changes(again) == [(DATA_CHANGE, "ITEMS", "d"), (DATA_CHANGE, "ITEMS", "c"), (DATA_CHANGE, "ITEMS", "c")]
     assert [entry["source"] for entry in again[:2]] == [entries[-1]["source"], resumed[0]["source"]]
+
+
+def test_sqlserver_sync_lands_rows_and_a_column_added_later(destination_pg, spark, tmp_path, monkeypatch):
+    pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=["dbo.items", "dbo.notes"])
+    sqlserver_changes(pipe.script)
+    pipe.sync()
+    assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
+    pipe.script.alter_table("dbo.items", [*SQLSERVER_ITEMS, sqlserver_column("qty", "int", 10, 0)], primary_key=["id"],
+                            capture="dbo_items_v2")
+    pipe.script.insert("dbo.items", {"id": 5, "name": "x", "qty": 3})
+    pipe.sync()
+    assert pipe.dest_rows("items") == [(1, "c", None), (5, "x", 3)]
+
+
+def test_oracle_sync_lands_rows_and_a_column_added_later(destination_pg, spark, tmp_path, monkeypatch):
+    pipe = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch,
+                                 tables=["DEBEZIUM.ITEMS", "DEBEZIUM.NOTES"])
+    oracle_changes(pipe.script)
+    pipe.sync()
+    assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
+    pipe.script.ddl("DEBEZIUM.ITEMS", 'ALTER TABLE "DEBEZIUM"."ITEMS" ADD "QTY" NUMBER(5,0)')
+    pipe.script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME","QTY") values ('5','x','3');""")
+    pipe.sync()
+    assert pipe.dest_rows("items") == [(1, "c", None), (5, "x", 3)]
