@@ -4,6 +4,7 @@ datatype mapping rules on its type names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,12 @@ def test_datatype_rules_match_oracle_and_sqlserver_type_names_without_precisions
     identity = column_def_from_source(column("ID", "int identity", autoIncremented=True, length=10, scale=0),
                                       connector_type="sqlserver", letter_casing="lowercase")
     assert rules.map_column("dbo.items", identity).pg_type == "bigint"
+
+
+def test_every_type_of_the_map_has_a_row_in_the_docs():
+    docs = Path(__file__).resolve().parents[3] / "docs" / "types.md"
+    section = docs.read_text().split("## Oracle source -> PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    rows = [set(re.findall(r"[A-Z_0-9]+", line.split("|")[1].upper())) for line in section.splitlines()
+            if line.startswith("| ")]
+    missing = [name for name in oracle.ORACLE_TYPE_MAP if not any(set(name.split()) <= row for row in rows)]
+    assert missing == []

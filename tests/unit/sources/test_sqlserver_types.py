@@ -3,6 +3,7 @@ default expressions, and its schema changes: three-part table ids, no DDL text, 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -124,3 +125,14 @@ def test_a_new_capture_instance_adds_drops_and_retypes_by_comparison_and_a_keyle
     assert any('ADD COLUMN IF NOT EXISTS "note" character varying(50)' in s for s in statements)
     assert any('ALTER COLUMN "qty" TYPE bigint' in s for s in statements)
     assert any('DROP COLUMN' in s and '"gone"' in s for s in statements)
+
+
+def test_every_type_of_the_map_has_a_row_in_the_docs():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[3] / "docs" / "types.md"
+    section = docs.read_text().split("## SQL Server source -> PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    words = {word for line in section.splitlines() if line.startswith("| ")
+             for word in re.findall(r"[a-z_0-9]+", line.split("|")[1].lower())}
+    missing = [name for name in sqlserver.SQLSERVER_TYPE_MAP if name not in words]
+    assert missing == []
