@@ -133,7 +133,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
     }
 
     @Override
-    void play(int index) throws InterruptedException {
+    void play(int index, boolean emit) throws InterruptedException {
         JsonNode step = steps.get(index);
         TableId tableId = tableId(step);
         Instant changeTime = changeTime(step);
@@ -145,7 +145,12 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
             offsetContext.setRsId("");
             offsetContext.setRowId("");
             offsetContext.setTransactionSequence(null);
-            dispatcher.dispatchSchemaChangeEvent(partition, offsetContext, tableId, schemaChange(step));
+            if (emit) {
+                dispatcher.dispatchSchemaChangeEvent(partition, offsetContext, tableId, schemaChange(step));
+            }
+            else {
+                recoverSchema(step);
+            }
             return;
         }
         Table table = schema.tableFor(tableId);
@@ -171,8 +176,10 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
         offsetContext.setRsId("");
         offsetContext.setRowId("");
         offsetContext.setCommitTime(changeTime);
-        dispatcher.dispatchDataChangeEvent(partition, tableId, new LogMinerChangeRecordEmitter(connectorConfig, partition,
-                offsetContext, entry.getEventType(), entry.getOldValues(), entry.getNewValues(), table, schema, Clock.system()));
+        if (emit) {
+            dispatcher.dispatchDataChangeEvent(partition, tableId, new LogMinerChangeRecordEmitter(connectorConfig, partition,
+                    offsetContext, entry.getEventType(), entry.getOldValues(), entry.getNewValues(), table, schema, Clock.system()));
+        }
         if (index + 1 == steps.size() || !sameTransaction(steps.get(index + 1), step)) {
             offsetContext.getCommitScn().recordCommit(commitRow(step));
             offsetContext.setEventScn(commitScn(step));

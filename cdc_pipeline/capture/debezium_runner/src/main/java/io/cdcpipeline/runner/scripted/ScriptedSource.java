@@ -65,15 +65,20 @@ abstract class ScriptedSource<P extends Partition> {
     /** Applies a schema step to the in-memory schema without emitting it (the connector's recovered history). */
     abstract void recoverSchema(JsonNode step) throws InterruptedException;
 
-    /** Emits the step's records through the dispatcher. */
-    abstract void play(int index) throws InterruptedException;
+    /**
+     * Moves the connector's offset context to the step and emits the step's records through the dispatcher; with
+     * {@code emit} false only moves the offset context and applies a schema step to the schema.
+     */
+    abstract void play(int index, boolean emit) throws InterruptedException;
 
     abstract void close();
 
     /**
-     * Decides where the replay starts: after the last step the stored offset covers, less {@code redeliver} steps
-     * (re-delivered with their own positions, as a connector restarted from an older offset would); the schema steps
-     * before it only rebuild the in-memory schema.
+     * Decides where the replay starts: after the last step the stored offset covers, less {@code redeliver} steps.
+     * Without re-delivery the connector goes on from its stored offset, and the schema steps before it only rebuild
+     * the in-memory schema. With re-delivery it is a connector restarted from an older offset: a new offset context
+     * is moved through the steps before the replay's start, so that the re-delivered records carry the offsets they
+     * had the first time.
      */
     final void prepare(List<JsonNode> script, Map<String, ?> storedOffset, int redeliver) throws InterruptedException {
         steps = script;
@@ -87,8 +92,15 @@ abstract class ScriptedSource<P extends Partition> {
             }
         }
         firstPlayed = Math.max(0, resume - redeliver);
+        boolean redelivers = firstPlayed < resume;
+        if (redelivers) {
+            loadOffset(null);
+        }
         for (int index = 0; index < firstPlayed; index++) {
-            if (steps.get(index).has(SCHEMA_STEP) || steps.get(index).has(DDL_STEP)) {
+            if (redelivers) {
+                play(index, false);
+            }
+            else if (steps.get(index).has(SCHEMA_STEP) || steps.get(index).has(DDL_STEP)) {
                 recoverSchema(steps.get(index));
             }
         }
@@ -116,7 +128,7 @@ abstract class ScriptedSource<P extends Partition> {
         metrics.connected(true);
         for (int index = firstPlayed; index < steps.size(); index++) {
             try {
-                play(index);
+                play(index, true);
             }
             catch (RuntimeException e) {
                 throw new DebeziumException("scripted " + getClass().getSimpleName() + " of connector '" + name

@@ -135,13 +135,18 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
     }
 
     @Override
-    void play(int index) throws InterruptedException {
+    void play(int index, boolean emit) throws InterruptedException {
         JsonNode step = steps.get(index);
         TableId tableId = tableId(step);
         if (step.has(SCHEMA_STEP)) {
             offsetContext.setChangePosition(position(step), 0);
             offsetContext.event(tableId, changeTime(step));
-            dispatcher.dispatchSchemaChangeEvent(partition, offsetContext, tableId, schemaChange(step));
+            if (emit) {
+                dispatcher.dispatchSchemaChangeEvent(partition, offsetContext, tableId, schemaChange(step));
+            }
+            else {
+                recoverSchema(step);
+            }
             return;
         }
         Table table = schema.tableFor(tableId);
@@ -172,8 +177,10 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
         offsetContext.setChangePosition(TxLogPosition.valueOf(position.getCommitLsn(), position.getInTxLsn(), operation),
                 dataNext == null ? 1 : 2);
         offsetContext.event(tableId, changeTime(step));
-        dispatcher.dispatchDataChangeEvent(partition, tableId,
-                new SqlServerChangeRecordEmitter(partition, offsetContext, operation, data, dataNext, Clock.system(), connectorConfig));
+        if (emit) {
+            dispatcher.dispatchDataChangeEvent(partition, tableId,
+                    new SqlServerChangeRecordEmitter(partition, offsetContext, operation, data, dataNext, Clock.system(), connectorConfig));
+        }
     }
 
     @Override
