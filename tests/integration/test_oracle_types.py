@@ -20,9 +20,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from psycopg import sql
 
 from tests.helpers.scripted_source import new_scripted_pipeline
+from tests.integration.test_sqlserver_types import assert_rows, dest_rows
 
 pytestmark = pytest.mark.integration
 
@@ -203,19 +203,6 @@ def expected(key: int, which: str | None, lobs: str | None = "same") -> dict[str
     return row
 
 
-def dest_rows(pipe, columns: list[str], read_as: dict[str, str]) -> list[dict[str, Any]]:
-    select = sql.SQL(", ").join(sql.SQL(read_as.get(name, "{}")).format(sql.Identifier(name)) for name in columns)
-    query = sql.SQL("SELECT {} FROM {} ORDER BY 1").format(select, sql.Identifier("debezium", "all_types"))
-    return [dict(zip(columns, values)) for values in pipe.dest_query(query.as_string())]
-
-
-def assert_rows(actual: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> None:
-    differences = [f"id {w['id']} {name}: expected {str(w[name])[:80]!r}, got {str(a.get(name))[:80]!r}"
-                   for a, w in zip(actual, wanted) for name in w if a.get(name) != w[name]]
-    assert [a["id"] for a in actual] == [w["id"] for w in wanted]
-    assert not differences, "\n".join(differences)
-
-
 def test_every_oracle_type_is_exact_through_the_connectors_code(destination_pg, spark, tmp_path, monkeypatch):
     pipe = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch, tables=[TABLE])
     script = pipe.script
@@ -237,7 +224,7 @@ def test_every_oracle_type_is_exact_through_the_connectors_code(destination_pg, 
     assert pipe.dest_primary_key("all_types") == ["id"]
     read_as = {case.name.lower(): case.read_as for case in CASES}
     names = ["id", *(name.lower() for name in NAMES)]
-    assert_rows(dest_rows(pipe, names, read_as),
+    assert_rows(dest_rows(pipe, "all_types", names, read_as),
                 [expected(1, "low"), expected(2, "high"), expected(3, "high", lobs="other"), expected(4, None)])
 
     # DDL text: a column added, one dropped, one retyped, one renamed (its values kept).

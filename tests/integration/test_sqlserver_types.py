@@ -161,13 +161,15 @@ def expected(key: int, which: str | None) -> dict[str, Any]:
     return {"id": key, **{case.column["name"]: getattr(case, which)[1] if which else None for case in CASES}}
 
 
-def dest_rows(pipe, columns: list[str], read_as: dict[str, str]) -> list[dict[str, Any]]:
+def dest_rows(pipe, table: str, columns: list[str], read_as: dict[str, str]) -> list[dict[str, Any]]:
+    """The destination table's rows in key order, each column read through its SQL (`{}::float8`)."""
     select = sql.SQL(", ").join(sql.SQL(read_as.get(name, "{}")).format(sql.Identifier(name)) for name in columns)
-    query = sql.SQL("SELECT {} FROM {} ORDER BY 1").format(select, sql.Identifier("dbo", "alltypes"))
+    query = sql.SQL("SELECT {} FROM {} ORDER BY 1").format(select, sql.Identifier(pipe.dest_schema, table))
     return [dict(zip(columns, values)) for values in pipe.dest_query(query.as_string())]
 
 
 def assert_rows(actual: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> None:
+    """Every value of every row as expected; the differences listed by row and column."""
     differences = [f"id {w['id']} {name}: expected {str(w[name])[:80]!r}, got {str(a.get(name))[:80]!r}"
                    for a, w in zip(actual, wanted) for name in w if a.get(name) != w[name]]
     assert [a["id"] for a in actual] == [w["id"] for w in wanted]
@@ -201,7 +203,7 @@ def test_every_sqlserver_type_is_exact_through_the_connectors_code(destination_p
     assert pipe.dest_query("SELECT is_identity FROM information_schema.columns WHERE table_schema = 'dbo' "
                            "AND table_name = 'alltypes' AND column_name = 'id'") == [("YES",)]
     read_as = {case.column["name"]: case.read_as for case in CASES}
-    assert_rows(dest_rows(pipe, ["id", *NAMES, "c_variant"], read_as),
+    assert_rows(dest_rows(pipe, "alltypes", ["id", *NAMES, "c_variant"], read_as),
                 [{**expected(LOW, "low"), "c_variant": None}, {**expected(HIGH, "high"), "c_variant": None},
                  {**expected(OTHER, "high"), "c_variant": None}, {**expected(4, "other"), "c_variant": None},
                  {**expected(6, None), "c_variant": None}])
