@@ -136,9 +136,29 @@ def test_oracle_events_are_the_connectors_and_a_run_resumes_after_its_offset(des
     assert [entry["source"] for entry in again[:2]] == [entries[-1]["source"], resumed[0]["source"]]
 
 
-def test_sqlserver_sync_lands_rows_and_a_column_added_later(destination_pg, spark, tmp_path, monkeypatch):
-    pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=["dbo.items", "dbo.notes"])
-    sqlserver_changes(pipe.script)
+def sqlserver_add_column(script) -> None:
+    script.alter_table("dbo.items", [*SQLSERVER_ITEMS, sqlserver_column("qty", "int", 10, 0)], primary_key=["id"],
+                       capture="dbo_items_v2")
+    script.insert("dbo.items", {"id": 5, "name": "x", "qty": 3})
+
+
+def oracle_add_column(script) -> None:
+    script.ddl("DEBEZIUM.ITEMS", 'ALTER TABLE "DEBEZIUM"."ITEMS" ADD "QTY" NUMBER(5,0)')
+    script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME","QTY") values ('5','x','3');""")
+
+
+SYNC_CASES = {
+    "sqlserver": (["dbo.items", "dbo.notes"], sqlserver_changes, sqlserver_add_column),
+    "oracle": (["DEBEZIUM.ITEMS", "DEBEZIUM.NOTES"], oracle_changes, oracle_add_column),
+}
+
+
+@pytest.mark.parametrize("source_type", SYNC_CASES)
+def test_sync_lands_rows_skips_redelivered_changes_and_takes_a_column_added_later(source_type, destination_pg, spark,
+                                                                                   tmp_path, monkeypatch):
+    tables, first_changes, add_column = SYNC_CASES[source_type]
+    pipe = new_scripted_pipeline(source_type, destination_pg, tmp_path, monkeypatch, tables=tables)
+    first_changes(pipe.script)
     pipe.sync()
     assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
     # The first run's last five changes again (the two-table transaction among them): the pipeline skips them.
@@ -146,25 +166,6 @@ def test_sqlserver_sync_lands_rows_and_a_column_added_later(destination_pg, spar
     assert pipe.sync()["redelivered"] >= 4
     assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
     pipe.write_config()
-    pipe.script.alter_table("dbo.items", [*SQLSERVER_ITEMS, sqlserver_column("qty", "int", 10, 0)], primary_key=["id"],
-                            capture="dbo_items_v2")
-    pipe.script.insert("dbo.items", {"id": 5, "name": "x", "qty": 3})
-    pipe.sync()
-    assert pipe.dest_rows("items") == [(1, "c", None), (5, "x", 3)]
-
-
-def test_oracle_sync_lands_rows_and_a_column_added_later(destination_pg, spark, tmp_path, monkeypatch):
-    pipe = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch,
-                                 tables=["DEBEZIUM.ITEMS", "DEBEZIUM.NOTES"])
-    oracle_changes(pipe.script)
-    pipe.sync()
-    assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
-    # The first run's last five changes again (the two-table transaction among them): the pipeline skips them.
-    pipe.write_config(redeliver=5)
-    assert pipe.sync()["redelivered"] >= 4
-    assert pipe.dest_rows("items") == [(1, "c")] and pipe.dest_rows("notes") == [("first",)]
-    pipe.write_config()
-    pipe.script.ddl("DEBEZIUM.ITEMS", 'ALTER TABLE "DEBEZIUM"."ITEMS" ADD "QTY" NUMBER(5,0)')
-    pipe.script.redo("DEBEZIUM.ITEMS", """insert into "DEBEZIUM"."ITEMS"("ID","NAME","QTY") values ('5','x','3');""")
+    add_column(pipe.script)
     pipe.sync()
     assert pipe.dest_rows("items") == [(1, "c", None), (5, "x", 3)]
