@@ -6,7 +6,7 @@ the connector's schema-change emitter and Debezium's `tableChanges` serializer, 
 and for Oracle the LogMiner DML parser on redo SQL text and the Oracle DDL parser on DDL text. Everything after the
 engine is the product's: the runner's serializer, the fetch cycle, Spark and the apply.
 
-Usage (the `scripted` fixture of tests/integration/test_scripted_source.py makes the pipeline)::
+Usage (tests/integration/test_scripted_source.py shows both sources)::
 
     pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch)
     script = pipe.script
@@ -15,14 +15,18 @@ Usage (the `scripted` fixture of tests/integration/test_scripted_source.py makes
     with script.transaction():                   # one commit LSN for both changes
         script.insert("dbo.items", {"id": 1, "price": java("java.math.BigDecimal", "1.50")})
         script.update("dbo.items", {"id": 1, "price": ...}, {"id": 1, "price": ...})
-    script.write()                               # appends the new steps to the script file
-    pipe.sync()                                  # `cdc-pipeline sync` in this process
+    pipe.sync()                                  # appends the new steps to the script, then one fetch cycle
     pipe.dest_rows("items")
+    pipe.write_config(redeliver=2)               # the next run replays the 2 steps before its stored offset
 
     ora = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch)
     ora.script.ddl("DEBEZIUM.T", 'CREATE TABLE "DEBEZIUM"."T" ("ID" NUMBER(9) PRIMARY KEY, "D" DATE)')
-    ora.script.redo("DEBEZIUM.T", 'insert into "DEBEZIUM"."T"("ID","D") values (\\'1\\',TO_DATE(\\'2024-01-02 03:04:05\\', '
-                    '\\'YYYY-MM-DD HH24:MI:SS\\'));')
+    ora.script.redo("DEBEZIUM.T", redo)          # redo: SQL_REDO text, e.g.
+    #   insert into "DEBEZIUM"."T"("ID","D") values ('1',TO_DATE('2024-01-02 03:04:05', 'YYYY-MM-DD HH24:MI:SS'));
+    ora.script.ddl("DEBEZIUM.T", 'ALTER TABLE "DEBEZIUM"."T" ADD "N" NUMBER(5,0)')   # ALTER tableChanges
+
+Oracle values are the redo text itself, as LogMiner writes it; an UPDATE whose SET and WHERE leave a LOB column out
+gives that column Debezium's unavailable-value placeholder (LogMinerDmlParser, with lob.enabled).
 
 Values of SQL Server rows are the Java objects mssql-jdbc's `getObject` returns (the connector reads time as
 `getTimestamp`): plain JSON for String/Boolean/Integer/Long/Double and null, `java(CLASS, TEXT)` for any other class
