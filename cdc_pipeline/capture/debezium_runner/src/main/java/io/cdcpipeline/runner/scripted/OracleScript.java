@@ -119,7 +119,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
             return false;
         }
         JsonNode step = steps.get(index);
-        String txid = step.get("txid").asText();
+        String txid = txid(step);
         if (storedOffset.getCommitScn().hasBeenHandled(REDO_THREAD, commitScn(step), txid)) {
             return true;
         }
@@ -167,7 +167,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
         }
         offsetContext.setEventScn(scn(step));
         offsetContext.setEventCommitScn(commitScn(step));
-        offsetContext.setTransactionId(step.get("txid").asText());
+        offsetContext.setTransactionId(txid(step));
         offsetContext.setTransactionSequence(sequence);
         offsetContext.setUserName(tableId.schema());
         offsetContext.setSourceTime(changeTime);
@@ -218,7 +218,12 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
     }
 
     private static boolean sameTransaction(JsonNode one, JsonNode other) {
-        return one.has("redo") && other.has("redo") && one.get("txid").asText().equals(other.get("txid").asText());
+        return one.has("redo") && other.has("redo") && txid(one).equals(txid(other));
+    }
+
+    /** The step's transaction id; a DDL step without one is a transaction of its own. */
+    private static String txid(JsonNode step) {
+        return step.path("txid").asText("ddl-" + step.get("scn").asText());
     }
 
     private static Scn scn(JsonNode step) {
@@ -234,7 +239,7 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
         LogMinerEventRow row = new LogMinerEventRow();
         setField(row, "scn", commitScn(step));
         setField(row, "thread", REDO_THREAD);
-        setField(row, "transactionId", step.get("txid").asText());
+        setField(row, "transactionId", txid(step));
         return row;
     }
 

@@ -36,13 +36,17 @@ import io.debezium.relational.history.MemorySchemaHistory;
  *   {"schema": "create"|"alter", "table": "dbo.t", "commit_lsn": "00000025:00000010:0001", "ts": "2024-01-02T03:04:05Z",
  *    "capture": "dbo_t", "primaryKey": ["id"],
  *    "columns": [{"name": "id", "jdbcType": 4, "typeName": "int", "length": 10, "scale": 0, "optional": false,
- *                 "autoIncremented": false, "default": "((0))"}, ...]}
+ *                 "autoIncremented": false, "generated": false, "default": "((0))"}, ...]}
  *   {"op": "c"|"u"|"d", "table": "dbo.t", "commit_lsn": "...", "change_lsn": "...", "ts": "...",
  *    "before": {"id": 1, ...}, "after": {"id": 1, "v": {"java": "java.math.BigDecimal", "value": "1.50"}}}
  * Oracle ({@link OracleScript}):
  *   {"ddl": "CREATE TABLE \"DEBEZIUM\".\"T\" (...)", "table": "DEBEZIUM.T", "scn": "1000", "ts": "..."}
  *   {"redo": "insert into \"DEBEZIUM\".\"T\"(\"ID\") values ('1');", "table": "DEBEZIUM.T", "scn": "1001",
  *    "commit_scn": "1003", "txid": "0a000b00c0000000", "ts": "..."}
+ * </pre>
+ * Positions only grow along the script. {@code ts} (an ISO instant, default now) is the change's time in the
+ * source struct. Consecutive Oracle steps with one {@code txid} are one transaction; SQL Server's transactions are
+ * the steps of one {@code commit_lsn}.
  * </pre>
  */
 public final class ScriptedSourceTask extends SourceTask {
