@@ -14,7 +14,7 @@ import pytest
 from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE
-from tests.helpers.scripted_source import ScriptedPipeline, java, new_scripted_pipeline, sqlserver_column
+from tests.helpers.scripted_source import ScriptedPipeline, new_scripted_pipeline, sqlserver_column
 
 pytestmark = pytest.mark.integration
 
