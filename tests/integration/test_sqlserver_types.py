@@ -178,9 +178,6 @@ def assert_rows(actual: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> N
 
 def test_every_sqlserver_type_is_exact_through_the_connectors_code(destination_pg, spark, tmp_path, monkeypatch):
     pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=[TABLE])
-    # Until the runner reads SQL Server's task-level streaming metrics (it may read the per-database MBean, which has
-    # no `Connected`, and then never sees the run idle), each run ends on its time budget, its groups applied.
-    pipe.write_config(max_seconds_per_run=12)
     script = pipe.script
     identity = sqlserver_column("id", "int identity", 10, 0, optional=False, auto_incremented=True)
     variant = sqlserver_column("c_variant", "sql_variant", 8000, jdbc_type=-150)
