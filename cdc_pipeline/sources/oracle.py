@@ -10,7 +10,7 @@ from typing import Any
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources.mysql_ddl import ORACLE, Statement, parse_statements
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
-from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, balanced, column_number
+from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
 
 CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"
 _INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
@@ -146,14 +146,7 @@ def default_expression(expression: str) -> str | None:
     """A column default as Oracle keeps it (`0 `, `'abc'`, `SYSDATE`) in the form the type map's defaults read: spaces
     and outer parentheses taken off, the N of a national literal too, the clock functions as CURRENT_TIMESTAMP; None
     for NULL."""
-    text = expression.strip()
-    while text.startswith("(") and text.endswith(")") and balanced(text[1:-1]):
-        text = text[1:-1].strip()
-    if text.upper() == "NULL":
-        return None
-    if len(text) >= 3 and text[0] in "Nn" and text[1] == "'" and text.endswith("'"):
-        text = text[1:]
-    return "CURRENT_TIMESTAMP" if _NOW.fullmatch(text) else text
+    return default_literal(expression, _NOW)
 
 
 def parse_ddl(ddl_text: str) -> list[Statement]:

@@ -10,7 +10,7 @@ from typing import Any
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources.mysql_ddl import Statement
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
-from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, balanced, column_number
+from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
 
 CONNECTOR_CLASS = "io.debezium.connector.sqlserver.SqlServerConnector"
 _INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
@@ -115,14 +115,7 @@ def default_expression(expression: str) -> str | None:
     """A column default as mssql-jdbc reports it (`((0))`, `(N'abc')`, `(getdate())`) in the form the type map's
     defaults read (`0`, `'abc'`, `CURRENT_TIMESTAMP`): outer parentheses and the N of a Unicode literal taken off,
     SQL Server's clock functions of local time as CURRENT_TIMESTAMP; None for NULL."""
-    text = expression.strip()
-    while text.startswith("(") and text.endswith(")") and balanced(text[1:-1]):
-        text = text[1:-1].strip()
-    if text.upper() == "NULL":
-        return None
-    if len(text) >= 3 and text[0] in "Nn" and text[1] == "'" and text.endswith("'"):
-        text = text[1:]
-    return "CURRENT_TIMESTAMP" if _LOCAL_NOW.fullmatch(text) else text
+    return default_literal(expression, _LOCAL_NOW)
 
 
 def parse_ddl(ddl_text: str) -> list[Statement]:

@@ -4,6 +4,7 @@ destination type, which the convert stage fills with the column's length, precis
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,3 +48,17 @@ def balanced(text: str) -> bool:
         if depth < 0:
             return False
     return depth == 0
+
+
+def default_literal(expression: str, clock: re.Pattern[str]) -> str | None:
+    """A SQL Server or Oracle column default in the form the type map's defaults read (`convert.typemap`): spaces and
+    outer parentheses taken off, the N of a national literal too (`(N'abc')` -> `'abc'`), a call of one of the source's
+    clock functions (`clock`) as CURRENT_TIMESTAMP; None for NULL."""
+    text = expression.strip()
+    while text.startswith("(") and text.endswith(")") and balanced(text[1:-1]):
+        text = text[1:-1].strip()
+    if text.upper() == "NULL":
+        return None
+    if len(text) >= 3 and text[0] in "Nn" and text[1] == "'" and text.endswith("'"):
+        text = text[1:]
+    return "CURRENT_TIMESTAMP" if clock.fullmatch(text) else text
