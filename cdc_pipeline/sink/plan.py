@@ -268,11 +268,14 @@ def _snapshot_end_seq(refs: list[EventRef]) -> int | None:
 
 
 def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
-    """The connector's table a snapshot schema event is about (`db.table`), or '' when it names none of them."""
-    database, table = ref.source.get("db"), ref.source.get("table")
-    if not database or not table or table == "null" or "," in table:
+    """The connector's table a snapshot schema event is about, named as its data events name it (`db.table`;
+    `schema.table` for sources whose source block has a schema: SQL Server, Oracle), or '' when it names none of
+    them."""
+    container = ref.source.get("schema") if "schema" in ref.source else ref.source.get("db")
+    table = ref.source.get("table")
+    if not container or not table or table == "null" or "," in table:
         return ""
-    source_table = f"{database}.{table}"
+    source_table = f"{container}.{table}"
     return source_table if captures(connector, source_table) else ""
 
 

@@ -258,3 +258,24 @@ def test_a_postgresql_connectors_heartbeat_is_neither_applied_nor_counted():
     message = EventRef(2, OTHER, None, "h", None, {})
     change = EventRef(3, DATA_CHANGE, "public.orders", "s", "c", {"table": "orders"})
     assert is_heartbeat(pg, beat) and is_heartbeat(pg, message) and not is_heartbeat(pg, change)
+
+
+@pytest.mark.parametrize("connector_type, source, expected", [
+    ("mariadb", {"db": "shop", "table": "orders"}, "shop.orders"),
+    ("sqlserver", {"db": "shop", "schema": "dbo", "table": "orders"}, "dbo.orders"),
+    ("oracle", {"db": "ORCLPDB1", "schema": "DEBEZIUM", "table": "ORDERS"}, "DEBEZIUM.ORDERS"),
+    ("sqlserver", {"db": "shop", "schema": "dbo", "table": "audit"}, ""),
+])
+def test_a_snapshot_schema_event_names_its_table_as_the_data_events_do(connector_type, source, expected):
+    """SQL Server's and Oracle's source blocks carry a schema: their tables are `schema.table`, as their data events
+    and `tables` name them, not `db.table`."""
+    from cdc_pipeline.decode.events import SCHEMA_CHANGE, EventRef
+    from cdc_pipeline.sink.plan import _schema_change_table
+
+    tables = {"mariadb": ["shop.orders"], "sqlserver": ["dbo.orders"], "oracle": ["DEBEZIUM.ORDERS"]}[connector_type]
+    config = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"c": {"type": connector_type, "hostname": "localhost", "user": "cdc", "password": "secret",
+                             "database": source["db"], "tables": tables}}}, Path("connectors.yaml"))
+    ref = EventRef(1, SCHEMA_CHANGE, None, "s", None, {**source, "snapshot": "true"})
+    assert _schema_change_table(ref, config.connector("c")) == expected
