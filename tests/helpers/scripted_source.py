@@ -17,7 +17,9 @@ Usage (tests/integration/test_scripted_source.py shows both sources)::
         script.update("dbo.items", {"id": 1, "price": ...}, {"id": 1, "price": ...})
     pipe.sync()                                  # appends the new steps to the script, then one fetch cycle
     pipe.dest_rows("items")
-    pipe.write_config(redeliver=2)               # the next run replays the 2 steps before its stored offset
+    offset = pipe.stored_offset()                # ... more steps, pipe.sync() ...
+    pipe.set_stored_offset(offset)               # a crash before the offset's flush: the next run re-delivers
+    pipe.write_config(redeliver=2)               # or: the next run replays the 2 steps before its stored offset
 
     ora = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch)
     ora.script.ddl("DEBEZIUM.T", 'CREATE TABLE "DEBEZIUM"."T" ("ID" NUMBER(9) PRIMARY KEY, "D" DATE)')
@@ -33,7 +35,14 @@ Values of SQL Server rows are the Java objects mssql-jdbc's `getObject` returns 
 (java.lang.Short, java.math.BigDecimal, java.sql.Timestamp "2024-01-02 03:04:05.1234567", java.sql.Date,
 microsoft.sql.DateTimeOffset "2024-01-02 03:04:05.1234567 +05:30", ...), `hexbytes(b"...")` for byte[].
 Positions grow by themselves: SQL Server change/commit LSNs, Oracle SCNs and transaction ids; a script appended
-between runs continues them. `redeliver` (connector config) replays that many steps before the stored offset.
+between runs continues them.
+
+Re-delivery, two ways. `set_stored_offset` moves the engine's stored offset back while the destination keeps what it
+applied: exactly a crash between a batch's commit and the offset's flush; the connector resumes from the older offset
+and the pipeline must skip what it applied. `write_config(redeliver=N)` makes the task replay the N steps before its
+stored offset with the offsets they had, while the stored offset (which the pipeline reads as where the engine
+resumed) stays: a state the real connector never makes, so the pipeline may take an event at exactly that offset
+for a new one (SQL Server's ordering does); use it for the runner, `set_stored_offset` for exactly-once tests.
 """
 
 from __future__ import annotations
@@ -256,6 +265,20 @@ class ScriptedPipeline(DestinationChecks):
         self.script.write()
         config = load_config()
         return run_cycle(config.connector(self.name), config.destination, get_spark())
+
+    def stored_offset(self) -> str:
+        """The engine's stored offset (its JSON text in the control schema), for `set_stored_offset`."""
+        return self.dest_query("SELECT offset_value FROM cdc.debezium_offsets WHERE connector = %s", (self.name,))[0][0]
+
+    def set_stored_offset(self, offset_value: str) -> None:
+        """Puts the engine's stored offset back to an older one and leaves what the destination applied: the state a
+        crash between a batch's commit and the offset's flush leaves. The next run resumes from it, as the connector
+        does, and re-delivers the changes after it."""
+        import psycopg
+
+        with psycopg.connect(self.dest_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE cdc.debezium_offsets SET offset_value = %s WHERE connector = %s",
+                         (offset_value, self.name))
 
     def dest_rows(self, table: str) -> list[tuple]:
         """The rows of a destination table (named as the destination names it: `items` for Oracle's ITEMS)."""
