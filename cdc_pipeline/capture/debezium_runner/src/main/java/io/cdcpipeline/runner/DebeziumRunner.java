@@ -129,7 +129,7 @@ public final class DebeziumRunner {
      */
     public boolean isStreaming() {
         try {
-            ObjectName name = metricsName("streaming");
+            ObjectName name = metricsName("streaming", "Connected");
             return name != null && Boolean.TRUE.equals(MBEANS.getAttribute(name, "Connected"));
         }
         catch (Exception e) {
@@ -144,7 +144,7 @@ public final class DebeziumRunner {
      */
     public String snapshotStatus() {
         try {
-            ObjectName name = metricsName("snapshot");
+            ObjectName name = metricsName("snapshot", "SnapshotCompleted");
             if (name == null) {
                 return "{}";
             }
@@ -164,7 +164,7 @@ public final class DebeziumRunner {
      */
     public String readPosition() {
         try {
-            ObjectName name = metricsName("streaming");
+            ObjectName name = metricsName("streaming", "BinlogFilename");
             if (name == null) {
                 return "{}";
             }
@@ -188,7 +188,7 @@ public final class DebeziumRunner {
      */
     public boolean engineQueueEmpty() {
         try {
-            ObjectName name = metricsName("streaming");
+            ObjectName name = metricsName("streaming", "QueueRemainingCapacity");
             if (name == null) {
                 return false;
             }
@@ -203,15 +203,39 @@ public final class DebeziumRunner {
         }
     }
 
-    /** The name of this engine's Debezium connector-metrics MBean of a context ("snapshot", "streaming"), or null. */
-    private ObjectName metricsName(String context) throws Exception {
+    /**
+     * The name of this engine's Debezium connector-metrics MBean of a context ("snapshot", "streaming") that has the
+     * attribute, or null. A connector of several databases (SQL Server's `database.names`) registers the task's
+     * metrics and one MBean per database (a `database` key) beside them, and the attributes are split between them
+     * ("Connected" and the queue's are the task's): the task's is asked first, then each database's.
+     */
+    private ObjectName metricsName(String context, String attribute) throws Exception {
         String topicPrefix = parameters.get("topic.prefix");
+        ObjectName found = null;
         for (ObjectName name : MBEANS.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=" + context + ",*"), null)) {
-            if (topicPrefix.equals(name.getKeyProperty("server"))) {
+            if (!topicPrefix.equals(name.getKeyProperty("server")) || !hasAttribute(name, attribute)) {
+                continue;
+            }
+            if (name.getKeyProperty("database") == null) {
                 return name;
             }
+            found = found == null ? name : found;
         }
-        return null;
+        return found;
+    }
+
+    private static boolean hasAttribute(ObjectName name, String attribute) {
+        try {
+            for (javax.management.MBeanAttributeInfo info : MBEANS.getMBeanInfo(name).getAttributes()) {
+                if (info.getName().equals(attribute)) {
+                    return true;
+                }
+            }
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the attributes of {}", name, e);
+        }
+        return false;
     }
 
     public String lastError() {

@@ -1,13 +1,9 @@
 package io.cdcpipeline.runner.scripted;
 
-import java.lang.management.ManagementFactory;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
-import javax.management.JMException;
-import javax.management.MBeanServer;
-import javax.management.ObjectName;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
@@ -83,28 +79,6 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
         dispatcher = newDispatcher(connectorConfig, topicNamingStrategy, schema, queue, metadataProvider);
         startStreamingMetrics(new SqlServerMetricsFactory(List.of(partition)).getStreamingMetrics(taskContext, queue,
                 metadataProvider, schema::tableIds));
-        hidePartitionMetrics(connectorConfig.getLogicalName());
-    }
-
-    /**
-     * Takes the per-database streaming MBean out of JMX (the bean itself still counts): SQL Server registers a task
-     * MBean (Connected, queue capacity) and one per database under the same server and context, and the runner's
-     * {@code DebeziumRunner.metricsName} takes whichever the MBean server lists first; on the database's, which has
-     * no Connected, the runner never sees the engine streaming and a run never ends idle. To remove once the runner
-     * picks the task's MBean (the one without a {@code database} key).
-     */
-    private static void hidePartitionMetrics(String server) {
-        MBeanServer mbeans = ManagementFactory.getPlatformMBeanServer();
-        try {
-            for (ObjectName name : mbeans.queryNames(new ObjectName("debezium.*:type=connector-metrics,context=streaming,*"), null)) {
-                if (server.equals(name.getKeyProperty("server")) && name.getKeyProperty("database") != null) {
-                    mbeans.unregisterMBean(name);
-                }
-            }
-        }
-        catch (JMException e) {
-            throw new DebeziumException("cannot hide the per-database streaming metrics of " + server, e);
-        }
     }
 
     @Override
