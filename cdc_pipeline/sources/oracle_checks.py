@@ -111,10 +111,11 @@ def committed_scn(offset: dict[str, Any]) -> int | None:
     return max(scn for scn, _ in state.values()) if state else None
 
 
-def stream_order(offset: dict[str, Any] | None) -> tuple[tuple[int, int], tuple, tuple[int]] | None:
+def stream_order(offset: dict[str, Any] | None) -> tuple[tuple[int, int, int], tuple, tuple[int]] | None:
     """Where a streamed record's offset lies: (its transaction's order, its transaction, its place in it). The
     transaction's order is that of the commits recorded before it (`commit_scn`), which grow from one transaction to
-    the next on each redo thread: the sum of their SCNs, then of their transactions, grows with them. None for a
+    the next on each redo thread: the sum of their SCNs, then of their transactions, grows with them; among records of
+one commit state, a DDL's (no `txSeq`) comes first. None for a
     snapshot's offset, an XStream one (`lcr_position`), or one that is not Oracle's."""
     if not offset or offset.get("snapshot") not in (None, False, "false") or "scn" not in offset \
             or "commit_lsn" in offset:
@@ -123,7 +124,12 @@ def stream_order(offset: dict[str, Any] | None) -> tuple[tuple[int, int], tuple,
         state = commit_state(offset.get("commit_scn"))
     except ValueError:
         return None
-    order = (sum(scn for scn, _ in state.values()), sum(len(txs) for _, txs in state.values()))
+    # A DDL's record carries its own commit already (the buffered source's handleSchemaChangeEvent records it before
+    # dispatching), so it shares its commit state with the next transaction's records and comes before them. It has
+    # no transaction sequence (its LogMiner row has none) and keeps the txId of the transaction before it.
+    schema_change = offset.get("txSeq") is None
+    order = (sum(scn for scn, _ in state.values()), sum(len(txs) for _, txs in state.values()),
+             0 if schema_change else 1)
     transaction = (tuple(sorted((thread, scn, tuple(sorted(txs))) for thread, (scn, txs) in state.items())),
                    offset.get("txId"))
     return order, transaction, (int(offset.get("txSeq") or 0),)

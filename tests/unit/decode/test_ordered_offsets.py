@@ -124,3 +124,18 @@ def test_offsets_of_one_source_are_not_placed_by_another() -> None:
     assert sqlserver.stream_order(A1) is None
     assert oracle.stream_order({"lsn": 24023128, "txId": 555}) is None
     assert sqlserver.stream_order({"file": "mariadb-bin.000001", "pos": 4}) is None
+
+
+def test_an_oracle_ddl_comes_before_the_transaction_that_shares_its_commit_state():
+    """Offsets as the scripted Oracle source (the connector's OracleOffsetContext and CommitScn) gave them: the DDL's
+    record carries its own commit already, keeps the txId of the transaction before it and has no txSeq; the next
+    transaction's records share its commit state. Re-delivered from the offset before the DDL, all three are
+    skipped."""
+    resumed_from = {"commit_scn": "109:1:0000000000000005", "txSeq": 1, "txId": "0000000000000006", "scn": "109"}
+    ddl = {"commit_scn": "112:1:0000000000000007", "txId": "0000000000000006", "scn": "112"}
+    first = {"commit_scn": "112:1:0000000000000007", "txSeq": 1, "txId": "0000000000000008", "scn": "112"}
+    applied = {**first, "txSeq": 2}
+    redelivered = StreamRedeliveries(applied, resumed_from)
+    assert [redelivered(offset) for offset in (ddl, first, applied)] == [True, True, True]
+    after_ddl = StreamRedeliveries(ddl, resumed_from)
+    assert [after_ddl(offset) for offset in (ddl, first, applied)] == [True, False, False]
