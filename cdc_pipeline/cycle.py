@@ -278,6 +278,9 @@ class ConnectorSession:
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
+        lost = None if takes_snapshot else sources.lost_changes(connector, self.resumed_from)
+        if lost is not None:
+            raise CdcError(lost, connector=name, position=self.resumed_from)
         sources.prepare_capture(connector)
         # The engine needs the driver JVM only: it starts while a session still starting is being made.
         self.runner = DebeziumRunner(self._spark, name, debezium_properties(connector, self.destination),

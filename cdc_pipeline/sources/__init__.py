@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import mariadb, oracle, postgres, sqlserver
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,21 @@ def prepare_capture(connector: ConnectorConfig) -> None:
     """What the source needs before the connector's engine starts: a PostgreSQL source's heartbeat table."""
     if connector.type == "postgres":
         postgres.ensure_heartbeat_table(connector)
+
+
+def lost_changes(connector: ConnectorConfig, offset: dict[str, Any] | None) -> str | None:
+    """Why the engine would lose changes resuming from its stored `offset`, for the source types whose connector
+    would skip them without failing (`lost_changes` of the source module: SQL Server, whose cleanup job may have
+    passed it), or None. A source that cannot be read now says nothing: the engine meets the same trouble and fails
+    with its own words."""
+    check = getattr(module_for(connector.type), "lost_changes", None)
+    if check is None or not offset:
+        return None
+    try:
+        return check(connector, offset, lambda table: captures(connector, table))
+    except CdcError as exc:
+        log.warning("%s: cannot check the source's retention before the engine starts: %s", connector.name, exc)
+        return None
 
 
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:

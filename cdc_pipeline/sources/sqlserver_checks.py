@@ -152,14 +152,10 @@ def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
                                   "(sys.fn_cdc_get_max_lsn() is NULL): `cdc-pipeline check` names the fix",
                            known=False)
     applied = lsn_text(commit)
-    cur.execute(CAPTURE_INSTANCES)
-    instances = [row for row in cur.fetchall() if captured(f"{row[0]}.{row[1]}")]
-    lost = _cleaned_up(cur, commit, instances)
+    instances = _capture_instances(cur, captured)
+    lost = _retention_loss(cur, connector, commit, instances)
     if lost:
-        return ChangeCheck(False, f"the applied position {applied} fell out of the change tables' retention: the "
-                                  f"cleanup job removed the changes of {', '.join(lost)} after it (their oldest LSN "
-                                  "is later). Those changes are gone: take a new snapshot "
-                                  f"(`cdc-pipeline restart {connector.name} always`)", known=False)
+        return ChangeCheck(False, lost, known=False)
     if bytes(max_lsn) <= commit:
         return ChangeCheck(False, f"no change since the applied position {applied} (max LSN {lsn_text(max_lsn)})",
                            reached_end=True)
@@ -171,6 +167,32 @@ def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
                                      f"{applied}")
     return ChangeCheck(False, f"no change of the connector's tables since {applied} (max LSN {lsn_text(max_lsn)}: "
                               "changes of other tables)", reached_end=True)
+
+
+def lost_changes(connector: ConnectorConfig, offset: dict[str, Any] | None,
+                 captured: Callable[[str], bool]) -> str | None:
+    """Why the engine cannot resume from `offset` without losing changes, or None: the cleanup job removed changes of
+    a captured table after it. Debezium's connector would read on from the change table's oldest row and skip them
+    without a word, so a run refuses to start instead."""
+    position = check_position(offset)
+    if position is None:
+        return None
+    commit = position[0]
+    return _read(connector, lambda cur: _retention_loss(cur, connector, commit, _capture_instances(cur, captured)))
+
+
+def _capture_instances(cur: Any, captured: Callable[[str], bool]) -> list[tuple]:
+    cur.execute(CAPTURE_INSTANCES)
+    return [row for row in cur.fetchall() if captured(f"{row[0]}.{row[1]}")]
+
+
+def _retention_loss(cur: Any, connector: ConnectorConfig, commit: bytes, instances: list[tuple]) -> str | None:
+    lost = _cleaned_up(cur, commit, instances)
+    if not lost:
+        return None
+    return (f"the applied position {lsn_text(commit)} fell out of the change tables' retention: the cleanup job "
+            f"removed the changes of {', '.join(lost)} after it (their oldest LSN is later). Those changes are gone: "
+            f"take a new snapshot (`cdc-pipeline restart {connector.name} always`)")
 
 
 def _cleaned_up(cur: Any, commit: bytes, instances: list[tuple]) -> list[str]:

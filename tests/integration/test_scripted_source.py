@@ -176,3 +176,29 @@ def test_sync_lands_rows_takes_a_column_added_later_and_skips_redelivered_change
     assert pipe.dest_rows("items") == [(1, "c", None), (5, "x", 3)]
     assert redelivered == 3
     assert pipe.dest_rows("notes") == [("first",), ("second",)]
+
+
+def test_a_sqlserver_run_refuses_to_resume_past_changes_the_cleanup_job_removed(destination_pg, spark, tmp_path,
+                                                                                  monkeypatch):
+    """Debezium's SQL Server connector resumes from the change table's oldest row when the cleanup job passed its
+    offset, skipping what was removed without a word: the run asks the source first (its recorded answers) and
+    fails naming the loss and its remedy; once the source has no such loss, the same run resumes."""
+    import pymssql
+
+    from cdc_pipeline.errors import CdcError
+    from tests.fixtures.recorded import recorded_server
+
+    orders = [sqlserver_column("id", "int", 10, 0, optional=False), sqlserver_column("name", "nvarchar", 20)]
+    pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=["dbo.orders"])
+    pipe.script.create_table("dbo.orders", orders, primary_key=["id"])
+    pipe.script.insert("dbo.orders", {"id": 1, "name": "a"})
+    pipe.sync()
+    pipe.script.insert("dbo.orders", {"id": 2, "name": "b"})
+    server = recorded_server(monkeypatch, pymssql, "sqlserver")
+    server.scenario = "out_of_retention"
+    with pytest.raises(CdcError, match=r"fell out of the change tables' retention.*dbo_orders.*restart"):
+        pipe.sync()
+    assert pipe.dest_rows("orders") == [(1, "a")]
+    server.scenario = "new_capture_instance"
+    pipe.sync()
+    assert pipe.dest_rows("orders") == [(1, "a"), (2, "b")]
