@@ -280,13 +280,13 @@ def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
 
 
 def is_heartbeat(connector: ConnectorConfig, ref: EventRef) -> bool:
-    """Whether an event is the connector's heartbeat, not the source's: a PostgreSQL connector's write of its
-    heartbeat table, or Debezium's heartbeat message (no table, no source block). Neither is applied nor counted."""
-    if connector.type != "postgres":
-        return False
+    """Whether an event is the connector's heartbeat, not the source's: Debezium's heartbeat message of any connector
+    (`HeartbeatImpl`: a struct value, {ts_ms}, with no source block and no op; a tombstone has no value), or a
+    PostgreSQL connector's write of its heartbeat table. Neither is applied nor counted."""
     if ref.kind == DATA_CHANGE:
-        return ref.source_table == connector.heartbeat_table
-    return ref.kind == OTHER and ref.source_table is None and not ref.raw_source
+        return connector.type == "postgres" and ref.source_table == connector.heartbeat_table
+    return (ref.kind == OTHER and ref.schema_id is not None and ref.op is None and ref.source_table is None
+            and not ref.raw_source)
 
 
 SNAPSHOT_INCLUDE_LIST = "snapshot.include.collection.list"

@@ -10,6 +10,7 @@ from typing import Any
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources.mysql_ddl import Statement
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
+from cdc_pipeline.sources.postgres import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
 
 CONNECTOR_CLASS = "io.debezium.connector.sqlserver.SqlServerConnector"
@@ -135,8 +136,15 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
       `NanoTimestamp.toEpochNanos` fails the connector on one (datetime2 spans 0001..9999).
     The runner's other shared properties keep values exact: `decimal.handling.mode=precise` (money, decimal(38,s)),
     `binary.handling.mode=bytes`."""
-    return {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false",
-            "time.precision.mode": "microseconds"}
+    props = {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false",
+             "time.precision.mode": "microseconds"}
+    # Debezium's heartbeat (`HeartbeatFactory`) sends the connector's offset every heartbeat_interval_seconds, also
+    # on a quiet source, to `<topic.heartbeat.prefix>.<topic.prefix>` (`AbstractTopicNamingStrategy.heartbeatTopic`);
+    # the runner commits a batch of them itself.
+    props["heartbeat.interval.ms"] = str(max(1, round(connector.heartbeat_interval_seconds * 1000)))
+    heartbeat_prefix = connector.debezium.get("topic.heartbeat.prefix", "__debezium-heartbeat")
+    props[HEARTBEAT_TOPICS_PROPERTY] = f"{heartbeat_prefix}.{connector.name}"
+    return props
 
 
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:

@@ -163,6 +163,20 @@ class Script:
         """One LogMiner SQL_REDO row (parsed by Debezium's LogMinerDmlParser)."""
         self._change({"redo": sql_redo, "table": table})
 
+    # --- both ---
+    def quiet(self) -> str:
+        """A quiet stretch: the source's log went on to a later position with no change of a captured table (SQL Server:
+        the max LSN an iteration read; Oracle: where a mining window ended). Returns that position, which the
+        connector's heartbeat carries."""
+        number = self._next()
+        if self.source == "sqlserver":
+            position = sqlserver_lsn(number)
+            self.pending.append({"quiet": True, "commit_lsn": position})
+        else:
+            position = str(number)
+            self.pending.append({"quiet": True, "scn": position})
+        return position
+
     # --- transactions and the file ---
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -206,7 +220,8 @@ class Script:
         with self.path.open("a") as out:
             for step in self.pending:
                 if "ts" not in step:
-                    number = int(step["commit_lsn"].split(":")[1], 16) if "commit_lsn" in step else int(step["commit_scn"])
+                    number = (int(step["commit_lsn"].split(":")[1], 16) if "commit_lsn" in step
+                              else int(step.get("commit_scn", step["scn"])))
                     step["ts"] = (SCRIPT_EPOCH + timedelta(seconds=number)).isoformat().replace("+00:00", "Z")
                 out.write(json.dumps(step) + "\n")
         self.pending.clear()

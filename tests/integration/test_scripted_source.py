@@ -202,3 +202,36 @@ def test_a_sqlserver_run_refuses_to_resume_past_changes_the_cleanup_job_removed(
     server.scenario = "new_capture_instance"
     pipe.sync()
     assert pipe.dest_rows("orders") == [(1, "a"), (2, "b")]
+
+
+@pytest.mark.parametrize("source_type", SYNC_CASES)
+def test_a_quiet_source_moves_the_stored_offset_by_debeziums_heartbeat(source_type, destination_pg, spark, tmp_path,
+                                                                        monkeypatch):
+    """Once the script is played out the task dispatches Debezium's heartbeat as the connector's streaming source
+    does: a quiet stretch moves the offset context (SQL Server: the max LSN read; Oracle: the SCN mining reached) and
+    the heartbeat record carries it. The run applies and counts nothing, ends idle, and the engine's stored offset
+    (the runner commits a batch of heartbeats itself) is the quiet position, which the change check starts from."""
+    import json
+
+    import psycopg
+
+    from cdc_pipeline.control import BatchCounts
+    from cdc_pipeline.ops import pending
+    from cdc_pipeline.sources import module_for
+
+    tables, first_changes, _ = SYNC_CASES[source_type]
+    pipe = new_scripted_pipeline(source_type, destination_pg, tmp_path, monkeypatch, tables=tables)
+    pipe.write_config(heartbeat_interval_seconds=0.5)
+    first_changes(pipe.script)
+    pipe.sync()
+    assert pipe.dest_rows("items") == [(1, "c")]
+    quiet_position = pipe.script.quiet()
+    summary = pipe.sync()
+    assert not summary.get("budget_spent") and all(summary[name] == 0 for name in BatchCounts.COUNTERS), summary
+    assert pipe.dest_rows("items") == [(1, "c")]
+    stored = json.loads(pipe.stored_offset())
+    position_key = "commit_lsn" if source_type == "sqlserver" else "scn"
+    assert stored[position_key] == quiet_position, stored
+    with psycopg.connect(pipe.dest_dsn) as conn:
+        checked = pending.checked_offset(conn, "cdc", pipe.name, module_for(source_type))
+    assert checked[position_key] == quiet_position, checked

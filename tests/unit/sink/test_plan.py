@@ -279,3 +279,25 @@ def test_a_snapshot_schema_event_names_its_table_as_the_data_events_do(connector
                              "database": source["db"], "tables": tables}}}, Path("connectors.yaml"))
     ref = EventRef(1, SCHEMA_CHANGE, None, "s", None, {**source, "snapshot": "true"})
     assert _schema_change_table(ref, config.connector("c")) == expected
+
+
+@pytest.mark.parametrize("source_type", ["sqlserver", "oracle", "mariadb"])
+def test_debeziums_heartbeat_message_is_neither_applied_nor_counted_for_every_source_type(source_type):
+    """Debezium's heartbeat record (`HeartbeatImpl`: a struct value with no table, source block or op) of any
+    connector is no change; a tombstone (no value) is not a heartbeat, and a change of a table with the PostgreSQL
+    heartbeat table's name is data for other types."""
+    from cdc_pipeline.decode.events import DATA_CHANGE, OTHER, EventRef
+    from cdc_pipeline.sink.plan import is_heartbeat
+
+    config = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"src": {"type": source_type, "hostname": "localhost", "user": "cdc", "password": "secret",
+                               "database": "shop", "tables": ["public.orders"]}}}, Path("connectors.yaml"))
+    connector = config.connector("src")
+    message = EventRef(1, OTHER, None, "h", None, {})
+    named_like_pg_heartbeat = EventRef(2, DATA_CHANGE, connector.heartbeat_table, "s", "u", {"table": "cdc_heartbeat"})
+    change = EventRef(3, DATA_CHANGE, "public.orders", "s", "c", {"table": "orders"})
+    tombstone = EventRef(4, OTHER, None, None, None, {})
+    assert is_heartbeat(connector, message)
+    assert not is_heartbeat(connector, named_like_pg_heartbeat) and not is_heartbeat(connector, change)
+    assert not is_heartbeat(connector, tombstone)

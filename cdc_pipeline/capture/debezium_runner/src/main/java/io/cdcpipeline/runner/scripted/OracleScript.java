@@ -49,6 +49,9 @@ import oracle.sql.CharacterSet;
  * the event's SCN, the transaction's commit SCN, id and sequence as in the connector's commit handler; after the
  * transaction's last step its commit is recorded ({@code CommitScn.recordCommit}).</li>
  * </ul>
+ * A quiet step ({@code {"quiet": true, "scn": ...}}) is a mining window that ended at the step's SCN with no
+ * transaction of a captured table buffered: the offset's SCN moves there, as the connector's streaming source sets it
+ * after each window, and the heartbeat dispatched after it carries it.
  * Steps with the same {@code txid} next to each other form a transaction. On start the stored offset is loaded by the
  * adapter's offset loader; a transaction whose commit the stored commit SCN covers ({@code CommitScn.hasBeenHandled})
  * was delivered, and so were the stored transaction's events up to its stored sequence, as the connector skips them.
@@ -96,6 +99,11 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
     }
 
     @Override
+    OracleOffsetContext offsetContext() {
+        return offsetContext;
+    }
+
+    @Override
     void loadOffset(Map<String, ?> stored) {
         if (stored == null) {
             storedOffset = null;
@@ -119,6 +127,9 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
             return false;
         }
         JsonNode step = steps.get(index);
+        if (step.has(QUIET_STEP)) {
+            return storedOffset.getScn().compareTo(scn(step)) >= 0;
+        }
         String txid = txid(step);
         if (storedOffset.getCommitScn().hasBeenHandled(REDO_THREAD, commitScn(step), txid)) {
             return true;
@@ -135,6 +146,11 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
     @Override
     void play(int index, boolean emit) throws InterruptedException {
         JsonNode step = steps.get(index);
+        if (step.has(QUIET_STEP)) {
+            // Mining reached the step's SCN with no transaction of a captured table open: the offset's SCN moves there.
+            offsetContext.setScn(scn(step));
+            return;
+        }
         TableId tableId = tableId(step);
         Instant changeTime = changeTime(step);
         if (step.has(DDL_STEP)) {

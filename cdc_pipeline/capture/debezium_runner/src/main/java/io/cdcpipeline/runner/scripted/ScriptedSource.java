@@ -17,12 +17,14 @@ import io.debezium.connector.common.CdcSourceTaskContext;
 import io.debezium.connector.common.DebeziumHeaderProducer;
 import io.debezium.connector.common.DebeziumHeaderProducerProvider;
 import io.debezium.converters.custom.CustomConverterServiceProvider;
+import io.debezium.heartbeat.HeartbeatFactory;
 import io.debezium.processors.PostProcessorRegistryServiceProvider;
 import io.debezium.relational.CustomConverterRegistry;
 import io.debezium.pipeline.DataChangeEvent;
 import io.debezium.pipeline.EventDispatcher;
 import io.debezium.pipeline.metrics.StreamingChangeEventSourceMetrics;
 import io.debezium.pipeline.source.spi.EventMetadataProvider;
+import io.debezium.pipeline.spi.OffsetContext;
 import io.debezium.pipeline.spi.Partition;
 import io.debezium.relational.Column;
 import io.debezium.relational.ColumnEditor;
@@ -42,6 +44,10 @@ abstract class ScriptedSource<P extends Partition> {
     /** The key of a SQL Server schema step ({@code create} or {@code alter}), and of an Oracle DDL step. */
     static final String SCHEMA_STEP = "schema";
     static final String DDL_STEP = "ddl";
+    /** The key of a quiet step: the source's log went on to the step's position with no change of a captured table. */
+    static final String QUIET_STEP = "quiet";
+    /** How often a played-out source offers a heartbeat (Debezium's heartbeat emits one per its interval). */
+    private static final long HEARTBEAT_OFFER_MILLIS = 100;
     protected final String name;
     protected List<JsonNode> steps = List.of();
     private int firstPlayed;
@@ -55,6 +61,9 @@ abstract class ScriptedSource<P extends Partition> {
 
     /** The connector's source partition (the key of its offsets). */
     abstract P partition();
+
+    /** The connector's offset context as the streaming source leaves it (a heartbeat carries its offset). */
+    abstract OffsetContext offsetContext();
 
     /** Takes the connector's stored offset (null when none) as the connector's task does on start. */
     abstract void loadOffset(Map<String, ?> storedOffset);
@@ -122,7 +131,12 @@ abstract class ScriptedSource<P extends Partition> {
         }
     }
 
-    /** Emits the steps from the resume point on; a failing step is named by its connector, table and position. */
+    /**
+     * Emits the steps from the resume point on; a failing step is named by its connector, table and position. Then,
+     * as a connector's streaming source on a quiet log, offers Debezium's heartbeat the offset context on each turn
+     * ({@code EventDispatcher.dispatchHeartbeatEvent}), which emits a heartbeat record each
+     * {@code heartbeat.interval.ms} when set (none when 0), until the task stops.
+     */
     final void playAll() throws InterruptedException {
         // Connected: what the streaming source reports once it reads the log.
         metrics.connected(true);
@@ -134,6 +148,12 @@ abstract class ScriptedSource<P extends Partition> {
                 throw new DebeziumException("scripted " + getClass().getSimpleName() + " of connector '" + name
                         + "': step " + index + " " + steps.get(index) + " failed: " + e.getMessage(), e);
             }
+        }
+        // As the streaming sources call it on every turn: a no-op heartbeat without heartbeat.interval.ms
+        // (EventDispatcher.heartbeatsEnabled tells only of the heartbeat's extra ones, such as an action query's).
+        while (!Thread.currentThread().isInterrupted()) {
+            dispatcher.dispatchHeartbeatEvent(partition(), offsetContext());
+            Thread.sleep(HEARTBEAT_OFFER_MILLIS);
         }
     }
 
@@ -173,7 +193,11 @@ abstract class ScriptedSource<P extends Partition> {
         connectorConfig.getBeanRegistry().add(StandardBeanNames.CDC_SOURCE_TASK_CONTEXT, taskContext);
     }
 
-    /** The dispatcher as the connector's task makes it, without signals and heartbeats (none are configured). */
+    /**
+     * The dispatcher as the connector's task makes it, without signals (none are configured), with the heartbeat of
+     * Debezium's {@code HeartbeatFactory} from the connector's config ({@code heartbeat.interval.ms}; none when 0):
+     * its records go to the topic naming strategy's heartbeat topic, {@code __debezium-heartbeat.<topic.prefix>}.
+     */
     static <P extends Partition> EventDispatcher<P, TableId> newDispatcher(RelationalDatabaseConnectorConfig connectorConfig,
                                                                          TopicNamingStrategy<TableId> topicNamingStrategy,
                                                                          HistorizedRelationalDatabaseSchema schema,
@@ -187,6 +211,8 @@ abstract class ScriptedSource<P extends Partition> {
                 connectorConfig.getTableFilters().dataCollectionFilter(),
                 DataChangeEvent::new,
                 metadataProvider,
+                new HeartbeatFactory<>(connectorConfig, topicNamingStrategy, connectorConfig.schemaNameAdjuster())
+                        .getScheduledHeartbeat(connectorConfig, null, null, queue),
                 connectorConfig.schemaNameAdjuster(),
                 connectorConfig.getServiceRegistry().tryGetService(DebeziumHeaderProducer.class));
     }

@@ -43,7 +43,11 @@ import io.debezium.relational.history.MemorySchemaHistory;
  *   {"ddl": "CREATE TABLE \"DEBEZIUM\".\"T\" (...)", "table": "DEBEZIUM.T", "scn": "1000", "ts": "..."}
  *   {"redo": "insert into \"DEBEZIUM\".\"T\"(\"ID\") values ('1');", "table": "DEBEZIUM.T", "scn": "1001",
  *    "commit_scn": "1003", "txid": "0a000b00c0000000", "ts": "..."}
+ * Either: a quiet stretch, the log read on to a position with no change of a captured table:
+ *   {"quiet": true, "commit_lsn": "..."} (SQL Server), {"quiet": true, "scn": "1010"} (Oracle)
  * </pre>
+ * Once the script is played out, a connector with {@code heartbeat.interval.ms} emits Debezium's heartbeats carrying
+ * its offset, as the connector does on a quiet log.
  * Positions only grow along the script. {@code ts} (an ISO instant, default now) is the change's time in the
  * source struct. Consecutive Oracle steps with one {@code txid} are one transaction; SQL Server's transactions are
  * the steps of one {@code commit_lsn}.

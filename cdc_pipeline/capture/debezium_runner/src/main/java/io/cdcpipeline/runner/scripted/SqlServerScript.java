@@ -43,6 +43,10 @@ import io.debezium.util.Clock;
  * ({@code setChangePosition} with its event count, {@code event} with the table and the commit time) and emitted by
  * {@code SqlServerChangeRecordEmitter} with the values in the order of the table's columns.</li>
  * </ul>
+ * A quiet step ({@code {"quiet": true, "commit_lsn": ...}}) is an iteration that read up to the step's LSN and found
+ * no change of a captured table: as {@code SqlServerStreamingChangeEventSource.executeIteration} does then, the offset
+ * context's change position becomes that LSN ({@code setChangePosition(TxLogPosition.valueOf(toLsn), 0)}), which the
+ * heartbeat dispatched after it carries.
  * On start the stored offset is loaded by {@code SqlServerOffsetContext.Loader}; the steps at or before its
  * ({@code commit_lsn}, {@code change_lsn}) were delivered, as the connector skips change rows before its last position.
  */
@@ -87,6 +91,11 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
     }
 
     @Override
+    SqlServerOffsetContext offsetContext() {
+        return offsetContext;
+    }
+
+    @Override
     void loadOffset(Map<String, ?> storedOffset) {
         if (storedOffset == null) {
             offsetContext = new SqlServerOffsetContext(connectorConfig, TxLogPosition.NULL, null, true);
@@ -111,6 +120,11 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
     @Override
     void play(int index, boolean emit) throws InterruptedException {
         JsonNode step = steps.get(index);
+        if (step.has(QUIET_STEP)) {
+            // What the streaming source does when its change tables held no row up to the max LSN it read.
+            offsetContext.setChangePosition(TxLogPosition.valueOf(position(step).getCommitLsn()), 0);
+            return;
+        }
         TableId tableId = tableId(step);
         if (step.has(SCHEMA_STEP)) {
             offsetContext.setChangePosition(position(step), 0);
