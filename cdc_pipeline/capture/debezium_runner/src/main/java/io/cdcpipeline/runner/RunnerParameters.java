@@ -86,8 +86,11 @@ public final class RunnerParameters {
     /** The topics of heartbeat records: Debezium's heartbeat topic of this engine, and those named by the runner. */
     Set<String> heartbeatTopics() {
         Set<String> topics = new HashSet<>();
-        topics.add(properties.getProperty("heartbeat.topics.prefix", DEFAULT_HEARTBEAT_TOPICS_PREFIX) + "."
-                + properties.getProperty("topic.prefix", ""));
+        // Debezium 3 names it `topic.heartbeat.prefix` + `topic.delimiter` + `topic.prefix`
+        // (AbstractTopicNamingStrategy.heartbeatTopic); `heartbeat.topics.prefix` is its older name.
+        String prefix = properties.getProperty("topic.heartbeat.prefix",
+                properties.getProperty("heartbeat.topics.prefix", DEFAULT_HEARTBEAT_TOPICS_PREFIX));
+        topics.add(prefix + properties.getProperty("topic.delimiter", ".") + properties.getProperty("topic.prefix", ""));
         for (String topic : properties.getProperty(HEARTBEAT_TOPICS, "").split(",")) {
             if (!topic.isBlank()) {
                 topics.add(topic.trim());
