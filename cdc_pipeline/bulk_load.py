@@ -39,7 +39,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_pipeline import faults
+from cdc_pipeline import copy_text, faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 from cdc_pipeline.sink import deferred_keys
@@ -645,7 +645,11 @@ class BulkLoader:
 
     def _copy_fields(self, columns: list[BulkColumn]) -> list[tuple[str, int]] | None:
         """How the source selects each column as a value the runner's SourceChunkCopier writes as a COPY text field
-        (`copy_field_sql`); None where a column needs Spark (`_lines`)."""
+        (`copy_field_sql`), or as its own COPY writes it (`copy_out_column`: the kind is then unused); None where a
+        column needs Spark (`_lines`)."""
+        copy_out = getattr(self.source, "copy_out_column", None)
+        if copy_out is not None:
+            return [(copy_out(column.source, column.pg_type), copy_text.FIELD_PLAIN) for column in columns] or None
         field_sql = getattr(self.source, "copy_field_sql", None)
         fields = [field_sql(column.source, column.pg_type) for column in columns] if field_sql else []
         if not columns or not fields or any(field is None for field in fields):
@@ -656,7 +660,9 @@ class BulkLoader:
         """The Spark job's input and writer of a slice whose tasks read the source themselves (the runner's
         SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field, a
         task runs its chunks' SELECTs over the source's JDBC driver and writes the rows, no per-row expression in
-        the source nor Spark row between. None where a column needs Spark (`_lines`)."""
+        the source nor Spark row between; a PostgreSQL source's chunks are its own COPY text, piped into the
+        destination's COPY (`copy_out_query`). None where a column needs Spark (`_lines`)."""
+        copy_out = getattr(self.source, "copy_out_query", None)
         queries, positions, kinds, fetch_sizes = [], [], [], []
         for part in parts:
             fields = self._copy_fields(part.columns)
@@ -668,17 +674,19 @@ class BulkLoader:
             for chunk in part.chunks:
                 if table.key_columns:
                     predicate = self.source.chunk_predicate(table.key_columns, chunk.lower, chunk.upper)
-                    queries.append(f"{select} WHERE {predicate}")
+                    query = f"{select} WHERE {predicate}"
                     positions.append(None)
                 else:
                     # One chunk, under its own consistent snapshot.
-                    queries.append(select)
+                    query = select
                     positions.append(self.source.snapshot_position_select(_POSITION_ALIAS, []))
+                queries.append(copy_out(query) if copy_out else query)
                 kinds.append([kind for _, kind in fields])
                 fetch_sizes.append(table.fetch_rows)
         session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
-        plan = {"sessionStatements": session, "snapshotStatement": self.source.CONSISTENT_SNAPSHOT,
-                "positionSql": positions, "chunkQueries": queries, "kinds": kinds, "fetchSizes": fetch_sizes}
+        plan = {"sessionStatements": session, "positionSql": positions, "chunkQueries": queries, "kinds": kinds,
+                "fetchSizes": fetch_sizes, "copyOut": copy_out is not None,
+                "snapshotStatement": self.source.COPY_SNAPSHOT if copy_out else self.source.CONSISTENT_SNAPSHOT}
         copier_class = getattr(self.spark._jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
         copier = copier_class.fromJson(self._writer(parts), self.source.JDBC_DRIVER,
                                        self.source.jdbc_url(self.connector), self.connector.user,

@@ -52,6 +52,9 @@ SESSION_INIT = ("SET bytea_output = 'hex'; SET IntervalStyle = 'postgres'; SET e
                 "SET max_parallel_workers_per_gather = 0")
 # The snapshot row of a one-chunk read needs no transaction of its own: one statement reads under one snapshot.
 CONSISTENT_SNAPSHOT = SESSION_INIT
+# A load's chunk piped COPY to COPY reads its snapshot's position and its rows in two statements: one transaction's
+# snapshot holds for both (its session is its own and ends with the chunk).
+COPY_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 # PostgreSQL emits no DDL events: destination tables are made from the value schemas (and, for the bulk snapshot,
 # from the source catalog as a value schema would describe it: `schema_infer.field_specs_of`).
 DDL_EVENTS = False
@@ -430,13 +433,24 @@ def next_chunk_start(cur: Any, schema: str, table: str, key: Sequence[str], lowe
     return None if row is None else list(row)
 
 
-def select_text(column: SourceColumn, pg_type: str) -> str:
-    """The SQL that renders the column as text for `column_text` (NULL stays NULL)."""
+def copy_out_column(column: SourceColumn, pg_type: str) -> str:
+    """The column as a bulk load's `COPY (SELECT ...) TO STDOUT` selects it: its own text output is what the
+    destination's `pg_type` reads, or it is cast first (`_CAST_FIRST`)."""
     name = quote(column.name)
     cast = _CAST_FIRST.get(column.data_type)
     if cast and not pg_type.startswith(column.data_type):
-        return f"{name}::{cast}::text"
-    return f"{name}::text"
+        return f"{name}::{cast}"
+    return name
+
+
+def copy_out_query(select: str) -> str:
+    """A chunk's SELECT as the COPY whose text the load pipes into the destination's COPY (`SourceChunkCopier`)."""
+    return f"COPY ({select}) TO STDOUT"
+
+
+def select_text(column: SourceColumn, pg_type: str) -> str:
+    """The SQL that renders the column as text for `column_text` (NULL stays NULL)."""
+    return f"{copy_out_column(column, pg_type)}::text"
 
 
 def column_text(value: Column, column: SourceColumn, pg_type: str) -> Column:

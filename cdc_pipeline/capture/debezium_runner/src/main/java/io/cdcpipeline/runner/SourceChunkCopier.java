@@ -21,6 +21,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.VoidFunction;
+import org.postgresql.PGConnection;
+import org.postgresql.copy.CopyOut;
 
 /**
  * A bulk snapshot's chunks copied by Spark tasks that read the source themselves: one partition per chunk, each
@@ -38,6 +40,11 @@ import org.apache.spark.api.java.function.VoidFunction;
  * Memory is bounded by bytes, not rows: the driver holds one fetch of a chunk's rows (its fetch size, set per chunk
  * from the table's average row size), a value is escaped or hex-encoded in windows of 64 KB, and the COPY text goes
  * out in pieces of 256 KB (`CopyFeeder`). A row of many MB costs about its own size, a few times over.
+ *
+ * A PostgreSQL source writes the COPY text itself: each chunk query is a `COPY (SELECT ...) TO STDOUT`, read through
+ * pgjdbc's CopyManager and handed, as the source wrote it, to the destination's `COPY ... FROM STDIN` (`copyOut`). The
+ * source's text output is what its `::text` casts gave the other path, so the destination reads the same values; no
+ * value is parsed, escaped or converted on the way.
  *
  * A chunk read under a consistent snapshot (a table without a key) runs on a source session of its own: the
  * session's statements, `snapshotStatement`, then its `positionSql`, whose one value is the snapshot's source
@@ -69,6 +76,7 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
     private final String[] chunkQueries;
     private final int[][] kinds;
     private final int[] fetchSizes;
+    private final boolean copyOut;
 
     /**
      * @param transaction       the chunks' transactions in the destination (it holds each chunk's id and table)
@@ -79,11 +87,13 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
      * @param chunkQueries      per chunk, the SELECT of its fields
      * @param kinds             per chunk, how to write each field
      * @param fetchSizes        per chunk, the JDBC fetch size of its SELECT (rows the driver holds at a time)
+     * @param copyOut           the chunk queries are PostgreSQL `COPY ... TO STDOUT`s whose text goes to the
+     *                          destination as it is (no kinds)
      */
     public SourceChunkCopier(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                              String sourceUser, String sourcePassword, String[] sessionStatements,
                              String snapshotStatement, String[] positionSql, String[] chunkQueries, int[][] kinds,
-                             int[] fetchSizes) {
+                             int[] fetchSizes, boolean copyOut) {
         this.transaction = transaction;
         this.driverClass = driverClass;
         this.sourceUrl = sourceUrl;
@@ -95,12 +105,14 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
         this.chunkQueries = chunkQueries.clone();
         this.kinds = kinds.clone();
         this.fetchSizes = fetchSizes.clone();
+        this.copyOut = copyOut;
     }
 
     /**
      * The copier of a slice's chunks as the driver describes them in one JSON text (see
      * `ChunkCopyWriter.fromJson`): {@code sessionStatements}, {@code snapshotStatement}, {@code positionSql},
-     * {@code chunkQueries}, {@code kinds} and {@code fetchSizes}, as the constructor takes them.
+     * {@code chunkQueries}, {@code kinds}, {@code fetchSizes} and {@code copyOut} (false when absent), as the
+     * constructor takes them.
      */
     public static SourceChunkCopier fromJson(ChunkCopyWriter transaction, String driverClass, String sourceUrl,
                                              String sourceUser, String sourcePassword, String json)
@@ -116,7 +128,8 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                                      ChunkCopyWriter.text(plan.get("snapshotStatement")),
                                      ChunkCopyWriter.texts(plan.get("positionSql")),
                                      ChunkCopyWriter.texts(plan.get("chunkQueries")), kinds,
-                                     ChunkCopyWriter.ints(plan.get("fetchSizes")));
+                                     ChunkCopyWriter.ints(plan.get("fetchSizes")),
+                                     plan.path("copyOut").asBoolean(false));
     }
 
     /** The job's input: the chunks' indexes, in order, in `partitions` partitions (a task copies its in turn). */
@@ -182,6 +195,9 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                     position = rows.next() ? rows.getString(1) : null;
                 }
             }
+            if (copyOut) {
+                return new ChunkCopyWriter.CopyResult(pipeCopy(source, index, destination), 0, position);
+            }
             // MariaDB Connector/J streams the result, `fetchSize` rows at a time; pgjdbc reads through a cursor
             // (outside autocommit) as many at a time.
             statement.setFetchSize(fetchSizes[index]);
@@ -190,6 +206,30 @@ public final class SourceChunkCopier implements VoidFunction<Iterator<Integer>>,
                 long copied = CopyFeeder.copy(destination, transaction.copySql(index), "cdc-chunk-copy",
                                               fields::write);
                 return new ChunkCopyWriter.CopyResult(copied, 0, position);
+            }
+        }
+    }
+
+    /**
+     * The chunk's `COPY ... TO STDOUT` on the source piped into its `COPY ... FROM STDIN` on the destination: this
+     * thread reads the source's rows while the feeder thread writes the last ones; returns the rows the destination
+     * took. A failure on either side cancels both COPYs.
+     */
+    private long pipeCopy(Connection source, int index, Connection destination) throws Exception {
+        CopyOut out = source.unwrap(PGConnection.class).getCopyAPI().copyOut(chunkQueries[index]);
+        try {
+            return CopyFeeder.copy(destination, transaction.copySql(index), "cdc-chunk-copy", buffer -> {
+                byte[] row = out.readFromCopy();
+                if (row == null) {
+                    return false;
+                }
+                buffer.write(row, 0, row.length);
+                return true;
+            });
+        }
+        finally {
+            if (out.isActive()) {
+                out.cancelCopy();
             }
         }
     }
