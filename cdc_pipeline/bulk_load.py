@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import copy_text, faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
-from cdc_pipeline.sink import deferred_keys
+from cdc_pipeline.sink import deferred_keys, key_builds
 from cdc_pipeline.sink.apply import staging_table_sql
 from cdc_pipeline.catalog import DestinationTable, destination_table, destination_tables
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
@@ -192,11 +192,14 @@ def unreconciled_end(conn: psycopg.Connection, schema: str, connector: str) -> d
     return None if row is None else row[0]
 
 
-def reconcile(conn: psycopg.Connection, schema: str, connector: str, position: Any = None) -> list[str]:
+def reconcile(conn: psycopg.Connection, destination: DestinationConfig, connector: str, position: Any = None,
+              on_index_seconds: Callable[[float], None] | None = None) -> list[str]:
     """The stream has applied past the finished load's end (`position`, where it is): every row now shows the
-    source at one moment. Makes the withheld constraints and indexes again, and begins a load of the tables whose
-    definition changed during this one (the stream has applied that change to them); returns those tables."""
-    deferred_keys.restore(conn, schema, connector, position)
+    source at one moment. Makes the withheld constraints and indexes again (several at once; `on_index_seconds`
+    hears how long that took), and begins a load of the tables whose definition changed during this one (the stream
+    has applied that change to them); returns those tables."""
+    schema = destination.control_schema
+    deferred_keys.restore(conn, destination, connector, position, on_index_seconds)
     with conn.transaction():
         again = [row[0] for row in conn.execute(sql.SQL(
             "SELECT source_table FROM {} WHERE connector = %s AND copy_again ORDER BY source_table").format(
@@ -324,21 +327,28 @@ class BulkLoader:
         return 4 * max(2, self.spark.sparkContext.defaultParallelism)
 
     def run(self, deadline: float, halted: Callable[[], bool],
-            on_rows: Callable[[int, int, float | None], None]) -> bool:
+            on_rows: Callable[[int, int, float | None], None],
+            on_index_seconds: Callable[[float], None] | None = None) -> bool:
         """Copies chunks until the load is done (True), or until `deadline` (monotonic) passes or `halted()` says
         so between two slices (False: the next run goes on from the chunks done). `on_rows(rows, zero_dates,
-        first_copy_epoch)` hears of every slice copied.
+        first_copy_epoch)` hears of every slice copied, `on_index_seconds` how long primary keys were being made.
 
         A slice is the chunks of one table read in several, or the chunks of tables read as one together; the next
-        slice is planned while the last is copied, and two slices of the latter are copied at once."""
+        slice is planned while the last is copied, and two slices of the latter are copied at once. A table's
+        withheld primary key is made as soon as its last chunk is copied, beside the copy of the others; every one
+        is made before the load is marked finished, so that no change of the stream meets a table without it."""
         name = self.connector.name
         load_id = running_load(self.conn, self.schema, name)
         if load_id is None:
             return True
+        builds = key_builds.Builds(self.destination, name)
         with self.source.connect(self.connector) as source, source.cursor() as cur:
-            slices = _Slices(self, on_rows)
+            slices = _Slices(self, on_rows, builds)
             try:
-                todo = [table for table in self._tables(cur, load_id) if not table.finished]
+                tables = self._tables(cur, load_id)
+                # Tables a run ended (or was killed) after finishing, before their primary key was made.
+                slices.make_primary_keys([table for table in tables if table.finished])
+                todo = [table for table in tables if not table.finished]
                 self._size_chunks(cur, todo)
                 while True:
                     parts, changed = self._next_slice(cur, load_id, todo, slices)
@@ -360,9 +370,18 @@ class BulkLoader:
                         return False
                     slices.start(parts)
                 slices.wait_all()
+                # Every table's, those that stopped copying (`_copy_again_later`) included.
+                builds.submit(deferred_keys.waiting(self.conn, self.schema, name, deferred_keys.PRIMARY_KEY))
+                builds.wait()
                 self._finish_load(self.source.load_end_position(cur))
             finally:
                 slices.abandon()
+                builds.close()
+                if builds.made:
+                    log.info("%s: made the primary keys of %s in %.1f s (index phase)", name, ", ".join(builds.made),
+                             builds.seconds)
+                if on_index_seconds is not None and builds.seconds:
+                    on_index_seconds(builds.seconds)
         return True
 
     def _next_slice(self, cur: Any, load_id: int, todo: list[TableLoad],
@@ -498,23 +517,33 @@ class BulkLoader:
     def _withhold(self, dest: psycopg.Cursor, tables: Sequence[TableLoad]) -> None:
         """Withholds the tables' constraints across rows and their indexes (`deferred_keys.withhold`) where they
         have any: every unique key, exclusion constraint and foreign key, while a small table (fewer than
-        KEEP_INDEXES_BELOW_ROWS rows estimated) with no such constraint keeps its other indexes. One query tells
-        which tables have what."""
+        KEEP_INDEXES_BELOW_ROWS rows estimated) with no such constraint keeps its other indexes. Then the primary
+        keys of the tables not small (`deferred_keys.withhold_primary_key`; a small table's is cheaper kept up than
+        made again), once no foreign key of a loaded table references them. One query tells which tables have
+        what."""
         rows = dest.execute(
             """SELECT t.nsp, t.rel,
                       EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = ANY(%s))
                       OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND NOT x.indisprimary
                                  AND x.indisunique),
-                      EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND NOT x.indisprimary)
+                      EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND NOT x.indisprimary),
+                      EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary)
                FROM unnest(%s::text[], %s::text[]) AS t(nsp, rel) JOIN pg_namespace n ON n.nspname = t.nsp
                JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.rel""",
             (list(deferred_keys._ACROSS_ROWS), [table.dest_schema for table in tables],
              [table.dest_table for table in tables])).fetchall()
-        held = {(nsp, rel): (across_rows, indexes) for nsp, rel, across_rows, indexes in rows}
+        held = {(nsp, rel): (across_rows, indexes, primary) for nsp, rel, across_rows, indexes, primary in rows}
+        keyed = []
         for table in tables:
-            across_rows, indexes = held.get((table.dest_schema, table.dest_table), (False, False))
-            if across_rows or (indexes and table.estimated_rows >= KEEP_INDEXES_BELOW_ROWS):
+            across_rows, indexes, primary = held.get((table.dest_schema, table.dest_table), (False, False, False))
+            large = table.estimated_rows >= KEEP_INDEXES_BELOW_ROWS
+            if across_rows or (indexes and large):
                 deferred_keys.withhold(dest, self.schema, self.connector.name, table.dest_schema, table.dest_table)
+            if primary and large:
+                keyed.append(table)
+        for table in keyed:
+            deferred_keys.withhold_primary_key(dest, self.schema, self.connector.name, table.dest_schema,
+                                               table.dest_table)
 
     def _read_tables(self, load_id: int) -> list[TableLoad]:
         rows = self.conn.execute(sql.SQL(
@@ -917,10 +946,11 @@ class _SliceCopy:
 
 class _Slices:
     """The slices being copied, oldest first: each one's rows reported (`on_rows`) once it ends, and the tables
-    whose last chunks it held finished then."""
+    whose last chunks it held finished then, their withheld primary keys made (`builds`) beside the next slices."""
 
-    def __init__(self, loader: BulkLoader, on_rows: Callable[[int, int, float | None], None]) -> None:
-        self.loader, self.on_rows = loader, on_rows
+    def __init__(self, loader: BulkLoader, on_rows: Callable[[int, int, float | None], None],
+                 builds: key_builds.Builds) -> None:
+        self.loader, self.on_rows, self.builds = loader, on_rows, builds
         self.running: deque[_SliceCopy] = deque()
         self.started = False
         self._copied_last: dict[str, TableLoad] = {}  # tables with every chunk dispatched, by name
@@ -947,6 +977,15 @@ class _Slices:
             self._copied_last[table.source_table] = table
         else:
             self.loader._finish_tables([table])
+            self.make_primary_keys([table])
+
+    def make_primary_keys(self, tables: Sequence[TableLoad]) -> None:
+        """Begins making the withheld primary keys of these tables, whose every chunk is copied."""
+        if tables:
+            loader = self.loader
+            self.builds.submit(deferred_keys.waiting(
+                loader.conn, loader.schema, loader.connector.name, deferred_keys.PRIMARY_KEY,
+                [(table.dest_schema, table.dest_table) for table in tables]))
 
     def wait_until_fewer(self, count: int) -> None:
         while len(self.running) >= count:
@@ -969,6 +1008,7 @@ class _Slices:
                 if table.source_table in self._copied_last and not self._holding(table)]
         self.loader._finish_tables(done, logged=tables)
         faults.pause_point(faults.BULK_SLICE)
+        self.make_primary_keys(done)
 
     def _holding(self, table: TableLoad) -> bool:
         return any(part.table.source_table == table.source_table for copy in self.running for part in copy.parts)

@@ -135,14 +135,15 @@ _TABLES = (
         snapshot_position jsonb,
         done_at timestamptz)""",
     "CREATE INDEX IF NOT EXISTS bulk_load_chunks_table ON {schema}.bulk_load_chunks (connector, source_table, id)",
-    # A loaded table's constraints across rows and secondary indexes, made again once the stream has reconciled the
-    # load's chunks (cdc_pipeline/sink/deferred_keys.py).
+    # A loaded table's primary key (made once its rows are copied), constraints across rows and secondary indexes
+    # (made again once the stream has reconciled the load's chunks): cdc_pipeline/sink/deferred_keys.py.
     """CREATE TABLE IF NOT EXISTS {schema}.deferred_constraints (
         connector text NOT NULL,
         dest_schema text NOT NULL,
         dest_table text NOT NULL,
         name text NOT NULL,
-        kind text NOT NULL CHECK (kind IN ('constraint', 'index')),
+        kind text NOT NULL CONSTRAINT deferred_constraints_kind_check
+            CHECK (kind IN ('constraint', 'index', 'primary key')),
         definition text NOT NULL,
         PRIMARY KEY (connector, dest_schema, dest_table, name))""",
 )
@@ -178,6 +179,16 @@ _MIGRATIONS = (
     # What the last run, once it succeeded, ran with and left (`run_digest`): a sync finds nothing to do without a
     # JVM only when the configuration and the positions are the same now.
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS run_digest text",
+    # A loaded table's primary key is withheld too (kind 'primary key'). Altered only once: ALTER TABLE would wait
+    # for the records a running build of another connector holds.
+    """DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('{schema}.deferred_constraints')
+                       AND conname = 'deferred_constraints_kind_check'
+                       AND pg_get_constraintdef(oid) LIKE '%primary key%') THEN
+            ALTER TABLE {schema}.deferred_constraints DROP CONSTRAINT IF EXISTS deferred_constraints_kind_check,
+                ADD CONSTRAINT deferred_constraints_kind_check CHECK (kind IN ('constraint', 'index', 'primary key'));
+        END IF;
+    END $$""",
 )
 
 # Object mapping (cdc_pipeline/objmap.py): the rules per connector, what each source column became, and the

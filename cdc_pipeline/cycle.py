@@ -95,7 +95,11 @@ class CycleStats:
         try:
             yield
         finally:
-            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + time.monotonic() - started
+            self.add_seconds(phase, time.monotonic() - started)
+
+    def add_seconds(self, phase: str, seconds: float) -> None:
+        """Counts seconds spent in a phase (`index`: making withheld keys and indexes, inside another phase)."""
+        self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
 
     def pipeline_rate(self) -> float:
         """Events per second from the first fetched batch to the last destination commit."""
@@ -287,7 +291,8 @@ class ConnectorSession:
                                      queue_capacity=queue_capacity(self.connector),
                                      held_bytes=held_bytes(self.connector))
         self.runner.start()
-        self.cycle_stats = CycleStats()
+        # Timed from here; keys and indexes made above (a load reconciled by an earlier run's stream) stay counted.
+        self.cycle_stats = CycleStats(phase_seconds=self.cycle_stats.phase_seconds)
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
         return self
 
@@ -336,7 +341,8 @@ class ConnectorSession:
         with self.cycle_stats.timed("load"):
             # Looked up at every slice: a slice is a Spark job (a tenth of a second at least), and a load of small
             # slices would otherwise go on for a second past its pause.
-            done = loader.run(deadline, lambda: self.halted(every=0.0), self._count_loaded_rows)
+            done = loader.run(deadline, lambda: self.halted(every=0.0), self._count_loaded_rows,
+                              self._count_index_seconds)
         self.bulk_load_pending = self.cycle_stats.bulk_snapshot_pending = not done
         if done:
             self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
@@ -358,8 +364,11 @@ class ConnectorSession:
         (`bulk_load.reconcile`; in a load that the next run begins)."""
         if self.load_end is None or self.conn is None or not sources.stream_passed(offset, self.load_end):
             return
-        bulk_load.reconcile(self.conn, self.control_schema, self.connector.name, offset)
+        bulk_load.reconcile(self.conn, self.destination, self.connector.name, offset, self._count_index_seconds)
         self.load_end = None
+
+    def _count_index_seconds(self, seconds: float) -> None:
+        self.cycle_stats.add_seconds("index", seconds)
 
     def _count_loaded_rows(self, rows: int, zero_dates: int, first_copy_epoch: float | None = None) -> None:
         stats = self.cycle_stats

@@ -1,32 +1,36 @@
-"""A loaded table's constraints across rows (unique keys, exclusion constraints, foreign keys) and its secondary
-indexes, held back while the bulk snapshot's chunks and the stream that reconciles them disagree.
+"""A loaded table's primary key, its constraints across rows (unique keys, exclusion constraints, foreign keys) and
+its secondary indexes, held back while the bulk snapshot copies its rows, and while the chunks and the stream that
+reconciles them disagree.
 
 Each chunk of a load is read at its own moment, so until the stream has replayed every change up to the moment the
 last chunk was read, the table holds rows of different moments: a unique value that moved from a row copied early
 to a row copied late is there twice, and a constraint enforced then would fail every later chunk. The load records
 these constraints and indexes here and drops them when it plans the table (`withhold`); they are made again
 (`restore`) once the stream has passed the load's end (`cycle.ConnectorSession.reconcile_load`), when every row
-shows the source as it was at one moment. Indexes are also cheaper to build once than to keep up row by row
-(pg_dump restores them after the data for the same reason).
+shows the source as it was at one moment. The primary key holds whatever the moment (the chunks are cut by it and
+never overlap), and the stream's upserts need it: it is withheld too (`withhold_primary_key`) and made as soon as
+the table's last chunk is copied, before the load is finished and any change of the stream applied. Indexes are
+cheaper to build once than to keep up row by row (pg_dump restores them after the data for the same reason), and
+several are built at once (`key_builds`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Callable, Iterable
 
 import psycopg
 from psycopg import sql
 
+from cdc_pipeline.config import DestinationConfig
 from cdc_pipeline.convert.ddl import DdlChange, unique_constraint_sql
-from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sink.key_builds import CONSTRAINT, INDEX, PRIMARY_KEY, Builds, Withheld
 
 log = logging.getLogger(__name__)
 
-CONSTRAINT = "constraint"
-INDEX = "index"
-# pg_constraint.contype: unique, exclusion and foreign key constraints hold across rows; a primary key stays (the
-# chunks and the stream meet on it as upserts), and check and NOT NULL constraints hold within each row.
+# pg_constraint.contype: unique, exclusion and foreign key constraints hold across rows; a primary key is made before
+# the stream (`withhold_primary_key`), and check and NOT NULL constraints hold within each row.
 _ACROSS_ROWS = ("u", "x", "f")
 
 
@@ -58,6 +62,27 @@ def withhold(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str,
         log.info("%s: %s.%s's %s wait for the bulk snapshot to be reconciled by the stream", connector, dest_schema,
                  dest_table, ", ".join(names))
     return names
+
+
+def withhold_primary_key(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str,
+                         dest_table: str) -> str | None:
+    """Records the table's primary key and drops it; returns its name. A table with none keeps nothing, and one
+    whose primary key a foreign key of another table still references keeps it (a loaded table's foreign keys are
+    withheld first). One recorded before (a load begun again) stays recorded."""
+    target = sql.Identifier(dest_schema, dest_table)
+    row = cur.execute(
+        """SELECT con.conname, pg_get_constraintdef(con.oid) FROM pg_constraint con
+           WHERE con.conrelid = to_regclass(%s) AND con.contype = 'p'
+             AND NOT EXISTS (SELECT 1 FROM pg_constraint f WHERE f.confrelid = con.conrelid AND f.contype = 'f')""",
+        (target.as_string(cur),)).fetchone()
+    if row is None:
+        return None
+    name, definition = row
+    _record(cur, schema, connector, dest_schema, dest_table, name, PRIMARY_KEY,
+            sql.SQL("CONSTRAINT {} {}").format(sql.Identifier(name), sql.SQL(definition)).as_string(cur))
+    cur.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(target, sql.Identifier(name)))
+    log.info("%s: %s.%s's primary key %s is made once its rows are copied", connector, dest_schema, dest_table, name)
+    return name
 
 
 def _record(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str, dest_table: str, name: str,
@@ -103,33 +128,42 @@ def follow_ddl(cur: psycopg.Cursor, schema: str, connector: str, change: DdlChan
     return dataclasses.replace(change, table=dataclasses.replace(change.table, unique_keys=()), unique_added=())
 
 
-def restore(conn: psycopg.Connection, schema: str, connector: str, position: object = None) -> list[str]:
-    """Makes every waiting constraint and index of the connector again, in one transaction; returns their names.
+def waiting(conn: psycopg.Connection, schema: str, connector: str, kind: str | None = None,
+            tables: Iterable[tuple[str, str]] | None = None) -> list[Withheld]:
+    """The connector's constraints and indexes waiting to be made again (of this `kind` only, of these destination
+    `tables` (schema, name) only)."""
+    listed = None if tables is None else list(tables)
+    rows = conn.execute(sql.SQL(
+        """SELECT dest_schema, dest_table, name, kind, definition FROM {} WHERE connector = %(connector)s
+             AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+             AND (%(names)s::text[] IS NULL
+                  OR (dest_schema, dest_table) IN (SELECT * FROM unnest(%(schemas)s::text[], %(names)s::text[])))
+           ORDER BY dest_schema, dest_table, kind, name""").format(sql.Identifier(schema, "deferred_constraints")),
+        {"connector": connector, "kind": kind, "schemas": None if listed is None else [nsp for nsp, _ in listed],
+         "names": None if listed is None else [name for _, name in listed]}).fetchall()
+    return [Withheld(*row) for row in rows]
 
-    Fails naming the table, the constraint and the destination's reason when the rows break one (the source then
-    holds rows that break it too, or the destination's rows differ from the source's)."""
-    table = sql.Identifier(schema, "deferred_constraints")
-    made = []
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT dest_schema, dest_table, name, kind, definition FROM {} WHERE connector = %s "
-                            "ORDER BY dest_schema, dest_table, kind, name FOR UPDATE").format(table), (connector,))
-        for dest_schema, dest_table, name, kind, definition in cur.fetchall():
-            target = sql.Identifier(dest_schema, dest_table)
-            exists = cur.execute("SELECT to_regclass(%s) IS NOT NULL", (target.as_string(cur),)).fetchone()[0]
-            if exists:
-                statement = (sql.SQL(definition) if kind == INDEX
-                             else sql.SQL("ALTER TABLE {} ADD {}").format(target, sql.SQL(definition)))
-                try:
-                    with conn.transaction():
-                        cur.execute(statement)
-                except (psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable):
-                    pass  # made already (by hand, or by a schema change of the stream)
-                except psycopg.Error as exc:
-                    raise CdcError(f"cannot make {kind} {name} of {dest_schema}.{dest_table} again after the bulk "
-                                   f"snapshot: {str(exc).strip()}", connector=connector,
-                                   table=f"{dest_schema}.{dest_table}", position=position) from exc
-                made.append(f"{dest_schema}.{dest_table}.{name}")
-        cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(table), (connector,))
-    if made:
-        log.info("%s: the stream has reconciled the bulk snapshot: made %s again", connector, ", ".join(made))
+
+def restore(conn: psycopg.Connection, destination: DestinationConfig, connector: str, position: object = None,
+            on_seconds: Callable[[float], None] | None = None) -> list[str]:
+    """Makes every waiting constraint and index of the connector again, several at once (`key_builds.Builds`, each
+    in its own transaction); returns their names. `on_seconds` hears how long they took.
+
+    Fails naming each table and constraint the rows break, with the destination's reason (the source then holds
+    rows that break it too, or the destination's rows differ from the source's); those stay recorded, the others
+    are made."""
+    withheld = waiting(conn, destination.control_schema, connector)
+    if not withheld:
+        return []
+    builds = Builds(destination, connector, position)
+    try:
+        builds.submit(withheld)
+        made = builds.wait()
+    finally:
+        builds.close()
+        if on_seconds is not None:
+            on_seconds(builds.seconds)
+    log.info("%s: the stream has reconciled the bulk snapshot: made %s again in %.1f s (index phase, %d "
+             "connections)", connector, ", ".join(made) or "nothing", builds.seconds,
+             min(builds.connections, len(withheld)))
     return made
