@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 # one destination transaction, the unit a failure copies again and the progress counts; its rows stream through, so
 # its size does not bound memory (the fetch below does). Rows of up to about 1.3 KB keep `snapshot_chunk_rows`.
 CHUNK_BYTES = 64 << 20
+# A part of a table without a key (`BulkLoader._ctid_split`) holds at least this much of its heap: each part costs a
+# task, a source session and the import of the slice's snapshot, more than copying a few hundred KB.
+PART_BYTES_AT_LEAST = 1 << 20
 # The source's JDBC driver holds one fetch of rows at a time: at most FETCH_SIZE rows, and about FETCH_BYTES of them
 # (by the same average; one row at least, however large).
 FETCH_BYTES = 16 << 20
@@ -468,6 +471,7 @@ class BulkLoader:
         source's and the destination's catalogs read once for all of them)."""
         tables = self._read_tables(load_id)
         if tables:
+            self._copy_parted_again(tables)
             return tables
         listed, missing = _load_tables(self.conn, self.schema, self.connector, cur)
         if missing:
@@ -513,6 +517,40 @@ class BulkLoader:
         log.info("%s: bulk snapshot of %d tables: %s", self.connector.name, len(listed),
                  ", ".join(table.name for table in listed) or "none")
         return self._read_tables(load_id)
+
+    def _copy_parted_again(self, tables: Sequence[TableLoad]) -> None:
+        """Begins again the copy of each table without a key whose parts (`_ctid_split`) an earlier run left copied
+        in part (killed, or a task failed): its parts copied were read under one snapshot, the others would be read
+        under another, and a row moved from one part to another meanwhile would be copied twice or not at all. Its
+        copied rows go (from the table and from the connector's counts) and its parts are planned again."""
+        keyless = [table.source_table for table in tables if not table.key_columns and not table.finished]
+        if not keyless:
+            return
+        chunks = _table(self.schema, "bulk_load_chunks")
+        with self.conn.transaction(), self.conn.cursor() as dest:
+            parted = dest.execute(sql.SQL(
+                """SELECT source_table, coalesce(sum(rows), 0) FROM {} WHERE connector = %s AND source_table = ANY(%s)
+                   GROUP BY source_table
+                   HAVING count(*) > 1 AND count(done_at) BETWEEN 1 AND count(*) - 1""").format(chunks),
+                (self.connector.name, keyless)).fetchall()
+            if not parted:
+                return
+            again = {source_table: int(rows) for source_table, rows in parted}
+            restarted = [table for table in tables if table.source_table in again]
+            dest.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = ANY(%s)").format(chunks),
+                         (self.connector.name, list(again)))
+            dest.execute(sql.SQL("UPDATE {} SET next_lower = NULL, planned = false WHERE connector = %s "
+                                 "AND source_table = ANY(%s)").format(_table(self.schema, "bulk_load_tables")),
+                         (self.connector.name, list(again)))
+            dest.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.SQL(", ").join(
+                _table(table.dest_schema, table.dest_table) for table in restarted)))
+            dest.execute(sql.SQL("UPDATE {} SET events = events - %s, snapshot_rows = snapshot_rows - %s "
+                                 "WHERE connector = %s").format(_table(self.schema, "stats")),
+                         (sum(again.values()), sum(again.values()), self.connector.name))
+        for table in restarted:
+            table.next_lower, table.planned = None, False
+            log.warning("%s: %s (no key) was copied in part under one snapshot by an earlier run: it is copied again "
+                        "from its first part", self.connector.name, table.source_table)
 
     def _withhold(self, dest: psycopg.Cursor, tables: Sequence[TableLoad]) -> None:
         """Withholds the tables' constraints across rows and their indexes (`deferred_keys.withhold`) where they
@@ -625,29 +663,59 @@ class BulkLoader:
 
     def _plan_first_chunks(self, cur: Any, load_id: int, tables: Sequence[TableLoad]) -> dict[str, Chunk]:
         """Plans the first chunk of each of these tables (none planned yet), kept in one destination transaction;
-        returns them by table."""
+        returns them by table. A table without a key that a source can cut by where its rows are stored
+        (`ctid_split`) has all its parts planned at once: at most a slice of them, copied together under one
+        snapshot."""
         if not tables:
             return {}
-        uppers = [self.source.next_chunk_start(cur, table.database, table.table, table.key_columns, None,
-                                               table.chunk_rows) if table.key_columns else None for table in tables]
-        names = [table.source_table for table in tables]
+        bounds: list[list[tuple[list[Any] | None, list[Any] | None]]] = []
+        for table in tables:
+            if table.key_columns:
+                bounds.append([(None, self.source.next_chunk_start(cur, table.database, table.table,
+                                                                   table.key_columns, None, table.chunk_rows))])
+                continue
+            cuts = self._ctid_split(cur, table)
+            edges: list[list[Any] | None] = [None, *([cut] for cut in cuts), None]
+            bounds.append(list(zip(edges, edges[1:])))
+        names = [table.source_table for table, parts in zip(tables, bounds) for _ in parts]
+        lowers = [_json(lower) for parts in bounds for lower, _ in parts]
+        uppers = [_json(upper) for parts in bounds for _, upper in parts]
+        # A table is planned once its last chunk is (its upper bound NULL), and goes on from that upper bound.
+        next_lowers = [_json(None if len(parts) > 1 else parts[-1][1]) for parts in bounds]
         with self.conn.transaction(), self.conn.cursor() as dest:
             dest.execute(sql.SQL(
-                """INSERT INTO {} (connector, load_id, source_table, upper_bound)
-                   SELECT %s, %s, t.source_table, t.upper_bound FROM unnest(%s::text[], %s::jsonb[])
-                     WITH ORDINALITY AS t(source_table, upper_bound, n) ORDER BY t.n
-                   RETURNING id, source_table""").format(_table(self.schema, "bulk_load_chunks")),
-                (self.connector.name, load_id, names, [_json(upper) for upper in uppers]))
-            ids = dict((source_table, int(chunk_id)) for chunk_id, source_table in dest.fetchall())
+                """INSERT INTO {} (connector, load_id, source_table, lower_bound, upper_bound)
+                   SELECT %s, %s, t.source_table, t.lower_bound, t.upper_bound
+                   FROM unnest(%s::text[], %s::jsonb[], %s::jsonb[]) WITH ORDINALITY AS t(source_table, lower_bound,
+                                                                                         upper_bound, n)
+                   ORDER BY t.n RETURNING id, source_table""").format(_table(self.schema, "bulk_load_chunks")),
+                (self.connector.name, load_id, names, lowers, uppers))
+            ids: dict[str, int] = {}
+            for chunk_id, source_table in dest.fetchall():
+                ids[source_table] = min(int(chunk_id), ids.get(source_table, int(chunk_id)))
             dest.execute(sql.SQL(
-                """UPDATE {} AS b SET next_lower = t.upper_bound, planned = t.upper_bound IS NULL
-                   FROM unnest(%s::text[], %s::jsonb[]) AS t(source_table, upper_bound)
+                """UPDATE {} AS b SET next_lower = t.next_lower, planned = t.next_lower IS NULL
+                   FROM unnest(%s::text[], %s::jsonb[]) AS t(source_table, next_lower)
                    WHERE b.connector = %s AND b.source_table = t.source_table""").format(
-                _table(self.schema, "bulk_load_tables")), (names, [_json(upper) for upper in uppers],
+                _table(self.schema, "bulk_load_tables")), ([table.source_table for table in tables], next_lowers,
                                                             self.connector.name))
-        for table, upper in zip(tables, uppers):
-            table.next_lower, table.planned = upper, upper is None
-        return {table.source_table: Chunk(ids[table.source_table], None, upper) for table, upper in zip(tables, uppers)}
+        first = {}
+        for table, parts in zip(tables, bounds):
+            table.next_lower = None if len(parts) > 1 else parts[-1][1]
+            table.planned = table.next_lower is None
+            first[table.source_table] = Chunk(ids[table.source_table], *parts[0])
+        return first
+
+    def _ctid_split(self, cur: Any, table: TableLoad) -> list[Any]:
+        """Where a table without a key is cut (`ctid_split`: at most a slice of parts, each of about a chunk's rows
+        by the table's average row size, PART_BYTES_AT_LEAST at least), or nothing: one chunk, read under its own
+        snapshot."""
+        split = getattr(self.source, "ctid_split", None)
+        if split is None:
+            return []
+        part_bytes = min(CHUNK_BYTES, table.chunk_rows * table.row_bytes) if table.row_bytes else CHUNK_BYTES
+        part_bytes = max(PART_BYTES_AT_LEAST, part_bytes)
+        return split(cur, table.database, table.table, part_bytes, self.slice_chunks)
 
     def _pending_chunks(self, table: TableLoad, copying: Sequence[int] = (), limit: int | None = None) -> list[Chunk]:
         rows = self.conn.execute(sql.SQL(
@@ -685,12 +753,13 @@ class BulkLoader:
             return None
         return fields
 
-    def _source_copier(self, parts: Sequence["_SlicePart"]) -> tuple[Any, Any] | None:
+    def _source_copier(self, parts: Sequence["_SlicePart"], snapshot: str | None = None) -> tuple[Any, Any] | None:
         """The Spark job's input and writer of a slice whose tasks read the source themselves (the runner's
         SourceChunkCopier): where the source selects every column as a value the writer makes a COPY text field, a
         task runs its chunks' SELECTs over the source's JDBC driver and writes the rows, no per-row expression in
         the source nor Spark row between; a PostgreSQL source's chunks are its own COPY text, piped into the
-        destination's COPY (`copy_out_query`). None where a column needs Spark (`_lines`)."""
+        destination's COPY (`copy_out_query`), the parts of a table without a key under the exported `snapshot`
+        (`_SliceCopy`). None where a column needs Spark (`_lines`)."""
         copy_out = getattr(self.source, "copy_out_query", None)
         queries, positions, kinds, fetch_sizes = [], [], [], []
         for part in parts:
@@ -706,8 +775,9 @@ class BulkLoader:
                     query = f"{select} WHERE {predicate}"
                     positions.append(None)
                 else:
-                    # One chunk, under its own consistent snapshot.
-                    query = select
+                    # One chunk under its own consistent snapshot, or a part of the table under the slice's.
+                    query = select if _whole_table(chunk) else \
+                        f"{select} WHERE {self.source.ctid_predicate(chunk.lower, chunk.upper)}"
                     positions.append(self.source.snapshot_position_select(_POSITION_ALIAS, []))
                 queries.append(copy_out(query) if copy_out else query)
                 kinds.append([kind for _, kind in fields])
@@ -715,7 +785,8 @@ class BulkLoader:
         session = [self.source.SESSION_INIT] if self.source.SESSION_INIT else []
         plan = {"sessionStatements": session, "positionSql": positions, "chunkQueries": queries, "kinds": kinds,
                 "fetchSizes": fetch_sizes, "copyOut": copy_out is not None,
-                "snapshotStatement": self.source.COPY_SNAPSHOT if copy_out else self.source.CONSISTENT_SNAPSHOT}
+                "snapshotStatement": self.source.import_snapshot(snapshot) if snapshot
+                else self.source.COPY_SNAPSHOT if copy_out else self.source.CONSISTENT_SNAPSHOT}
         copier_class = getattr(self.spark._jvm, f"{JAVA_PACKAGE}.SourceChunkCopier")
         copier = copier_class.fromJson(self._writer(parts), self.source.JDBC_DRIVER,
                                        self.source.jdbc_url(self.connector), self.connector.user,
@@ -896,7 +967,16 @@ class _SliceCopy:
     def __init__(self, loader: BulkLoader, parts: list[_SlicePart]) -> None:
         self.loader, self.parts = loader, parts
         self.ids = [chunk.id for part in parts for chunk in part.chunks]
-        direct = loader._source_copier(parts)
+        # The parts of a table without a key are read under one snapshot, exported by a session held until they
+        # are copied.
+        split = any(not part.table.key_columns and not _whole_table(chunk) for part in parts for chunk in part.chunks)
+        self._exporter, snapshot = loader.source.export_snapshot(loader.connector) if split else (None, None)
+        direct = loader._source_copier(parts, snapshot)
+        if direct is None and split:
+            self._end_snapshot()
+            raise CdcError(f"the bulk snapshot cannot read {parts[0].table.source_table} in parts: it has no column "
+                           "the destination table has", connector=loader.connector.name,
+                           table=parts[0].table.source_table)
         if direct is not None:
             self._rdd, writer = direct
         else:
@@ -922,6 +1002,13 @@ class _SliceCopy:
                 self._rdd.foreachPartition(writer)
         except BaseException as exc:  # noqa: BLE001 - raised by result(), in the driver's thread
             self._error = exc
+        finally:
+            self._end_snapshot()
+
+    def _end_snapshot(self) -> None:
+        if self._exporter is not None:
+            self._exporter.close()
+            self._exporter = None
 
     def wait(self) -> None:
         self._thread.join()

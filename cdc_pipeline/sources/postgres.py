@@ -443,6 +443,51 @@ def copy_out_column(column: SourceColumn, pg_type: str) -> str:
     return name
 
 
+def ctid_split(cur: Any, schema: str, table: str, chunk_bytes: int, most: int) -> list[int]:
+    """Where a table without a key is cut into parts of about `chunk_bytes` of its heap (at most `most` parts), as
+    block numbers: each part is the rows stored in its blocks (`ctid_predicate`), the last open-ended. Empty when one
+    part holds it. Read from the heap's size now, not the catalog's estimate."""
+    cur.execute("SELECT pg_relation_size(c.oid), current_setting('block_size')::int FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                (schema, table))
+    row = cur.fetchone()
+    if row is None:
+        return []
+    size, block = row
+    parts = min(most, -(-size // max(1, chunk_bytes)))
+    blocks = size // block
+    return [blocks * i // parts for i in range(1, parts)] if parts > 1 else []
+
+
+def ctid_predicate(lower: Sequence[Any] | None, upper: Sequence[Any] | None) -> str:
+    """The rows of a part `ctid_split` cut: those stored from block `lower` (its first item) up to, not including,
+    block `upper` (a TID range scan, PostgreSQL 14 on)."""
+    bounds = []
+    if lower is not None:
+        bounds.append(f"ctid >= '({int(lower[0])},0)'::tid")
+    if upper is not None:
+        bounds.append(f"ctid < '({int(upper[0])},0)'::tid")
+    return " AND ".join(bounds) or "true"
+
+
+def export_snapshot(connector: ConnectorConfig) -> tuple[Any, str]:
+    """A source session holding a snapshot open for others to share (`import_snapshot`), and the snapshot's name:
+    the parts of a table without a key, read by several tasks, see the table at one moment. The snapshot lives until
+    the session ends (the caller closes it once the tasks are done)."""
+    conn = connect(connector)
+    try:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        return conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+    except BaseException:
+        conn.close()
+        raise
+
+
+def import_snapshot(name: str) -> str:
+    """What a reader's session runs first to read under the snapshot `export_snapshot` named."""
+    return f"{COPY_SNAPSHOT}; SET TRANSACTION SNAPSHOT {literal(name)}"
+
+
 def copy_out_query(select: str) -> str:
     """A chunk's SELECT as the COPY whose text the load pipes into the destination's COPY (`SourceChunkCopier`)."""
     return f"COPY ({select}) TO STDOUT"
