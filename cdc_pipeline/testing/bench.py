@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 CAPTURE_USER = "bench"
 CAPTURE_PASSWORD = "bench-capture"
 DATABASE = "bench"
-WARMUP_DATABASE = "bench_warmup"
 WARMUP_ROWS = 20_000
 LOAD_DATABASE = "bench_load"
 LOAD_ROWS = 1_000_000
@@ -297,14 +296,21 @@ def measure_copy_ceiling(source: MariaDbServer, destination: PostgresServer, dat
     format does), `columns` the destination table `ceiling`'s columns."""
     destination.execute(f"CREATE TABLE ceiling ({columns})", dbname=database)
     env = {**os.environ, "MYSQL_PWD": CAPTURE_PASSWORD, "PGCLIENTENCODING": "UTF8"}
+    return _measure_ceiling_pipe(
+        ["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", CAPTURE_USER, "-N", "-B", "--quick",
+         "--default-character-set=utf8mb4", "--max-allowed-packet=1G", "-e",
+         f"SELECT {select} FROM {quote_mysql(table)}", database],
+        ["psql", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(database), "-c",
+         "COPY ceiling FROM STDIN WITH (NULL 'NULL')"], destination, database, env)
+
+
+def _measure_ceiling_pipe(reader_command: list[str], writer_command: list[str], destination: PostgresServer,
+                          database: str, env: dict[str, str] | None = None) -> Measurement:
+    """The rows the reader's output piped into the writer put in the destination's table `ceiling`, and the wall
+    seconds of the pipe."""
     started = time.monotonic()
-    reader = subprocess.Popen(["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", CAPTURE_USER, "-N", "-B",
-                               "--quick", "--default-character-set=utf8mb4", "--max-allowed-packet=1G", "-e",
-                               f"SELECT {select} FROM {quote_mysql(table)}", database],
-                              stdout=subprocess.PIPE, env=env)
-    writer = subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(database), "-c",
-                             "COPY ceiling FROM STDIN WITH (NULL 'NULL')"], stdin=reader.stdout, capture_output=True,
-                            text=True, env=env)
+    reader = subprocess.Popen(reader_command, stdout=subprocess.PIPE, env=env)
+    writer = subprocess.run(writer_command, stdin=reader.stdout, capture_output=True, text=True, env=env)
     reader.stdout.close()
     reader.wait()
     seconds = time.monotonic() - started
@@ -465,37 +471,36 @@ def _children(pid: int) -> list[int]:
 
 
 def measure_initial_load(source: MariaDbServer, destination: PostgresServer, work: Path, rows: int,
-                         debezium_rows: int, peer: bool = False) -> dict[str, Any]:
+                         debezium_rows: int, peer: bool = False, database: str = LOAD_DATABASE) -> dict[str, Any]:
     """The copy ceiling, the bulk snapshot engine, the Debezium snapshot engine and (`peer`) pg_chameleon, in that
-    order."""
-    destination.create_database(LOAD_DATABASE)
-    load_source(source, rows, LOAD_DATABASE, "items")
-    ceiling = measure_copy_ceiling(source, destination, LOAD_DATABASE, "items")
-    bulk = measure_sync_process(source, destination, work, LOAD_DATABASE, "spark", ["items"])
+    order, on a table `items` in the source's `database`."""
+    destination.create_database(database)
+    load_source(source, rows, database, "items")
+    ceiling = measure_copy_ceiling(source, destination, database, "items")
+    bulk = measure_sync_process(source, destination, work, database, "spark", ["items"])
     results: dict[str, Any] = {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate),
                                "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk,
                                "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
                                "load_to_ceiling_ratio": round(bulk["rows"] / bulk["load_seconds"] / ceiling.rate, 3)
                                if bulk.get("load_seconds") else None,
-                               "exact": same_items(source, destination, LOAD_DATABASE, f"{LOAD_DATABASE}_spark")}
+                               "exact": same_items(source, destination, database, f"{database}_spark")}
     if debezium_rows:
-        load_source(source, debezium_rows, LOAD_DATABASE, "items_debezium")
-        debezium = measure_sync_process(source, destination, work, LOAD_DATABASE, "debezium", ["items_debezium"])
+        load_source(source, debezium_rows, database, "items_debezium")
+        debezium = measure_sync_process(source, destination, work, database, "debezium", ["items_debezium"])
         results["debezium"] = debezium
         results["debezium_to_ceiling_ratio"] = round(debezium["rows_per_second"] / ceiling.rate, 3)
     if peer:
-        peer_chameleon.add_initial_load(results, source, destination, CAPTURE_USER, CAPTURE_PASSWORD, LOAD_DATABASE)
+        peer_chameleon.add_initial_load(results, source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
     return results
 
 
 def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Path, changes: int,
-                    peer: bool = False) -> dict[str, Any]:
+                    peer: bool = False, database: str = "bench_backlog") -> dict[str, Any]:
     """Fresh `cdc-pipeline sync` processes, one after another as the change sensor launches them, catching up a
     backlog of `changes` row changes (half inserts, a quarter updates, a quarter deletes) made while the connector
     did not run: the runs it took, wall rate with each process's start, CPU, the peak memory of the JVM and of
     Python (default memory), and whether the destination ended equal to the source. With `peer`, pg_chameleon
     copies the table too before the changes are made, and catches up the same backlog after cdc-pipeline."""
-    database = "bench_backlog"
     load_source(source, changes, database, "items")
     measure_sync_process(source, destination, work, database, "spark", ["items"])  # the initial load
     peer_backlog = (peer_chameleon.PeerBacklog(source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
@@ -598,35 +603,45 @@ def run_backlog(changes: int, peer: bool = False) -> dict[str, Any]:
             return measure_backlog(source, destination, Path(work), changes, peer)
 
 
-def measure_postgres_initial_load(work: Path, rows: int) -> dict[str, Any]:
-    """The initial load from a PostgreSQL source: its copy ceiling (`psql` streaming `COPY ... TO STDOUT` into
-    `psql`'s `COPY ... FROM STDIN`, no conversion) and the bulk engine in a fresh `cdc-pipeline sync` process, on a
-    table of the bench's shape."""
-    columns = "id int PRIMARY KEY, name varchar(64), amount numeric(12,2), qty int, created timestamp(3), note text"
-    with start_postgres(work, logical=True) as source, start_postgres(work) as destination:
-        source.create_database(LOAD_DATABASE)
-        destination.create_database(LOAD_DATABASE)
-        source.execute([f"CREATE TABLE items ({columns})",
-                        f"INSERT INTO items SELECT i, 'item-' || i, i / 100.0, i % 1000, timestamp '2024-01-01' + "
-                        f"i * interval '1 second', repeat('x', i % 50) FROM generate_series(1, {int(rows)}) AS i"],
-                       dbname=LOAD_DATABASE)
-        destination.execute("CREATE TABLE ceiling (" + columns + ")", dbname=LOAD_DATABASE)
-        started = time.monotonic()
-        reader = subprocess.Popen(["psql", "-X", "-q", source.dsn(LOAD_DATABASE), "-c", "COPY items TO STDOUT"],
-                                  stdout=subprocess.PIPE)
-        writer = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(LOAD_DATABASE), "-c",
-                                 "COPY ceiling FROM STDIN"], stdin=reader.stdout, capture_output=True, text=True)
-        reader.stdout.close()
-        reader.wait()
-        ceiling = Measurement(rows, time.monotonic() - started)
-        if reader.returncode or writer.returncode:
-            raise RuntimeError(f"the copy ceiling pipe failed: {writer.stderr.strip()}")
-        bulk = measure_sync_process(None, destination, work, LOAD_DATABASE, "spark", ["items"], connector={
-            "type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
-            "tables": ["public.items"]})
+def create_postgres_items(source: PostgresServer, database: str, rows: int) -> None:
+    """Creates `database` on a PostgreSQL source and in it `public.items` of the bench's shape with `rows` rows (ids 1
+    to `rows`), generated by the server as `items_table_statements` does on MariaDB."""
+    source.create_database(database)
+    source.execute([f"CREATE TABLE items ({ITEMS_CEILING_COLUMNS})",
+                    f"INSERT INTO items SELECT i, 'item-' || i, i / 100.0, i % 1000, timestamp '2024-01-01' + "
+                    f"i * interval '1 second', repeat('x', i % 50) FROM generate_series(1, {int(rows)}) AS i"],
+                   dbname=database)
+
+
+def measure_postgres_copy_ceiling(source: PostgresServer, destination: PostgresServer, database: str) -> Measurement:
+    """The plainest pipe from a PostgreSQL source: `psql` streaming `COPY items TO STDOUT` into `psql`'s `COPY
+    ceiling FROM STDIN` (no conversion), the table `ceiling` made in the destination's `database`."""
+    destination.execute(f"CREATE TABLE ceiling ({ITEMS_CEILING_COLUMNS})", dbname=database)
+    return _measure_ceiling_pipe(["psql", "-X", "-q", source.dsn(database), "-c", "COPY items TO STDOUT"],
+                                 ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", destination.dsn(database), "-c",
+                                  "COPY ceiling FROM STDIN"], destination, database)
+
+
+def postgres_load_connector(source: PostgresServer) -> dict[str, Any]:
+    """The source fields of `measure_sync_process`'s connector for the PostgreSQL source's `public.items`."""
+    return {"type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
+            "tables": ["public.items"]}
+
+
+def measure_postgres_initial_load(source: PostgresServer, destination: PostgresServer, work: Path, rows: int,
+                                  database: str = LOAD_DATABASE) -> dict[str, Any]:
+    """The initial load from a PostgreSQL source (a logical-decoding server): its copy ceiling
+    (`measure_postgres_copy_ceiling`) and the bulk engine in a fresh `cdc-pipeline sync` process, on a table of the
+    bench's shape in a new source `database`."""
+    create_postgres_items(source, database, rows)
+    destination.create_database(database)
+    ceiling = measure_postgres_copy_ceiling(source, destination, database)
+    bulk = measure_sync_process(None, destination, work, database, "spark", ["items"],
+                                connector=postgres_load_connector(source))
     load_rate = bulk["rows"] / bulk["load_seconds"] if bulk.get("load_seconds") else 0.0
     return {"source": "postgres", "rows": rows, "ceiling_rows_per_second": round(ceiling.rate),
-            "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk, "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
+            "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk,
+            "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
             "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
 
 
@@ -636,7 +651,8 @@ def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb"
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
         if source_type == "postgres":
-            return measure_postgres_initial_load(Path(work), rows)
+            with start_postgres(Path(work), logical=True) as source, start_postgres(Path(work)) as destination:
+                return measure_postgres_initial_load(source, destination, Path(work), rows)
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             return measure_initial_load(source, destination, Path(work), rows, debezium_rows, peer)
@@ -779,16 +795,22 @@ def run(rows: int, batch_size: int, warmup_rows: int = WARMUP_ROWS) -> dict[str,
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
-            spark = build_spark_session()
-            results: dict[str, Any] = {"rows": rows, "batch_size": batch_size, "warmup_rows": warmup_rows}
-            if warmup_rows:
-                started = time.monotonic()
-                cold = measure_phases(source, destination, spark, warmup_rows, batch_size, WARMUP_DATABASE)
-                results["warmup"] = {"seconds": round(time.monotonic() - started, 1),
-                                     **{phase: {key: value for key, value in cold[phase].items() if key != "cycle"}
-                                        for phase in ("snapshot", "stream")}}
-            results.update(measure_phases(source, destination, spark, rows, batch_size, DATABASE))
-            return results
+            return measure_throughput(source, destination, build_spark_session(), rows, batch_size, warmup_rows)
+
+
+def measure_throughput(source: MariaDbServer, destination: PostgresServer, spark: Any, rows: int, batch_size: int,
+                       warmup_rows: int = WARMUP_ROWS, database: str = DATABASE) -> dict[str, Any]:
+    """`run`'s measurements on running servers (the source has the bench's capture user): the warm-up pass in
+    `<database>_warmup`, then `rows` in `database`."""
+    results: dict[str, Any] = {"rows": rows, "batch_size": batch_size, "warmup_rows": warmup_rows}
+    if warmup_rows:
+        started = time.monotonic()
+        cold = measure_phases(source, destination, spark, warmup_rows, batch_size, f"{database}_warmup")
+        results["warmup"] = {"seconds": round(time.monotonic() - started, 1),
+                             **{phase: {key: value for key, value in cold[phase].items() if key != "cycle"}
+                                for phase in ("snapshot", "stream")}}
+    results.update(measure_phases(source, destination, spark, rows, batch_size, database))
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -143,35 +143,36 @@ def summarize_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_side(source: MariaDbServer, destination: PostgresServer, work: Path, tables: Sequence[str], rows: int,
-                 changes: int, per_transaction: int) -> dict[str, Any]:
-    """One side on its fresh servers: `tables` of `rows` rows each are made, loaded and checked, then `changes` are
-    written and caught up and every table checked again. A `sync` process that fails ends the side: its message is
-    kept (`error`) with what was measured before it."""
-    dest_database = f"{DATABASE}_spark"
+                 changes: int, per_transaction: int, database: str = DATABASE) -> dict[str, Any]:
+    """One side on the servers given: `tables` of `rows` rows each are made in a new source `database`, loaded and
+    checked, then `changes` are written and caught up and every table checked again. A `sync` process that fails
+    ends the side: its message is kept (`error`) with what was measured before it."""
+    dest_database = f"{database}_spark"
     total_rows = len(tables) * rows
     measured: dict[str, Any] = {"tables": len(tables), "rows_per_table": rows, "rows": total_rows,
                                 "changes": changes, "changes_per_transaction": per_transaction, "exact": False}
     started = time.monotonic()
-    create_tables(source, DATABASE, tables, rows)
+    create_tables(source, database, tables, rows)
     measured["setup_seconds"] = round(time.monotonic() - started, 2)
     try:
-        load = summarize_runs(sync_until_done(source, destination, work, new_destination=True))
+        load = summarize_runs(sync_until_done(source, destination, work, new_destination=True, database=database))
         load["rows_per_second"] = round(total_rows / load["seconds"])
         measured["load"] = load
-        load_differing = differing_tables(source, destination, DATABASE, dest_database, tables)
+        load_differing = differing_tables(source, destination, database, dest_database, tables)
         measured["differing_after_load"] = {"count": len(load_differing), "tables": load_differing[:20]}
 
         started = time.monotonic()
-        measured["change_kinds"] = write_spread_changes(source, DATABASE, tables, rows, changes, per_transaction)
+        measured["change_kinds"] = write_spread_changes(source, database, tables, rows, changes, per_transaction)
         measured["write_seconds"] = round(time.monotonic() - started, 2)
-        catch_up = summarize_runs(sync_until_done(source, destination, work, new_destination=False))
+        catch_up = summarize_runs(sync_until_done(source, destination, work, new_destination=False,
+                                                  database=database))
         catch_up["changes_per_second"] = round(changes / catch_up["seconds"])
         measured["catch_up"] = catch_up
     except RuntimeError as error:
         log.error("%d table(s) of %d rows: %s", len(tables), rows, error)
         measured["error"] = str(error)[-2000:]
         return measured
-    differing = differing_tables(source, destination, DATABASE, dest_database, tables)
+    differing = differing_tables(source, destination, database, dest_database, tables)
     measured["differing_after_catch_up"] = {"count": len(differing), "tables": differing[:20]}
     measured["exact"] = not load_differing and not differing
     return measured
@@ -193,6 +194,13 @@ def run_tables(tables: int, table_rows: int = TABLE_ROWS, changes: int = SPREAD_
                     source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
                     sides[side].append(measure_side(source, destination, Path(work), names, rows, changes,
                                                     per_transaction))
+    return summarize_sides(sides, tables, table_rows, changes, per_transaction, runs)
+
+
+def summarize_sides(sides: dict[str, list[dict[str, Any]]], tables: int, table_rows: int, changes: int,
+                    per_transaction: int, runs: int = 1) -> dict[str, Any]:
+    """`run_tables`' report from each side's rounds (`measure_side`): every round's figures, each side's medians over
+    the rounds it measured and the ratios many / one."""
     medians = {side: {"load_seconds": _median(r["load"]["seconds"] for r in sides[side] if "load" in r),
                       "rows_per_second": _median(r["load"]["rows_per_second"] for r in sides[side] if "load" in r),
                       "catch_up_seconds": _median(r["catch_up"]["seconds"] for r in sides[side] if "catch_up" in r),

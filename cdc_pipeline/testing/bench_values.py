@@ -161,13 +161,12 @@ def failure(error: RuntimeError) -> dict[str, Any]:
 
 def measure_size(source: MariaDbServer, destination: PostgresServer, work: Path, size_mb: int, rows: int,
                  spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
-    """One value size on fresh servers: the rows are made, the ceiling copies them, the load and then the stream of
-    every row updated are measured and checked. A failed phase ends the size (the stream is not run after a failed
-    load)."""
+    """One value size on the servers given (the source prepared by `prepare_source` for values above its default
+    packet and redo log): the rows are made, the ceiling copies them, the load and then the stream of every row
+    updated are measured and checked. A failed phase ends the size (the stream is not run after a failed load)."""
     database, dbname = DATABASE, f"{DATABASE}_spark"
     pipeline_table = sql.Identifier(database, "docs")
     measured: dict[str, Any] = {"value_mb": size_mb, "rows": rows, "exact": False, "succeeded": False}
-    prepare_source(source)
     create_docs(source, database)
     started = time.monotonic()
     write_values(source, database, size_mb, rows, version=0)
@@ -222,14 +221,20 @@ def run_values(sizes_mb: Sequence[int] = VALUE_SIZES_MB, rows: int | None = None
             with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
                 source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
                 try:
+                    prepare_source(source)
                     measured.append(measure_size(source, destination, Path(work), size_mb,
                                                  rows or default_rows(size_mb), spark_conf))
                 except (pymysql.MySQLError, psycopg.Error, RuntimeError) as error:  # the rows or the ceiling
                     log.error("%d MB values: %s", size_mb, error)
                     measured.append({"value_mb": size_mb, "rows": rows or default_rows(size_mb), "exact": False,
                                      "succeeded": False, "setup": failure(RuntimeError(str(error)))})
-    return {"heap": heap or "default", "sizes": measured, "succeeded": all(size["succeeded"] for size in measured),
-            "exact": all(size["exact"] for size in measured)}
+    return values_report(measured, heap)
+
+
+def values_report(sizes: Sequence[dict[str, Any]], heap: str | None = None) -> dict[str, Any]:
+    """`run_values`' report of the sizes measured (`measure_size`): whether every one succeeded and ended exact."""
+    return {"heap": heap or "default", "sizes": list(sizes), "succeeded": all(size["succeeded"] for size in sizes),
+            "exact": all(size["exact"] for size in sizes)}
 
 
 def describe(results: dict[str, Any]) -> str:
