@@ -24,6 +24,8 @@ rows of the same table (it keeps a run's batches in memory, so a whole large tab
 table of N rows, loaded by the bulk engine first. `--tables N` measures N small tables against one table of as many
 rows instead: their load and a catch-up of changes spread over them (`bench_tables`). `--value-mb 1,8,64` measures
 rows of large values instead: their load and a stream updating every row, beside the copy ceiling (`bench_values`).
+`--load-only --peer-loaders` measures the initial load against pgloader (MariaDB) or pgcopydb (PostgreSQL), `--runs`
+times, each side into fresh destination databases (`peer_loaders`).
 It is a command, not a test.
 """
 
@@ -814,7 +816,7 @@ def measure_throughput(source: MariaDbServer, destination: PostgresServer, spark
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from cdc_pipeline.testing import bench_tables, bench_values
+    from cdc_pipeline.testing import bench_tables, bench_values, peer_loaders
 
     parser = argparse.ArgumentParser(prog="cdc-pipeline bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -842,6 +844,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--peer", action="store_true",
                         help="with the initial load (MariaDB) and --backlog-changes: also pg_chameleon "
                              f"{peer_chameleon.PEER_VERSION} on the same servers (installed on first use)")
+    parser.add_argument("--peer-loaders", action="store_true",
+                        help="with --load-only: the initial load against pgloader (--load-source mariadb) or pgcopydb "
+                             "(postgres), --runs times, each into fresh destination databases (installed from "
+                             "Debian's packages when missing; `peer_loaders`)")
     parser.add_argument("--warm-driver-runs", type=int, default=0,
                         help="only: fresh client processes applying a catch-up's first group through a warm driver "
                              "(a Spark Connect server with the pipeline's driver settings; `warm_driver`)")
@@ -854,7 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--changes-per-transaction", type=int, default=bench_tables.CHANGES_PER_TRANSACTION,
                         help="with --tables: the changes of each source transaction")
     parser.add_argument("--runs", type=int, default=1,
-                        help="with --tables: rounds of both sides, each on fresh servers (medians reported)")
+                        help="with --tables: rounds of both sides, each on fresh servers; with --peer-loaders: runs "
+                             "on the same servers, alternating which side goes first (medians reported)")
     parser.add_argument("--value-mb", type=lambda text: [int(size) for size in text.split(",")], default=None,
                         help="only: rows of values of these sizes in MB (e.g. 1,8,64: half text, half bytes), loaded "
                              "and then every row updated and streamed, beside the copy ceiling (`bench_values`)")
@@ -873,6 +880,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          args.changes_per_transaction, args.runs)
         print(json.dumps(spread, indent=2) if args.json else bench_tables.describe(spread))
         return 0
+    if args.peer_loaders:
+        if not args.load_only or not args.load_rows:
+            parser.error("--peer-loaders measures the initial load: give --load-only and --load-rows N")
+        loaders = peer_loaders.run_peer_loaders(args.load_source, args.load_rows, args.runs)
+        print(json.dumps(loaders, indent=2) if args.json else peer_loaders.describe(loaders))
+        return 0 if loaders["median"]["exact"] else 1
     if args.peer and args.load_source == "postgres" and not args.backlog_changes:
         parser.error("--peer measures pg_chameleon from MariaDB only")
     if args.warm_driver_runs:
