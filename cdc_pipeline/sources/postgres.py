@@ -401,13 +401,16 @@ def _row(items: Sequence[str]) -> str:
 def chunk_predicate(columns: Sequence[str], lower: Sequence[Any] | None, upper: Sequence[Any] | None) -> str:
     """The WHERE text of the chunk [lower, upper) over the key columns (None: unbounded), as one row comparison
     (an index range scan)."""
-    key = _row([quote(column) for column in columns])
-    parts = []
-    if lower is not None:
-        parts.append(f"{key} >= {_row([literal(value) for value in lower])}")
-    if upper is not None:
-        parts.append(f"{key} < {_row([literal(value) for value in upper])}")
-    return " AND ".join(parts) or "true"
+    return _half_open(_row([quote(column) for column in columns]),
+                      None if lower is None else _row([literal(value) for value in lower]),
+                      None if upper is None else _row([literal(value) for value in upper]))
+
+
+def _half_open(expression: str, lower: str | None, upper: str | None) -> str:
+    """`expression` in [lower, upper) (None: unbounded), as SQL."""
+    bounds = ([] if lower is None else [f"{expression} >= {lower}"]) + \
+        ([] if upper is None else [f"{expression} < {upper}"])
+    return " AND ".join(bounds) or "true"
 
 
 def next_chunk_start(cur: Any, schema: str, table: str, key: Sequence[str], lower: Sequence[Any] | None,
@@ -462,12 +465,8 @@ def ctid_split(cur: Any, schema: str, table: str, chunk_bytes: int, most: int) -
 def ctid_predicate(lower: Sequence[Any] | None, upper: Sequence[Any] | None) -> str:
     """The rows of a part `ctid_split` cut: those stored from block `lower` (its first item) up to, not including,
     block `upper` (a TID range scan, PostgreSQL 14 on)."""
-    bounds = []
-    if lower is not None:
-        bounds.append(f"ctid >= '({int(lower[0])},0)'::tid")
-    if upper is not None:
-        bounds.append(f"ctid < '({int(upper[0])},0)'::tid")
-    return " AND ".join(bounds) or "true"
+    return _half_open("ctid", None if lower is None else f"'({int(lower[0])},0)'::tid",
+                      None if upper is None else f"'({int(upper[0])},0)'::tid")
 
 
 def export_snapshot(connector: ConnectorConfig) -> tuple[Any, str]:

@@ -48,6 +48,14 @@ def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
     assert postgres.chunk_predicate(["id"], None, None) == "true"
 
 
+def test_parts_of_a_table_without_a_key_are_block_ranges_of_its_heap() -> None:
+    assert postgres.ctid_predicate(None, [40]) == "ctid < '(40,0)'::tid"
+    assert postgres.ctid_predicate([40], [80]) == "ctid >= '(40,0)'::tid AND ctid < '(80,0)'::tid"
+    assert postgres.ctid_predicate([80], None) == "ctid >= '(80,0)'::tid"
+    assert postgres.import_snapshot("00000003-0000001B-1") == (
+        "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT E'00000003-0000001B-1'")
+
+
 def test_chunk_literals_read_the_same_whatever_standard_conforming_strings() -> None:
     assert postgres.literal("k\\1100") == "E'k\\\\1100'"
 
