@@ -187,7 +187,7 @@ class FetchCycle:
         source_lost_since: float | None = None
         streamed = False  # the engine was seen streaming (streaming_since: seen streaming with nothing to fetch)
         idle_mark: tuple[dict[str, Any] | None, float] | None = None  # the engine's read position, queue empty
-        wal_mark: str | None = None  # PostgreSQL: where its WAL ended when the idle mark was taken
+        wal_mark: int | None = None  # PostgreSQL: where its WAL ended when the idle mark was taken
         session.streaming = True
         first = True
         while True:
@@ -249,14 +249,13 @@ class FetchCycle:
                 # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
                 streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
                 quiet_for = now - max(self.last_batch_at, streaming_since)
-                if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
-                        and (quiet_for >= connector.idle_timeout_seconds / 2 or self.last_offset is not None):
-                    # Quiet for half the idle timeout (or at once, see below): where the source's log ends now. Once
-                    # the engine's reader has read up to there and nothing came for the rest of the idle timeout,
-                    # every change before it is applied (what the change sensor reads the source's log from).
+                if (idle_mark is None or idle_mark[1] < self.last_batch_at) and self._marks_idle(quiet_for):
+                    # Where the source's log ends now. Once the engine's reader has read up to there and nothing came
+                    # for the rest of the idle timeout, every change before it is applied (what the change sensor
+                    # reads the source's log from).
                     idle_mark = (sources.source_position(connector), now)
                     if connector.type == "postgres":
-                        wal_mark = postgres.wal_end(connector)
+                        wal_mark = postgres.mark_wal_end(connector)
                 if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
                         and self._engine_drained():
                     # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
@@ -266,10 +265,11 @@ class FetchCycle:
                 if quiet_for >= connector.idle_timeout_seconds:
                     end = idle_mark[0] if idle_mark is not None else None
                     if end is None:
-                        # PostgreSQL: once its walsender has sent the WAL written before the quiet began (a
-                        # transaction of tens of MB is decoded for longer than the idle timeout) and it all reached
-                        # us; until then the run waits, within its budget.
-                        if wal_mark is None or (postgres.wal_sent_past(connector, wal_mark)
+                        # PostgreSQL: once Debezium handed over a record past the WAL written before the quiet began
+                        # (the heartbeat row the mark wrote) and it all reached us: a transaction of tens of MB is
+                        # decoded and converted for longer than the idle timeout, after its walsender sent it. Until
+                        # then the run waits, within its budget.
+                        if wal_mark is None or (postgres.received_past(runner.received_offset(), wal_mark)
                                                 and self._engine_drained()):
                             break
                     # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
@@ -311,6 +311,17 @@ class FetchCycle:
             yield self._take_group()
 
     # Shared by the phases.
+
+    def _marks_idle(self, quiet_for: float) -> bool:
+        """Whether the stream, quiet for `quiet_for`, takes its idle mark now: once quiet for half the idle timeout,
+        or at once after batches of this run (a binlog position a batch fetched may be at already, `_fetched_past`). A
+        PostgreSQL mark writes the heartbeat row, which the runner hands over as a batch while batches of the run are
+        in flight: it waits for their groups to be applied (for the idle timeout at most), so that the row is
+        committed by the runner, not applied as a group of its own that brings the next mark."""
+        idle = self.connector.idle_timeout_seconds
+        if self.connector.type != "postgres":
+            return quiet_for >= idle / 2 or self.last_offset is not None
+        return quiet_for >= idle or (quiet_for >= idle / 2 and self.runner.in_flight_batches() == 0)
 
     def _fetched_past(self, end: dict[str, Any]) -> bool:
         """Whether the last batch fetched in this run is at or past the source position `end` (a binlog position;

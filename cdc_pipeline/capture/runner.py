@@ -380,9 +380,18 @@ class DebeziumRunner:
         """Whether the engine's thread is handing a batch over now (making its rows, or waiting for room)."""
         return bool(self._java.handingOver())
 
+    def received_offset(self) -> dict[str, Any] | None:
+        """The source offset of the last record the engine handed over, heartbeats included (None before any): every
+        record before it is queued, fetched or applied."""
+        return json.loads(self._java.receivedOffset())
+
     def queued_batches(self) -> int:
         """Batches handed over by the engine and not yet fetched."""
         return int(self._java.queuedBatches())
+
+    def in_flight_batches(self) -> int:
+        """Batches fetched and not yet marked complete."""
+        return int(self._java.inFlightBatches())
 
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":

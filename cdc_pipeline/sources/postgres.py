@@ -669,30 +669,27 @@ def peek_slot(connector: ConnectorConfig, applied_lsn: int) -> SlotPeek | None:
                     unconfirmed_wal_bytes=int(unconfirmed[0] or 0) if unconfirmed else 0, flushed=bool(flushed))
 
 
-def wal_end(connector: ConnectorConfig) -> str | None:
-    """Where the source's WAL ends now (`pg_current_wal_lsn`), or None when it cannot be read."""
+def mark_wal_end(connector: ConnectorConfig) -> int | None:
+    """Where the source's WAL ends now (its insert position, as a number: past every commit made so far), then the
+    connector's heartbeat row written (`heartbeat_query`): a change of its publication past that end, which the
+    walsender sends after every transaction committed before it, so that the engine hands over a record at or past
+    the end only once Debezium has decoded and handed over them all (`received_past`). None when the position cannot
+    be read or the row written."""
     try:
         with connect(connector) as source:
-            return str(source.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-    except Exception as exc:  # noqa: BLE001 - the run then ends on time alone, as before
-        log.warning("%s: cannot read the source's WAL position: %s", connector.name, exc)
+            end = int(source.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0])
+            source.execute(heartbeat_query(connector))
+    except Exception as exc:  # noqa: BLE001 - the run then ends on time alone
+        log.warning("%s: cannot mark the end of the source's WAL: %s", connector.name, exc)
         return None
+    return end
 
 
-def wal_sent_past(connector: ConnectorConfig, lsn: str) -> bool:
-    """Whether the walsender of the connector's slot has decoded and sent the WAL up to `lsn`: a transaction
-    committed before it was handed to Debezium whole. True when that cannot be told (no such walsender, or its
-    position hidden from the capture user), so a run never waits on what it cannot see."""
-    try:
-        with connect(connector) as source:
-            row = source.execute(
-                "SELECT r.sent_lsn >= %s::pg_lsn FROM pg_replication_slots s "
-                "JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = %s",
-                (lsn, connector.replication_slot)).fetchone()
-    except Exception as exc:  # noqa: BLE001
-        log.warning("%s: cannot read the walsender's position: %s", connector.name, exc)
-        return True
-    return row is None or row[0] is None or bool(row[0])
+def received_past(offset: dict[str, Any] | None, lsn: int) -> bool:
+    """Whether the record Debezium handed over last (its offset) is at or past the WAL position `lsn`: a change
+    written after `lsn`, or a heartbeat sent once Debezium had decoded the WAL past it, follows in the stream every
+    transaction committed before `lsn`."""
+    return bool(offset) and int(offset.get("lsn") or 0) >= lsn
 
 
 def _lsn_text(lsn: int) -> str:

@@ -6,6 +6,8 @@ import java.lang.management.MemoryUsage;
 
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -13,6 +15,9 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.connect.source.SourceRecord;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
 
 import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.RecordChangeEvent;
@@ -28,6 +33,7 @@ import io.debezium.engine.format.ChangeEventFormat;
 public final class DebeziumRunner {
     private static final Logger LOGGER = LoggerFactory.getLogger(DebeziumRunner.class);
     private static final MBeanServer MBEANS = ManagementFactory.getPlatformMBeanServer();
+    private static final ObjectMapper JSON = new ObjectMapper();
 
     private final RunnerParameters parameters;
     private final BatchManager batches;
@@ -36,6 +42,8 @@ public final class DebeziumRunner {
     private volatile String state = "CREATED";
     private volatile String lastError;
     private volatile boolean polling;
+    /** The source offset of the last record handed over to the runner, heartbeats included (null before any). */
+    private volatile Map<String, ?> receivedOffset;
 
     public DebeziumRunner(RunnerParameters parameters) {
         this.parameters = parameters;
@@ -73,7 +81,22 @@ public final class DebeziumRunner {
                         state = "STOPPED";
                     }
                 })
-                .notifying(batches)
+                .notifying(new DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>>() {
+                    @Override
+                    public void handleBatch(List<RecordChangeEvent<SourceRecord>> records,
+                                            DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+                            throws InterruptedException {
+                        batches.handleBatch(records, committer);
+                        if (!records.isEmpty()) {
+                            receivedOffset = records.get(records.size() - 1).record().sourceOffset();
+                        }
+                    }
+
+                    @Override
+                    public boolean supportsTombstoneEvents() {
+                        return batches.supportsTombstoneEvents();
+                    }
+                })
                 .build();
         engineThread = Executors.newSingleThreadExecutor(task -> {
             Thread thread = new Thread(task, "cdc-debezium-" + parameters.get("name"));
@@ -248,6 +271,20 @@ public final class DebeziumRunner {
      */
     public boolean handingOver() {
         return batches.handingOver();
+    }
+
+    /**
+     * The source offset of the last record handed over to the runner, heartbeats included, as JSON ("null" before
+     * any). Set once its batch is queued (or, heartbeats alone, committed): every record before it is queued, in
+     * flight or applied. A PostgreSQL run reads in it that Debezium has decoded the WAL up to a position.
+     */
+    public String receivedOffset() {
+        try {
+            return JSON.writeValueAsString(receivedOffset);
+        }
+        catch (JsonProcessingException e) {
+            throw new IllegalStateException("cannot write the received offset " + receivedOffset + " as JSON", e);
+        }
     }
 
     public int queuedBatches() {
