@@ -34,6 +34,7 @@ from cdc_pipeline.copy_text import (ESCAPES, FIELD_BYTEA, FIELD_DATE, FIELD_PLAI
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
@@ -431,6 +432,37 @@ def table_definitions(cur: Any, database: str,
         key = next((key for key in keys.get(table, {}).values() if not_null.issuperset(key)), [])
         definitions[table] = (table_columns, key)
     return definitions
+
+
+_INDEX_METHODS = {"BTREE": "btree", "HASH": "btree"}
+"""information_schema.STATISTICS.INDEX_TYPE of a secondary index PostgreSQL rebuilds, and the access method it
+gets there (a HASH index of a MEMORY table serves equality, which a B-tree serves too, and ordering)."""
+
+
+def secondary_indexes(cur: Any, database: str, tables: Sequence[str]) -> list[SourceIndex]:
+    """The non-unique indexes of the named tables, in one query. A prefix (`SUB_PART`) indexes the whole column
+    on PostgreSQL; FULLTEXT and SPATIAL indexes, and expression parts (MySQL's functional key parts), are
+    `skipped`."""
+    if not tables:
+        return []
+    cur.execute("SELECT table_name, index_name, column_name, collation = 'D', UPPER(index_type) "
+                "FROM information_schema.statistics WHERE table_schema = %s AND table_name IN %s AND non_unique = 1 "
+                "ORDER BY table_name, index_name, seq_in_index", (database, tuple(tables)))
+    parts: dict[tuple[str, str], list[tuple[str | None, bool, str]]] = {}
+    for table, index, column, descending, index_type in cur.fetchall():
+        parts.setdefault((table, index), []).append((column, bool(descending), index_type))
+    indexes = []
+    for (table, index), columns in parts.items():
+        index_type = columns[0][2]
+        method = _INDEX_METHODS.get(index_type, "")
+        skipped = None
+        if not method:
+            skipped = f"a {index_type} index"
+        elif any(column is None for column, _, _ in columns):
+            skipped = "an expression in its key"
+        indexes.append(SourceIndex(table, index, method, tuple(
+            IndexColumn(column or "", descending) for column, descending, _ in columns), skipped))
+    return indexes
 
 
 def key_value(value: Any) -> Any:

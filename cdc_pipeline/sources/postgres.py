@@ -31,6 +31,7 @@ from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
@@ -385,6 +386,55 @@ def table_definitions(cur: Any, schema: str,
     present = {row[0] for row in cur.fetchall()}
     return {table: (list_columns(cur, schema, table), chunk_key(cur, schema, table))
             for table in tables if table in present}
+
+
+INDEX_METHODS = ("btree", "hash", "gin", "gist", "brin")
+"""The access methods of the secondary indexes the destination gets: PostgreSQL's own, which every server has."""
+
+# pg_index.indoption bits of a key column (src/include/catalog/pg_index.h).
+_INDOPTION_DESC, _INDOPTION_NULLS_FIRST = 1, 2
+
+
+def secondary_indexes(cur: Any, schema: str, tables: Sequence[str]) -> list[SourceIndex]:
+    """The valid non-unique indexes of the named tables (no primary key, unique or exclusion constraint's), in one
+    query. Partial indexes, indexes on expressions or with INCLUDE columns, other access methods than
+    INDEX_METHODS, an operator class other than its type's default and a collation other than its column's are
+    `skipped`."""
+    if not tables:
+        return []
+    cur.execute(
+        "SELECT c.relname, i.relname, am.amname, x.indpred IS NOT NULL, x.indexprs IS NOT NULL, "
+        "       x.indnatts > x.indnkeyatts, k.names, k.options, k.default_classes, k.own_collations "
+        "FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am am ON am.oid = i.relam "
+        "CROSS JOIN LATERAL ("
+        "  SELECT array_agg(a.attname ORDER BY u.ord) AS names, array_agg(u.option ORDER BY u.ord) AS options, "
+        "         coalesce(bool_and(opc.opcdefault), true) AS default_classes, "
+        "         coalesce(bool_and(u.coll = 0 OR u.coll = a.attcollation), true) AS own_collations "
+        "  FROM unnest(x.indkey::int2[], x.indclass::oid[], x.indoption::int2[], x.indcollation::oid[]) "
+        "       WITH ORDINALITY AS u(attnum, opclass, option, coll, ord) "
+        "  LEFT JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = u.attnum AND u.attnum > 0 "
+        "  LEFT JOIN pg_opclass opc ON opc.oid = u.opclass "
+        "  WHERE u.ord <= x.indnkeyatts) k "
+        "WHERE n.nspname = %s AND c.relname = ANY(%s) AND x.indisvalid AND NOT x.indisunique "
+        "AND NOT x.indisprimary AND NOT x.indisexclusion ORDER BY c.relname, i.relname", (schema, list(tables)))
+    indexes = []
+    for (table, name, method, partial, expressions, included, names, options, default_classes,
+         own_collations) in cur.fetchall():
+        columns = tuple(_index_column(column or "", option) for column, option in zip(names, options))
+        reasons = [reason for reason, holds in (
+            ("a partial index (WHERE)", partial), ("an expression in its key", expressions),
+            ("INCLUDE columns", included), (f"the access method {method}", method not in INDEX_METHODS),
+            ("an operator class other than its type's default", not default_classes),
+            ("a collation other than its column's", not own_collations)) if holds]
+        indexes.append(SourceIndex(table, name, method, columns, "; ".join(reasons) or None))
+    return indexes
+
+
+def _index_column(name: str, option: int) -> IndexColumn:
+    descending = bool(option & _INDOPTION_DESC)
+    nulls_first = bool(option & _INDOPTION_NULLS_FIRST)
+    return IndexColumn(name, descending, None if nulls_first == descending else nulls_first)
 
 
 def literal(value: Any) -> str:
