@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any, Callable, Sequence
 
@@ -45,7 +45,8 @@ from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 from cdc_pipeline.sink import deferred_keys, key_builds
 from cdc_pipeline.sink.apply import staging_table_sql
 from cdc_pipeline.catalog import DestinationTable, destination_table, destination_tables
-from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig, dest_identifier
+from cdc_pipeline.convert.ddl import table_scoped_name
 from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
@@ -53,6 +54,7 @@ from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
 from cdc_pipeline.sources import captures, mariadb, module_for
+from cdc_pipeline.sources.source_index import SourceIndex
 
 log = logging.getLogger(__name__)
 
@@ -467,8 +469,8 @@ class BulkLoader:
         return {table.source_table: read.get(table.source_table, _SourceDefinition([], [])) for table in tables}
 
     def _tables(self, cur: Any, load_id: int) -> list[TableLoad]:
-        """The load's tables; planned on its first run: listed, their keys read, emptied (one transaction; the
-        source's and the destination's catalogs read once for all of them)."""
+        """The load's tables; planned on its first run: listed, their keys and secondary indexes read, emptied
+        (one transaction; the source's and the destination's catalogs read once for all of them)."""
         tables = self._read_tables(load_id)
         if tables:
             self._copy_parted_again(tables)
@@ -480,6 +482,7 @@ class BulkLoader:
         loads = [TableLoad(table.name, *self.object_map.table_name(table.name), [], table.estimated_rows, None,
                            False, False) for table in listed]
         definitions = self._definitions(cur, loads)
+        indexes = self._source_indexes(cur, loads)
         with self.conn.transaction(), self.conn.cursor() as dest:
             existing = _existing_tables(dest, [(table.dest_schema, table.dest_table) for table in loads])
             for table in loads:
@@ -506,7 +509,7 @@ class BulkLoader:
                                         [(table.dest_schema, table.dest_table, table.source_table) for table in loads])
                 dest.execute(sql.SQL("TRUNCATE TABLE {}").format(sql.SQL(", ").join(
                     _table(table.dest_schema, table.dest_table) for table in loads)))
-                self._withhold(dest, loads)
+                self._withhold(dest, loads, indexes)
                 dest.executemany(sql.SQL(
                     """INSERT INTO {} (connector, load_id, source_table, dest_schema, dest_table, key_columns,
                                        estimated_rows, source_definition)
@@ -552,13 +555,15 @@ class BulkLoader:
             log.warning("%s: %s (no key) was copied in part under one snapshot by an earlier run: it is copied again "
                         "from its first part", self.connector.name, table.source_table)
 
-    def _withhold(self, dest: psycopg.Cursor, tables: Sequence[TableLoad]) -> None:
+    def _withhold(self, dest: psycopg.Cursor, tables: Sequence[TableLoad],
+                  source_indexes: dict[str, list[tuple[str, SourceIndex]]]) -> None:
         """Withholds the tables' constraints across rows and their indexes (`deferred_keys.withhold`) where they
         have any: every unique key, exclusion constraint and foreign key, while a small table (fewer than
         KEEP_INDEXES_BELOW_ROWS rows estimated) with no such constraint keeps its other indexes. Then the primary
         keys of the tables not small (`deferred_keys.withhold_primary_key`; a small table's is cheaper kept up than
-        made again), once no foreign key of a loaded table references them. One query tells which tables have
-        what."""
+        made again), once no foreign key of a loaded table references them. The source's `source_indexes` (by
+        source table) are recorded to be made with the primary key, a small table's made now
+        (`deferred_keys.plan_source_indexes`). One query tells which tables have what."""
         rows = dest.execute(
             """SELECT t.nsp, t.rel,
                       EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = ANY(%s))
@@ -582,6 +587,32 @@ class BulkLoader:
         for table in keyed:
             deferred_keys.withhold_primary_key(dest, self.schema, self.connector.name, table.dest_schema,
                                                table.dest_table)
+        for table in tables:
+            deferred_keys.plan_source_indexes(dest, self.schema, self.connector.name, table.dest_schema,
+                                              table.dest_table, source_indexes.get(table.source_table, []),
+                                              build_now=table.estimated_rows < KEEP_INDEXES_BELOW_ROWS)
+
+    def _source_indexes(self, cur: Any, tables: Sequence[TableLoad]) -> dict[str, list[tuple[str, SourceIndex]]]:
+        """The source's secondary indexes of each table (by source table) the destination can have, each with
+        its destination name (`<table>_<index>_idx`) and its columns' destination names; the others are logged."""
+        by_database: dict[str, list[TableLoad]] = {}
+        for table in tables:
+            by_database.setdefault(table.database, []).append(table)
+        indexes: dict[str, list[tuple[str, SourceIndex]]] = {}
+        for database, loads in by_database.items():
+            dest_tables = {table.table: table for table in loads}
+            for index in self.source.secondary_indexes(cur, database, list(dest_tables)):
+                table = dest_tables[index.table]
+                if index.skipped is not None:
+                    log.warning("%s: the source's index %s of %s is not built on the destination: %s",
+                                self.connector.name, index.name, table.source_table, index.skipped)
+                    continue
+                columns = tuple(replace(column, name=self.object_map.column_name(table.source_table, column.name))
+                                for column in index.columns)
+                name = table_scoped_name(table.dest_table, dest_identifier(index.name, self.connector.letter_casing),
+                                         "idx")
+                indexes.setdefault(table.source_table, []).append((name, replace(index, columns=columns)))
+        return indexes
 
     def _read_tables(self, load_id: int) -> list[TableLoad]:
         rows = self.conn.execute(sql.SQL(
@@ -1067,11 +1098,12 @@ class _Slices:
             self.make_primary_keys([table])
 
     def make_primary_keys(self, tables: Sequence[TableLoad]) -> None:
-        """Begins making the withheld primary keys of these tables, whose every chunk is copied."""
+        """Begins making the withheld primary keys and the source's secondary indexes of these tables, whose every
+        chunk is copied."""
         if tables:
             loader = self.loader
             self.builds.submit(deferred_keys.waiting(
-                loader.conn, loader.schema, loader.connector.name, deferred_keys.PRIMARY_KEY,
+                loader.conn, loader.schema, loader.connector.name, deferred_keys.AFTER_ROWS,
                 [(table.dest_schema, table.dest_table) for table in tables]))
 
     def wait_until_fewer(self, count: int) -> None:

@@ -135,15 +135,16 @@ _TABLES = (
         snapshot_position jsonb,
         done_at timestamptz)""",
     "CREATE INDEX IF NOT EXISTS bulk_load_chunks_table ON {schema}.bulk_load_chunks (connector, source_table, id)",
-    # A loaded table's primary key (made once its rows are copied), constraints across rows and secondary indexes
-    # (made again once the stream has reconciled the load's chunks): cdc_pipeline/sink/deferred_keys.py.
+    # A loaded table's primary key and its source's secondary indexes (made once its rows are copied), constraints
+    # across rows and the destination's own indexes (made again once the stream has reconciled the load's chunks):
+    # cdc_pipeline/sink/deferred_keys.py.
     """CREATE TABLE IF NOT EXISTS {schema}.deferred_constraints (
         connector text NOT NULL,
         dest_schema text NOT NULL,
         dest_table text NOT NULL,
         name text NOT NULL,
         kind text NOT NULL CONSTRAINT deferred_constraints_kind_check
-            CHECK (kind IN ('constraint', 'index', 'primary key')),
+            CHECK (kind IN ('constraint', 'index', 'primary key', 'source index')),
         definition text NOT NULL,
         PRIMARY KEY (connector, dest_schema, dest_table, name))""",
 )
@@ -179,14 +180,16 @@ _MIGRATIONS = (
     # What the last run, once it succeeded, ran with and left (`run_digest`): a sync finds nothing to do without a
     # JVM only when the configuration and the positions are the same now.
     "ALTER TABLE {schema}.connector_state ADD COLUMN IF NOT EXISTS run_digest text",
-    # A loaded table's primary key is withheld too (kind 'primary key'). Altered only once: ALTER TABLE would wait
-    # for the records a running build of another connector holds.
+    # A loaded table's primary key is withheld too (kind 'primary key'), and the source's secondary indexes are
+    # built after its rows (kind 'source index'). Altered only once: ALTER TABLE would wait for the records a running
+    # build of another connector holds.
     """DO $$ BEGIN
         IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('{schema}.deferred_constraints')
                        AND conname = 'deferred_constraints_kind_check'
-                       AND pg_get_constraintdef(oid) LIKE '%primary key%') THEN
+                       AND pg_get_constraintdef(oid) LIKE '%source index%') THEN
             ALTER TABLE {schema}.deferred_constraints DROP CONSTRAINT IF EXISTS deferred_constraints_kind_check,
-                ADD CONSTRAINT deferred_constraints_kind_check CHECK (kind IN ('constraint', 'index', 'primary key'));
+                ADD CONSTRAINT deferred_constraints_kind_check
+                    CHECK (kind IN ('constraint', 'index', 'primary key', 'source index'));
         END IF;
     END $$""",
 )

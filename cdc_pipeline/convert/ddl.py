@@ -628,12 +628,17 @@ def _using_cast(name: sql.Identifier, old_type: str, new_type: str) -> sql.Compo
 
 
 def _unique_constraint_name(table_name: str, key_name: str) -> str:
-    """`<table>_<key>_key`: PostgreSQL constraint (index) names are unique per schema, MariaDB key names per table.
+    """`<table>_<key>_key`: PostgreSQL constraint (index) names are unique per schema, MariaDB key names per table."""
+    return table_scoped_name(table_name, key_name, "key")
+
+
+def table_scoped_name(table_name: str, name: str, suffix: str) -> str:
+    """`<table>_<name>_<suffix>`, the destination's name of a source's key or index named per table.
 
     A name longer than PostgreSQL's 63 bytes is cut and ends in a hash of the whole, so that two long
     names stay apart and the name read back from the catalog is the one computed here.
     """
-    name = f"{table_name}_{key_name}_key"
+    name = f"{table_name}_{name}_{suffix}"
     encoded = name.encode()
     if len(encoded) <= _MAX_IDENTIFIER_BYTES:
         return name

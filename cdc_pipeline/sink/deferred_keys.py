@@ -9,29 +9,33 @@ these constraints and indexes here and drops them when it plans the table (`with
 (`restore`) once the stream has passed the load's end (`cycle.ConnectorSession.reconcile_load`), when every row
 shows the source as it was at one moment. The primary key holds whatever the moment (the chunks are cut by it and
 never overlap), and the stream's upserts need it: it is withheld too (`withhold_primary_key`) and made as soon as
-the table's last chunk is copied, before the load is finished and any change of the stream applied. Indexes are
-cheaper to build once than to keep up row by row (pg_dump restores them after the data for the same reason), and
-several are built at once (`key_builds`).
+the table's last chunk is copied, before the load is finished and any change of the stream applied. So are the
+source table's secondary (non-unique) indexes (`plan_source_indexes`): they hold for rows of any moments. Indexes
+are cheaper to build once than to keep up row by row (pg_dump restores them after the data for the same reason),
+and several are built at once (`key_builds`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import psycopg
 from psycopg import sql
 
 from cdc_pipeline.config import DestinationConfig
 from cdc_pipeline.convert.ddl import DdlChange, unique_constraint_sql
-from cdc_pipeline.sink.key_builds import CONSTRAINT, INDEX, PRIMARY_KEY, Builds, Withheld
+from cdc_pipeline.sink.key_builds import CONSTRAINT, INDEX, PRIMARY_KEY, SOURCE_INDEX, Builds, Withheld
+from cdc_pipeline.sources.source_index import SourceIndex
 
 log = logging.getLogger(__name__)
 
 # pg_constraint.contype: unique, exclusion and foreign key constraints hold across rows; a primary key is made before
 # the stream (`withhold_primary_key`), and check and NOT NULL constraints hold within each row.
 _ACROSS_ROWS = ("u", "x", "f")
+AFTER_ROWS = (PRIMARY_KEY, SOURCE_INDEX)
+"""The kinds made as soon as their table's rows are copied, before the load is finished."""
 
 
 def withhold(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str, dest_table: str) -> list[str]:
@@ -85,6 +89,59 @@ def withhold_primary_key(cur: psycopg.Cursor, schema: str, connector: str, dest_
     return name
 
 
+def plan_source_indexes(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str, dest_table: str,
+                        indexes: Sequence[tuple[str, SourceIndex]], build_now: bool) -> list[str]:
+    """Records the source table's secondary indexes (each one's destination name, and the index with its columns'
+    destination names) to be made once the table's rows are copied (SOURCE_INDEX), or makes them now (`build_now`:
+    a small table's, before its rows). One whose name the destination's schema already has (or a record of the
+    connector's) is left alone; one on a column the destination table lacks is left out and logged. Returns the
+    names recorded or made."""
+    if not indexes:
+        return []
+    target = sql.Identifier(dest_schema, dest_table)
+    columns = {row[0] for row in cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (target.as_string(cur),)).fetchall()}
+    names = [name for name, _ in indexes]
+    taken = {row[0] for row in cur.execute(sql.SQL(
+        """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = ANY(%s)
+           UNION SELECT name FROM {} WHERE connector = %s AND dest_schema = %s AND name = ANY(%s)""").format(
+        sql.Identifier(schema, "deferred_constraints")),
+        (dest_schema, names, connector, dest_schema, names)).fetchall()}
+    planned = []
+    for name, index in indexes:
+        lacking = [column.name for column in index.columns if column.name not in columns]
+        if lacking:
+            log.warning("%s: the source's index %s of %s is not built on %s.%s: it lacks the column %s", connector,
+                        index.name, index.table, dest_schema, dest_table, ", ".join(lacking))
+            continue
+        if name in taken:
+            continue
+        statement = source_index_sql(name, dest_schema, dest_table, index)
+        if build_now:
+            cur.execute(statement)
+        else:
+            _record(cur, schema, connector, dest_schema, dest_table, name, SOURCE_INDEX, statement.as_string(cur))
+        planned.append(name)
+    if planned:
+        log.info("%s: %s.%s gets the source's indexes %s %s", connector, dest_schema, dest_table, ", ".join(planned),
+                 "before its rows" if build_now else "once its rows are copied")
+    return planned
+
+
+def source_index_sql(name: str, dest_schema: str, dest_table: str, index: SourceIndex) -> sql.Composed:
+    """The CREATE INDEX statement of a source's secondary index named `name` on the destination table (the
+    index's columns by their destination names)."""
+    columns = [sql.SQL("{}{}{}").format(
+        sql.Identifier(column.name), sql.SQL(" DESC" if column.descending else ""),
+        sql.SQL("" if column.nulls_first is None else " NULLS FIRST" if column.nulls_first else " NULLS LAST"))
+        for column in index.columns]
+    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING {} ({})").format(
+        sql.Identifier(name), sql.Identifier(dest_schema, dest_table), sql.Identifier(index.method),
+        sql.SQL(", ").join(columns))
+
+
 def _record(cur: psycopg.Cursor, schema: str, connector: str, dest_schema: str, dest_table: str, name: str,
             kind: str, definition: str) -> None:
     # The definition is the destination's own rendering of it (pg_get_constraintdef, pg_get_indexdef), run again
@@ -128,18 +185,19 @@ def follow_ddl(cur: psycopg.Cursor, schema: str, connector: str, change: DdlChan
     return dataclasses.replace(change, table=dataclasses.replace(change.table, unique_keys=()), unique_added=())
 
 
-def waiting(conn: psycopg.Connection, schema: str, connector: str, kind: str | None = None,
+def waiting(conn: psycopg.Connection, schema: str, connector: str, kind: str | Sequence[str] | None = None,
             tables: Iterable[tuple[str, str]] | None = None) -> list[Withheld]:
-    """The connector's constraints and indexes waiting to be made again (of this `kind` only, of these destination
-    `tables` (schema, name) only)."""
+    """The connector's constraints and indexes waiting to be made (of this `kind` or these kinds only, of these
+    destination `tables` (schema, name) only)."""
     listed = None if tables is None else list(tables)
+    kinds = None if kind is None else [kind] if isinstance(kind, str) else list(kind)
     rows = conn.execute(sql.SQL(
         """SELECT dest_schema, dest_table, name, kind, definition FROM {} WHERE connector = %(connector)s
-             AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+             AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s))
              AND (%(names)s::text[] IS NULL
                   OR (dest_schema, dest_table) IN (SELECT * FROM unnest(%(schemas)s::text[], %(names)s::text[])))
            ORDER BY dest_schema, dest_table, kind, name""").format(sql.Identifier(schema, "deferred_constraints")),
-        {"connector": connector, "kind": kind, "schemas": None if listed is None else [nsp for nsp, _ in listed],
+        {"connector": connector, "kinds": kinds, "schemas": None if listed is None else [nsp for nsp, _ in listed],
          "names": None if listed is None else [name for _, name in listed]}).fetchall()
     return [Withheld(*row) for row in rows]
 

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 CONSTRAINT = "constraint"
 INDEX = "index"
 PRIMARY_KEY = "primary key"
+# A secondary index of the source table, built as soon as the table's rows are copied (`deferred_keys`).
+SOURCE_INDEX = "source index"
+_CREATE_INDEX = (INDEX, SOURCE_INDEX)
 # Statements built at once. An index build is a scan then a sort, bound by the destination's cores (PostgreSQL may
 # add its own parallel workers to a large one: max_parallel_maintenance_workers, 2 by default). Two builds keep the
 # two cores of a destination like the test machine's busy while one of them reads and the other sorts; more would
@@ -42,8 +45,8 @@ class Withheld:
     dest_schema: str
     dest_table: str
     name: str
-    kind: str  # CONSTRAINT, INDEX or PRIMARY_KEY
-    definition: str  # `CONSTRAINT name ...` (PRIMARY_KEY, CONSTRAINT) or a CREATE INDEX statement (INDEX)
+    kind: str  # CONSTRAINT, INDEX, PRIMARY_KEY or SOURCE_INDEX
+    definition: str  # `CONSTRAINT name ...` (PRIMARY_KEY, CONSTRAINT) or a CREATE INDEX statement (the indexes)
 
     @property
     def table(self) -> str:
@@ -59,15 +62,15 @@ class Withheld:
         return self.kind == CONSTRAINT and self.definition.startswith(prefix)
 
     def statement(self) -> sql.Composable:
-        # The definition is the destination's own rendering of it (pg_get_constraintdef, pg_get_indexdef), run
-        # again as it is; no source name is formatted into it here.
-        if self.kind == INDEX:
+        # The definition is the destination's own rendering of it (pg_get_constraintdef, pg_get_indexdef) or one
+        # composed by `psycopg.sql` (SOURCE_INDEX), run as it is; no source name is formatted into it here.
+        if self.kind in _CREATE_INDEX:
             return sql.SQL(self.definition)  # type: ignore[arg-type]
         return sql.SQL("ALTER TABLE {} ADD {}").format(self.target, sql.SQL(self.definition))  # type: ignore[arg-type]
 
     def shares_table_with(self, other: "Withheld") -> bool:
         """Whether both may be built on the same table at the same moment (two CREATE INDEX statements)."""
-        return self.kind == INDEX and other.kind == INDEX
+        return self.kind in _CREATE_INDEX and other.kind in _CREATE_INDEX
 
     def __str__(self) -> str:
         return f"{self.table}.{self.name}"
@@ -207,14 +210,23 @@ class Builds:
             exists, has_primary_key = cur.execute(
                 "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = "
                 "to_regclass(%s) AND contype = 'p')", (regclass, regclass)).fetchone()
+            made = exists
             if exists and not (item.kind == PRIMARY_KEY and has_primary_key):
                 try:
                     with conn.transaction():
                         cur.execute(item.statement())
                 except (psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable):
                     pass  # made already (by hand, or by a schema change of the stream)
+                except psycopg.errors.UndefinedObject as exc:
+                    if item.kind != SOURCE_INDEX:
+                        raise
+                    # The column's destination type has no operator class of the source's access method (a type
+                    # rule changed it): no later run could build it either.
+                    made = False
+                    log.warning("%s: the source's index %s is left out: %s", self.connector, item,
+                                str(exc).strip().splitlines()[0])
             cur.execute(sql.SQL("DELETE FROM {} {}").format(records, where), key)
-        if exists:
-            log.info("%s: made %s %s again in %.1f s", self.connector, item.kind, item, time.monotonic() - started)
+        if made:
+            log.info("%s: made %s %s in %.1f s", self.connector, item.kind, item, time.monotonic() - started)
             with self._changed:
                 self.made.append(str(item))
