@@ -340,6 +340,7 @@ def _cmd_requests(args: argparse.Namespace) -> int:
         argument = f" {row.argument}" if row.argument else ""
         reason = f": {row.reason}" if row.reason else ""
         print(f"{row.id} {row.requested_at:%Y-%m-%d %H:%M:%S} {row.connector} {row.kind}{argument}: {row.status}{reason}")
+    return 0
 
 
 def _cmd_objmap(args: argparse.Namespace) -> int:
@@ -652,7 +653,7 @@ def entry() -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     logging.shutdown()
-    os._exit(code)
+    os._exit(0 if code is None else code)
 
 
 if __name__ == "__main__":
