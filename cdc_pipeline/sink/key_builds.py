@@ -47,6 +47,20 @@ class Withheld:
     name: str
     kind: str  # CONSTRAINT, INDEX, PRIMARY_KEY or SOURCE_INDEX
     definition: str  # `CONSTRAINT name ...` (PRIMARY_KEY, CONSTRAINT) or a CREATE INDEX statement (the indexes)
+    attach: bool = False  # a primary key whose unique index is built (`key_index`): the key is made on it
+
+    def key_index(self) -> sql.Composable | None:
+        """A primary key's unique index, built as the table's other indexes are and beside them, before the key is
+        made on it (`attach`), as pg_restore and pgcopydb build keys: the ALTER TABLE that makes a key from its
+        columns takes the table from every other build for as long as it sorts. None for anything else, or a key
+        whose definition a CREATE INDEX does not take (an index tablespace): that one is made in one statement."""
+        if self.kind != PRIMARY_KEY or self.attach:
+            return None
+        prefix = sql.SQL("CONSTRAINT {} PRIMARY KEY ").format(sql.Identifier(self.name)).as_string()
+        if not self.definition.startswith(prefix) or "USING INDEX" in self.definition:
+            return None
+        return sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} {}").format(
+            sql.Identifier(self.name), self.target, sql.SQL(self.definition[len(prefix):]))  # type: ignore[arg-type]
 
     @property
     def table(self) -> str:
@@ -66,11 +80,18 @@ class Withheld:
         # composed by `psycopg.sql` (SOURCE_INDEX), run as it is; no source name is formatted into it here.
         if self.kind in _CREATE_INDEX:
             return sql.SQL(self.definition)  # type: ignore[arg-type]
+        if self.attach:
+            return sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY USING INDEX {}").format(
+                self.target, sql.Identifier(self.name), sql.Identifier(self.name))
         return sql.SQL("ALTER TABLE {} ADD {}").format(self.target, sql.SQL(self.definition))  # type: ignore[arg-type]
 
     def shares_table_with(self, other: "Withheld") -> bool:
         """Whether both may be built on the same table at the same moment (two CREATE INDEX statements)."""
-        return self.kind in _CREATE_INDEX and other.kind in _CREATE_INDEX
+        return self._creates_index and other._creates_index
+
+    @property
+    def _creates_index(self) -> bool:
+        return self.kind in _CREATE_INDEX or self.key_index() is not None
 
     def __str__(self) -> str:
         return f"{self.table}.{self.name}"
@@ -148,16 +169,17 @@ class Builds:
         conn = None
         try:
             while (item := self._take()) is not None:
+                follow: Withheld | None = None
                 try:
                     if conn is None:
                         conn = self.destination.connect(self.connector)
-                    self._build(conn, item)
+                    follow = self._build(conn, item)
                 except Exception as exc:  # noqa: BLE001 - raised by wait(), in the caller's thread
                     self._failed(item, exc.message if isinstance(exc, CdcError) else str(exc).strip())
                     if conn is not None and conn.broken:
                         conn = None
                 finally:
-                    self._done(item)
+                    self._done(item, follow)
         finally:
             if conn is not None:
                 conn.close()
@@ -182,9 +204,11 @@ class Builds:
         return not any(running.foreign_key or (running.table == item.table and not item.shares_table_with(running))
                        for running in self._running)
 
-    def _done(self, item: Withheld) -> None:
+    def _done(self, item: Withheld, follow: Withheld | None = None) -> None:
         with self._changed:
             self._running.remove(item)
+            if follow is not None and not self._stopping:
+                self._queued.insert(0, follow)
             if not self._running and self._busy_since is not None:
                 self._busy_seconds += time.monotonic() - self._busy_since
                 self._busy_since = None
@@ -196,9 +220,11 @@ class Builds:
                                            f"snapshot: {reason}", connector=self.connector, table=item.table,
                                            position=self.position))
 
-    def _build(self, conn: psycopg.Connection, item: Withheld) -> None:
+    def _build(self, conn: psycopg.Connection, item: Withheld) -> Withheld | None:
         """Makes the statement's constraint or index and forgets its record, in one transaction; does nothing when
-        the record is gone (made by another run), and only forgets it when the table is gone or already has it."""
+        the record is gone (made by another run), and only forgets it when the table is gone or already has it.
+        A primary key's unique index (`key_index`) is built in a transaction of its own, its record kept: what is
+        left, making the key on it, is returned (a run killed between the two builds the index again, at once)."""
         records = sql.Identifier(self.destination.control_schema, "deferred_constraints")
         started = time.monotonic()
         with conn.transaction(), conn.cursor() as cur:
@@ -211,6 +237,12 @@ class Builds:
                 "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = "
                 "to_regclass(%s) AND contype = 'p')", (regclass, regclass)).fetchone()
             made = exists
+            key_index = item.key_index()
+            if exists and key_index is not None and not has_primary_key:
+                cur.execute(key_index)
+                log.info("%s: made the unique index of primary key %s in %.1f s", self.connector, item,
+                         time.monotonic() - started)
+                return dataclasses.replace(item, attach=True)
             if exists and not (item.kind == PRIMARY_KEY and has_primary_key):
                 try:
                     with conn.transaction():

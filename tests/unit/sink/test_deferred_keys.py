@@ -3,6 +3,7 @@ exactly once, foreign keys after the keys they reference, failures named and lef
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -149,3 +150,28 @@ def test_keys_that_take_their_table_for_themselves_are_built_one_after_the_other
     builds.close()
     assert builds.seconds > 0
     assert _constraints(destination, "wide") == [("wide_a", "u"), ("wide_b", "u"), ("wide_pkey", "p")]
+
+
+def test_a_primary_key_is_built_as_a_unique_index_beside_the_other_indexes_then_made_on_it(destination):
+    _run(destination,
+         "CREATE TABLE app.items (id int PRIMARY KEY, qty int, note text)",
+         "CREATE INDEX items_qty ON app.items (qty)",
+         "INSERT INTO app.items SELECT n, n % 7, 'n' || n FROM generate_series(1, 20000) n")
+    _withhold(destination, "items")
+    with destination.connect() as conn:
+        items = {item.kind: item for item in deferred_keys.waiting(conn, "cdc", CONNECTOR)}
+    key, index = items["primary key"], items["index"]
+    # The key's unique index shares the table with the other index build; making the key on it does not.
+    assert key.shares_table_with(index) and key.key_index() is not None
+    attach = dataclasses.replace(key, attach=True)
+    assert not attach.shares_table_with(index) and attach.key_index() is None
+
+    # A run killed between the two: the unique index is there, the record too; the next build makes the key on it.
+    with destination.connect() as conn:
+        conn.execute(key.key_index())
+    builds = Builds(destination, CONNECTOR)
+    builds.submit([key, index])
+    assert sorted(builds.wait()) == ["app.items.items_pkey", "app.items.items_qty"]
+    assert _constraints(destination, "items") == [("items_pkey", "p")]
+    assert _indexes(destination, "items") == ["app.items_pkey", "app.items_qty"]
+    assert _recorded(destination) == []
