@@ -33,7 +33,7 @@ def _wide_rows(first: int, last: int, letter: str = "a") -> str:
 
 def test_mariadb_rows_of_several_mb_updated_stream_exact_in_a_small_heap(pipeline: Pipeline):
     pipeline.source([WIDE, f"INSERT INTO wide {_wide_rows(1, 3)}"])
-    pipeline.write_config(apply_batch_mb=16, spark=small_heap("768m"))
+    pipeline.write_config(apply_batch_mb=16, spark=small_heap("768m"), idle_timeout_seconds=0.5)
     assert sync_summary(pipeline.name, pipeline.env)["snapshot_rows"] == 3
     # Every row's values replaced by others of the same size (an update's event carries both: about 13 MB), in one
     # transaction of more than two groups; then rows inserted and deleted.
@@ -52,11 +52,12 @@ def test_mariadb_rows_of_several_mb_updated_stream_exact_in_a_small_heap(pipelin
 
 
 def test_postgres_toasted_values_of_tens_of_mb_stream_exact(pg_pipeline: PostgresPipeline):
-    # A row of about 21 MB: 7 MB each of text, bytea and jsonb, TOASTed as they are. The idle timeout is short, so
-    # that the run is quiet for longer than it while its walsender decodes the row's transaction and then Debezium
-    # decodes the event: the first run after the insert still applies it.
+    # A row of about 21 MB: 7 MB each of text, bytea and jsonb, TOASTed as they are. The idle timeout is short (the
+    # heartbeat as often as the fixture's), so that the run is quiet for longer than it while its walsender decodes
+    # the row's transaction and then Debezium decodes the event: the first run after the insert still applies it.
     pg_pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY, note text, body text, data bytea, doc jsonb)"])
-    pg_pipeline.write_config(apply_batch_mb=16, spark=small_heap("1g"), idle_timeout_seconds=0.4)
+    pg_pipeline.write_config(apply_batch_mb=16, spark=small_heap("1g"), idle_timeout_seconds=0.4,
+                             heartbeat_interval_seconds=1)
     sync_summary(pg_pipeline.name)
     pg_pipeline.source([f"INSERT INTO items SELECT r, 'new', {postgres_values(7)} FROM generate_series(1, 1) AS r"])
 
@@ -78,9 +79,10 @@ def test_postgres_toasted_values_of_tens_of_mb_stream_exact(pg_pipeline: Postgre
 def test_a_stream_out_of_heap_fails_saying_so_and_the_next_run_applies_it_exact(pipeline: Pipeline):
     # A keyless table: a change applied twice would be two rows.
     pipeline.source(["CREATE TABLE wide (id INT, body LONGTEXT, data LONGBLOB, note VARCHAR(20))"])
-    pipeline.write_config(apply_batch_mb=64, spark=small_heap("256m"))
+    pipeline.write_config(apply_batch_mb=64, spark=small_heap("256m"), idle_timeout_seconds=0.5)
     sync_summary(pipeline.name, pipeline.env)
-    pipeline.source([f"INSERT INTO wide {_wide_rows(1, 8)}"])
+    # 5 rows (33 MB): 4 ran the 256 MB heap out as well, 3 did not.
+    pipeline.source([f"INSERT INTO wide {_wide_rows(1, 5)}"])
 
     run = start_sync(pipeline.name, env=pipeline.env)
     _, err = run.communicate(timeout=600)
@@ -91,7 +93,7 @@ def test_a_stream_out_of_heap_fails_saying_so_and_the_next_run_applies_it_exact(
     assert "spark.driver.memory (it was 256m)" in message and "apply_batch_mb (it was 64)" in message, message
     assert "Connection refused" not in err
 
-    pipeline.write_config(apply_batch_mb=16, spark=small_heap("640m"))
+    pipeline.write_config(apply_batch_mb=16, spark=small_heap("640m"), idle_timeout_seconds=0.5)
     sync_summary(pipeline.name, pipeline.env)
 
     assert_same_mariadb_digests(pipeline, "wide")
