@@ -71,6 +71,7 @@ class FetchCycle:
         self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
         self.last_offset: dict[str, Any] | None = None  # the source offset of the last batch fetched
+        self.loaded = False  # this run finished a bulk load before its stream
 
     @property
     def deadline(self) -> float:
@@ -80,8 +81,10 @@ class FetchCycle:
         if self.session.awaits_schema_snapshot:
             if not (yield from self._schema_snapshot()):
                 return
-        if self.session.bulk_load_pending and not self._bulk_load():
-            return
+        if self.session.bulk_load_pending:
+            if not self._bulk_load():
+                return
+            self.loaded = True
         yield from self._stream()
         log.info("%s: fetched %d events", self.connector.name, self.events)
 
@@ -199,7 +202,11 @@ class FetchCycle:
             asked = time.monotonic()
             # The stream's first fetch after batches of this run (a schema snapshot, a load) does not wait long: a
             # source quiet since then ends the run at once (`_fetched_past`).
-            batch = self._fetch(SETTLE_POLL_SECONDS if first and self.last_offset is not None else None)
+            # So does one after a load, while it waits for the record past its mark (`received_past`: a heartbeat
+            # alone is no batch to wake the fetch).
+            awaits_mark = self.loaded and (first or wal_mark is not None)
+            batch = self._fetch(SETTLE_POLL_SECONDS if first and self.last_offset is not None or awaits_mark
+                                else None)
             first = False
             now = time.monotonic()
             continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
@@ -249,7 +256,11 @@ class FetchCycle:
                 # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
                 streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
                 quiet_for = now - max(self.last_batch_at, streaming_since)
-                if (idle_mark is None or idle_mark[1] < self.last_batch_at) and self._marks_idle(quiet_for):
+                # A PostgreSQL run that loaded marks at once, as a MariaDB one after batches of the run does.
+                first_after_load = idle_mark is None and self.loaded and connector.type == "postgres" \
+                    and runner.in_flight_batches() == 0
+                if (idle_mark is None or idle_mark[1] < self.last_batch_at) and (self._marks_idle(quiet_for)
+                                                                                 or first_after_load):
                     # Where the source's log ends now. Once the engine's reader has read up to there and nothing came
                     # for the rest of the idle timeout, every change before it is applied (what the change sensor
                     # reads the source's log from).
@@ -261,6 +272,11 @@ class FetchCycle:
                     # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
                     # or the load: the snapshot's own position), so no change before it is still on its way.
                     session.checked_end = idle_mark[0]
+                    break
+                if self.loaded and wal_mark is not None and self._engine_drained() \
+                        and postgres.received_past(runner.received_offset(), wal_mark):
+                    # After this run's load, as after a MariaDB one (`_fetched_past`): every change made before the
+                    # mark, the load's included, is applied; a source quiet since ends the run without the idle wait.
                     break
                 if quiet_for >= connector.idle_timeout_seconds:
                     end = idle_mark[0] if idle_mark is not None else None
