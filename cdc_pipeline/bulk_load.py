@@ -352,7 +352,7 @@ class BulkLoader:
             try:
                 tables = self._tables(cur, load_id)
                 # Tables a run ended (or was killed) after finishing, before their primary key was made.
-                slices.make_primary_keys([table for table in tables if table.finished])
+                slices.build_after_rows([table for table in tables if table.finished])
                 todo = [table for table in tables if not table.finished]
                 self._size_chunks(cur, todo)
                 while True:
@@ -383,8 +383,8 @@ class BulkLoader:
                 slices.abandon()
                 builds.close()
                 if builds.made:
-                    log.info("%s: made the primary keys of %s in %.1f s (index phase)", name, ", ".join(builds.made),
-                             builds.seconds)
+                    log.info("%s: made the keys and indexes of %s in %.1f s (index phase)", name,
+                             ", ".join(builds.made), builds.seconds)
                 if on_index_seconds is not None and builds.seconds:
                     on_index_seconds(builds.seconds)
         return True
@@ -1095,9 +1095,9 @@ class _Slices:
             self._copied_last[table.source_table] = table
         else:
             self.loader._finish_tables([table])
-            self.make_primary_keys([table])
+            self.build_after_rows([table])
 
-    def make_primary_keys(self, tables: Sequence[TableLoad]) -> None:
+    def build_after_rows(self, tables: Sequence[TableLoad]) -> None:
         """Begins making the withheld primary keys and the source's secondary indexes of these tables, whose every
         chunk is copied."""
         if tables:
@@ -1127,7 +1127,7 @@ class _Slices:
                 if table.source_table in self._copied_last and not self._holding(table)]
         self.loader._finish_tables(done, logged=tables)
         faults.pause_point(faults.BULK_SLICE)
-        self.make_primary_keys(done)
+        self.build_after_rows(done)
 
     def _holding(self, table: TableLoad) -> bool:
         return any(part.table.source_table == table.source_table for copy in self.running for part in copy.parts)

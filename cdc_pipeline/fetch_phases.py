@@ -256,11 +256,8 @@ class FetchCycle:
                 # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
                 streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
                 quiet_for = now - max(self.last_batch_at, streaming_since)
-                # A PostgreSQL run that loaded marks at once, as a MariaDB one after batches of the run does.
-                first_after_load = idle_mark is None and self.loaded and connector.type == "postgres" \
-                    and runner.in_flight_batches() == 0
-                if (idle_mark is None or idle_mark[1] < self.last_batch_at) and (self._marks_idle(quiet_for)
-                                                                                 or first_after_load):
+                if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
+                        and self._marks_idle(quiet_for, first=idle_mark is None):
                     # Where the source's log ends now. Once the engine's reader has read up to there and nothing came
                     # for the rest of the idle timeout, every change before it is applied (what the change sensor
                     # reads the source's log from).
@@ -273,8 +270,7 @@ class FetchCycle:
                     # or the load: the snapshot's own position), so no change before it is still on its way.
                     session.checked_end = idle_mark[0]
                     break
-                if self.loaded and wal_mark is not None and self._engine_drained() \
-                        and postgres.received_past(runner.received_offset(), wal_mark):
+                if self.loaded and wal_mark is not None and self._wal_mark_passed(wal_mark):
                     # After this run's load, as after a MariaDB one (`_fetched_past`): every change made before the
                     # mark, the load's included, is applied; a source quiet since ends the run without the idle wait.
                     break
@@ -285,8 +281,7 @@ class FetchCycle:
                         # (the heartbeat row the mark wrote) and it all reached us: a transaction of tens of MB is
                         # decoded and converted for longer than the idle timeout, after its walsender sent it. Until
                         # then the run waits, within its budget.
-                        if wal_mark is None or (postgres.received_past(runner.received_offset(), wal_mark)
-                                                and self._engine_drained()):
+                        if wal_mark is None or self._wal_mark_passed(wal_mark):
                             break
                     # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
                     # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
@@ -328,16 +323,23 @@ class FetchCycle:
 
     # Shared by the phases.
 
-    def _marks_idle(self, quiet_for: float) -> bool:
-        """Whether the stream, quiet for `quiet_for`, takes its idle mark now: once quiet for half the idle timeout,
-        or at once after batches of this run (a binlog position a batch fetched may be at already, `_fetched_past`). A
-        PostgreSQL mark writes the heartbeat row, which the runner hands over as a batch while batches of the run are
-        in flight: it waits for their groups to be applied (for the idle timeout at most), so that the row is
-        committed by the runner, not applied as a group of its own that brings the next mark."""
+    def _marks_idle(self, quiet_for: float, first: bool) -> bool:
+        """Whether the stream, quiet for `quiet_for`, takes its idle mark now (`first`: its first of the run): once
+        quiet for half the idle timeout, or at once after batches of this run (a binlog position a batch fetched may
+        be at already, `_fetched_past`). A PostgreSQL mark writes the heartbeat row, which the runner hands over as a
+        batch while batches of the run are in flight: it waits for their groups to be applied (for the idle timeout
+        at most), so that the row is committed by the runner, not applied as a group of its own that brings the next
+        mark; a run that loaded takes its first mark at once, as a MariaDB one does after batches of the run."""
         idle = self.connector.idle_timeout_seconds
         if self.connector.type != "postgres":
             return quiet_for >= idle / 2 or self.last_offset is not None
-        return quiet_for >= idle or (quiet_for >= idle / 2 and self.runner.in_flight_batches() == 0)
+        return quiet_for >= idle or ((quiet_for >= idle / 2 or first and self.loaded)
+                                     and self.runner.in_flight_batches() == 0)
+
+    def _wal_mark_passed(self, wal_mark: int) -> bool:
+        """Whether Debezium handed over a record at or past a PostgreSQL mark (`postgres.mark_wal_end`) and nothing
+        the engine read is still on its way to us: every change committed before the mark was fetched."""
+        return self._engine_drained() and postgres.received_past(self.runner.received_offset(), wal_mark)
 
     def _fetched_past(self, end: dict[str, Any]) -> bool:
         """Whether the last batch fetched in this run is at or past the source position `end` (a binlog position;

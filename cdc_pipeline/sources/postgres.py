@@ -525,7 +525,7 @@ def export_snapshot(connector: ConnectorConfig) -> tuple[Any, str]:
     the session ends (the caller closes it once the tasks are done)."""
     conn = connect(connector)
     try:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(COPY_SNAPSHOT)
         return conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
     except BaseException:
         conn.close()
