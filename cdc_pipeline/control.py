@@ -147,6 +147,13 @@ _TABLES = (
             CHECK (kind IN ('constraint', 'index', 'primary key', 'source index')),
         definition text NOT NULL,
         PRIMARY KEY (connector, dest_schema, dest_table, name))""",
+    # What waits where in the connector's running cycle, sampled every few seconds (cdc_pipeline/run_progress.py);
+    # the row of a run that ended stays until the next run's first sample.
+    """CREATE TABLE IF NOT EXISTS {schema}.run_progress (
+        connector text PRIMARY KEY,
+        run_started_at timestamptz NOT NULL,
+        progress jsonb NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now())""",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -290,7 +297,8 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
 # What the operator role may read: the state and the numbers, never replicated rows (dead letters hold some) nor
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
-                  "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables")
+                  "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables",
+                  "run_progress")
 # Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
 # value the destination refused, and a bulk load's next chunk begins at a key value.
 OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}
@@ -337,13 +345,17 @@ def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
 
 
 def run_lock_held(conn: psycopg.Connection, connector: str) -> bool:
-    """Whether a fetch cycle of the connector runs now (another session holds its run lock), whoever started it: a
-    sync run, a materialization of its assets, the CLI."""
-    row = conn.execute(sql.SQL("SELECT pg_try_advisory_lock({})").format(_lock_key(connector))).fetchone()
-    if row and row[0]:
-        release_run_lock(conn, connector)
-        return False
-    return True
+    """Whether a fetch cycle of the connector runs now (a session holds its run lock), whoever started it: a sync
+    run, a materialization of its assets, the CLI. Read in `pg_locks`, without taking the lock: a cycle starting at
+    that moment is never refused for it (a bigint key's lock shows as its high and low 32 bits)."""
+    row = conn.execute(sql.SQL(
+        """SELECT EXISTS (SELECT FROM pg_catalog.pg_locks
+                          WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                            AND database = (SELECT oid FROM pg_catalog.pg_database
+                                            WHERE datname = pg_catalog.current_database())
+                            AND ((classid::bigint << 32) | objid::bigint) = {})""").format(
+        _lock_key(connector))).fetchone()
+    return bool(row and row[0])
 
 
 def set_state(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, state: str, *,
@@ -692,6 +704,28 @@ def record_source_checked(conn: psycopg.Connection, schema: str, connector: str,
     """Records that the connector has applied every change of its source before `position`."""
     conn.execute(sql.SQL("UPDATE {} SET source_checked = %s WHERE connector = %s").format(
         sql.Identifier(schema, "connector_state")), (json.dumps(position), connector))
+
+
+def record_run_progress(conn: psycopg.Connection, schema: str, connector: str, run_started_at: datetime,
+                        progress: dict[str, Any]) -> None:
+    """Keeps the running cycle's latest progress sample (one row per connector, replaced)."""
+    conn.execute(sql.SQL(
+        """INSERT INTO {} (connector, run_started_at, progress, updated_at) VALUES (%s, %s, %s, now())
+           ON CONFLICT (connector) DO UPDATE SET run_started_at = EXCLUDED.run_started_at,
+             progress = EXCLUDED.progress, updated_at = now()""").format(sql.Identifier(schema, "run_progress")),
+        (connector, run_started_at, json.dumps(progress)))
+
+
+def read_run_progress(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The connector's latest progress sample, with when its run started and the sample's age in seconds; None
+    when no run sampled any."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(sql.SQL(
+            """SELECT progress, run_started_at, updated_at,
+                      round(extract(epoch FROM now() - updated_at)::numeric, 1)::float8 AS age_seconds
+               FROM {} WHERE connector = %s""").format(sql.Identifier(schema, "run_progress")),
+            (connector,)).fetchone()
+    return None if row is None else {**row.pop("progress"), **row}
 
 
 # Failed runs: counted in a row, backed off, or under error_strategy exit held until a resume.

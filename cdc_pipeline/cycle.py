@@ -24,7 +24,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults, sources
+from cdc_pipeline import bulk_load, control, faults, run_progress, sources
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
@@ -203,6 +203,8 @@ class ConnectorSession:
         self.checked_end: dict[str, Any] | None = None  # the stream's idle end, recorded once all is applied
         self.stop_fetching = False  # the stream is to end at once (the run-ahead's consumer stopped)
         self.streaming = False  # the fetch step is in its stream phase
+        self.stage_counters = run_progress.StageCounters()  # groups parsed and applied, for `progress`
+        self.progress: run_progress.ProgressReporter | None = None  # samples the queues while the engine runs
 
     @property
     def conn(self) -> psycopg.Connection | None:
@@ -291,6 +293,9 @@ class ConnectorSession:
                                      queue_capacity=queue_capacity(self.connector),
                                      held_bytes=held_bytes(self.connector))
         self.runner.start()
+        self.progress = run_progress.ProgressReporter(self.destination, name, self.stage_counters,
+                                                      self.runner.progress, lambda: self.streaming)
+        self.progress.start()
         # Timed from here; keys and indexes made above (a load reconciled by an earlier run's stream) stay counted.
         self.cycle_stats = CycleStats(phase_seconds=self.cycle_stats.phase_seconds)
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
@@ -421,6 +426,9 @@ class ConnectorSession:
         that came while the cycle ran is kept.
         """
         stop_error: BaseException | None = None
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
         if driver_exit_code() is not None:
             # The driver JVM is gone, and the engine and the staging connections with it.
             self._staging = self.runner = None
@@ -668,6 +676,7 @@ def parse_batches(session: ConnectorSession, groups: Iterable[list[FetchedBatch]
             # A group without data changes (the schema snapshot's) needs no Spark job, nor the session yet.
             parsed = (row_events(batch_dataframe(session.spark, batch), batch) if has_data_changes(batch)
                       else parse_index(batch))
+        session.stage_counters.parsed(batch.size)
         yield parsed
 
 
@@ -714,6 +723,7 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
     """Applies the plans (`apply_batches`), adding their runner batch ids to `applied`."""
     stats = session.cycle_stats
     for plan in plans:
+        session.stage_counters.applying(plan.parsed.batch.size)
         with session.phase(control.PHASE_EXECUTING, "apply"), working_on(_group_work(plan)):
             try:
                 counts = apply_with_retries(session, applier, plan)
@@ -725,6 +735,7 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
                     gc.collect()
             session.reconcile_load(plan.last_ref.offset if plan.last_ref else None)
         session.record_stage(plan)
+        session.stage_counters.applied(plan.parsed.batch.size)
         stats.last_commit_at = time.monotonic()
         stats.last_commit_epoch = time.time()
         if counts.inserts or counts.updates or counts.deletes or counts.snapshot_rows:
@@ -867,10 +878,12 @@ def mark_batches_complete(session: ConnectorSession, batch_ids: list[int]) -> in
 
 
 def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
-    """What a finished cycle reports: the connector, the cycle's counts and timings, the events marked complete."""
+    """What a finished cycle reports: the connector, the cycle's counts and timings, the events marked complete, and
+    the peaks of its queues and stages' rates (`run_progress.PEAKS`)."""
     stats = session.cycle_stats
     stats.finished_at = time.monotonic()
-    return {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked}
+    peaks = session.progress.summary() if session.progress is not None else {}
+    return {"connector": session.connector.name, **stats.as_dict(), "marked_events": marked, **peaks}
 
 
 def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict
+from py4j.protocol import Py4JError
 
 from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
@@ -435,6 +436,17 @@ class DebeziumRunner:
 
     def events_received(self) -> int:
         return int(self._java.eventsReceived())
+
+    def progress(self) -> dict[str, Any] | None:
+        """What waits where in the JVM now (`DebeziumRunner.progress`): Debezium's queue (`engine_queue`: events,
+        capacity, bytes, max_bytes, the MBean read; None before its metrics exist), the runner's queued and in-flight
+        batches and events, and the events handed over so far (`captured_events`). None when the JVM cannot be
+        read (gone, or stopping)."""
+        try:
+            return json.loads(self._java.progress())
+        except Py4JError as exc:
+            log.debug("%s: cannot read the runner's progress: %s", self.connector, exc)
+            return None
 
     def held_bytes(self) -> int:
         """About what the batches queued and in flight hold (bounded by `held_bytes`)."""

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import bulk_load, control
+from cdc_pipeline import bulk_load, control, run_progress
 
 from cdc_pipeline.mapping import objmap, rule_store
 
@@ -192,6 +192,8 @@ def _cmd_state(args: argparse.Namespace) -> int:
     with _control_connection(config) as conn:
         rows = control.read_states(conn, config.destination.control_schema, args.name)
         progress = bulk_load.read_progress(conn, config.destination.control_schema, args.name)
+        for row in rows:
+            row["run_progress"] = run_progress.read_live(conn, config.destination.control_schema, row["connector"])
     for row in rows:
         row["bulk_snapshot"] = [{key: value for key, value in table.items() if key != "connector"}
                                 for table in progress if table["connector"] == row["connector"]]
@@ -227,6 +229,11 @@ def _cmd_state(args: argparse.Namespace) -> int:
             print(f"  replication slot: {slot.get('error', 'none yet')}")
         if slot and slot.get("warning"):
             print(f"  warning: {slot['warning']}")
+        live = row.get("run_progress")
+        if live:
+            print(f"  running now, as of {live['age_seconds']:.1f} s ago (run started {live['run_started_at']}):")
+            for line in run_progress.progress_lines(live):
+                print(f"    {line}")
         if row.get("bulk_snapshot"):
             print("  bulk snapshot:")
             for line in bulk_snapshot_lines(row["bulk_snapshot"]):

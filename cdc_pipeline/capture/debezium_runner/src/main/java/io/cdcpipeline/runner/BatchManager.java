@@ -49,6 +49,11 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private long nextSeq = 1;
     private long nextBatchId = 1;
     private long eventsReceived;
+    /**
+     * Events of the batches in the queue (handed over, not yet fetched): for a moment below zero, between a batch's
+     * poll and the count of its offer.
+     */
+    private long queuedEvents;
 
     BatchManager(int capacity, Set<String> heartbeatTopics, boolean keepRecords, long heldBytesLimit) {
         this.queue = new ArrayBlockingQueue<>(capacity);
@@ -117,6 +122,7 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             if (queue.offer(batch, 200, TimeUnit.MILLISECONDS)) {
                 synchronized (this) {
                     eventsReceived += batch.size();
+                    queuedEvents += batch.size();
                 }
                 return;
             }
@@ -147,6 +153,7 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             synchronized (this) {
                 batch.assignId(nextBatchId++);
                 inFlight.put(batch.id(), batch);
+                queuedEvents -= batch.size();
             }
         }
         return batch;
@@ -210,5 +217,20 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
 
     synchronized long eventsReceived() {
         return eventsReceived;
+    }
+
+    /**
+     * What waits in the runner now, as JSON fields: the batches and events queued (handed over by the engine, not
+     * fetched), those in flight (fetched, not complete), their bytes, and the events handed over so far.
+     */
+    synchronized String queueReport() {
+        long inFlightEvents = 0;
+        for (ChangeBatch batch : inFlight.values()) {
+            inFlightEvents += batch.size();
+        }
+        return "\"queued_batches\":" + queue.size() + ",\"queued_events\":" + Math.max(0, queuedEvents)
+                + ",\"in_flight_batches\":" + inFlight.size() + ",\"in_flight_events\":" + inFlightEvents
+                + ",\"held_bytes\":" + heldBytes + ",\"captured_events\":" + eventsReceived
+                + ",\"handing_over\":" + handing;
     }
 }

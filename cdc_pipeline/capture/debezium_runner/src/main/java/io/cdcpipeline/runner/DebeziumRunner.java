@@ -226,6 +226,43 @@ public final class DebeziumRunner {
         }
     }
 
+    /** The attributes of Debezium's ChangeEventQueue in its connector metrics (`QueueMetricsMXBean`). */
+    private static final String[] ENGINE_QUEUE_ATTRIBUTES = {
+        "QueueTotalCapacity", "QueueRemainingCapacity", "MaxQueueSizeInBytes", "CurrentQueueSizeInBytes"};
+
+    /**
+     * What waits where now, as one JSON object: Debezium's own queue (its events and bytes against their bounds, by
+     * the connector-metrics MBean of the streaming context, else the snapshot's: both read the one queue; null before
+     * the connector registers them), and the runner's (`BatchManager#queueReport`). A sample costs one MBean look-up
+     * and one read of four attributes: Python polls it every few seconds, nothing is counted per event for it.
+     */
+    public String progress() {
+        return "{\"engine_queue\":" + engineQueueReport() + "," + batches.queueReport() + "}";
+    }
+
+    private String engineQueueReport() {
+        try {
+            ObjectName name = metricsName("streaming", "QueueTotalCapacity");
+            name = name != null ? name : metricsName("snapshot", "QueueTotalCapacity");
+            if (name == null) {
+                return "null";
+            }
+            Map<String, Long> values = new java.util.HashMap<>();
+            for (javax.management.Attribute attribute : MBEANS.getAttributes(name, ENGINE_QUEUE_ATTRIBUTES).asList()) {
+                values.put(attribute.getName(), ((Number) attribute.getValue()).longValue());
+            }
+            long total = values.getOrDefault("QueueTotalCapacity", 0L);
+            return "{\"events\":" + (total - values.getOrDefault("QueueRemainingCapacity", total))
+                    + ",\"capacity\":" + total + ",\"bytes\":" + values.getOrDefault("CurrentQueueSizeInBytes", 0L)
+                    + ",\"max_bytes\":" + values.getOrDefault("MaxQueueSizeInBytes", 0L)
+                    + ",\"mbean\":" + JSON.writeValueAsString(name.toString()) + "}";
+        }
+        catch (Exception e) {
+            LOGGER.debug("Cannot read the queue metrics of {}", parameters.get("topic.prefix"), e);
+            return "null";
+        }
+    }
+
     /**
      * The name of this engine's Debezium connector-metrics MBean of a context ("snapshot", "streaming") that has the
      * attribute, or null. A connector of several databases (SQL Server's `database.names`) registers the task's
