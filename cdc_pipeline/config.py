@@ -89,6 +89,9 @@ def driver_memory_mb(apply_batch_mb: int) -> int:
     return DRIVER_MEMORY_BASE_MB + DRIVER_MEMORY_PER_BATCH_MB * apply_batch_mb
 DEFAULT_MAX_SECONDS_PER_RUN = 300.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 1.0
+# A Dagster run that applied a change streams on until this long passes without another (docs/triggers.md,
+# "Freshness": the default is chosen from measured latency against the JVM time it holds).
+DEFAULT_LINGER_SECONDS = 30.0
 # Past the binlog client's reconnect after a source restart: one to two keep-alive intervals of 60 s, and the connect.
 DEFAULT_SOURCE_LOST_TIMEOUT_SECONDS = 150.0
 # Dagster run retries of a failed sync run: by default only under error_strategy retry.
@@ -264,6 +267,13 @@ def _positive_number(value: Any) -> float:
     return number
 
 
+def _non_negative_number(value: Any) -> float:
+    number = _as_number(_expanded(value) if isinstance(value, str) else value)
+    if number is None or number < 0:
+        raise _invalid(f"must be a number >= 0, got {_show(value)}")
+    return number
+
+
 def _names(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         raise _invalid(f"must be a list of names, got {_show(value)}")
@@ -308,6 +318,7 @@ OptionalText = Optional[Text]
 Identifier = Annotated[str, PlainValidator(_identifier)]
 OptionalIdentifier = Optional[Identifier]
 PositiveNumber = Annotated[float, PlainValidator(_positive_number)]
+NonNegativeNumber = Annotated[float, PlainValidator(_non_negative_number)]
 Names = Annotated[tuple[str, ...], PlainValidator(_names)]
 Properties = Annotated[Mapping[str, str], PlainValidator(_properties)]
 
@@ -498,6 +509,9 @@ class ConnectorConfig:
     max_events_per_run: Optional[_between(1)] = None
     max_seconds_per_run: PositiveNumber = DEFAULT_MAX_SECONDS_PER_RUN
     idle_timeout_seconds: PositiveNumber = DEFAULT_IDLE_TIMEOUT_SECONDS
+    # Dagster runs (and `cdc-pipeline sync --linger`): once a run applied a change it ends only after this long
+    # without another, within max_seconds_per_run; the change sensor launches the next one at once when work waits.
+    linger_seconds: NonNegativeNumber = DEFAULT_LINGER_SECONDS
     # The stream's next group is fetched, parsed and converted while the last one is applied (cycle.run_ahead).
     run_ahead: bool = True
     # A run whose streaming connection to the source is lost and not regained for this long fails.

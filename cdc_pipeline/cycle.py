@@ -171,11 +171,13 @@ class ConnectorSession:
     """
 
     def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
-                 start_offset: str | None = None) -> None:
+                 start_offset: str | None = None, linger_seconds: float = 0.0) -> None:
         self.connector = connector
         self.destination = destination
         self._spark = spark
         self.start_offset = start_offset
+        # A stream that applied a change ends only after this long without another (FetchCycle._linger_extra).
+        self.linger_seconds = linger_seconds
         self._conn: psycopg.Connection | None = None
         self._thread_conn = threading.local()  # the run-ahead thread's own connection (`run_ahead`)
         self.runner: DebeziumRunner | None = None
@@ -887,14 +889,17 @@ def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
 
 
 def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
-              start_offset: str | None = None) -> dict[str, Any]:
+              start_offset: str | None = None, linger: bool = False) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
     convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.
 
     The session takes the connector's run lock, so a cycle run this way and a Dagster run never overlap; a failure
-    is recorded as the connector's last error and raised.
+    is recorded as the connector's last error and raised. With `linger`, a stream that applied a change goes on
+    until the connector's `linger_seconds` pass without another, as a Dagster run's does; without, it ends once
+    caught up.
     """
-    with ConnectorSession(connector, destination, spark, start_offset=start_offset) as session:
+    with ConnectorSession(connector, destination, spark, start_offset=start_offset,
+                          linger_seconds=connector.linger_seconds if linger else 0.0) as session:
         return run_steps(session)
 
 

@@ -43,14 +43,15 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
+def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
 
     A connector's first cycle is checked before it starts (`preflight.require_ready`: it does not start when its
     source or the destination lacks a setting or privilege). With `start_offset` (a Debezium offset as JSON) the
-    cycle replays from that offset.
+    cycle replays from that offset. With `linger` its stream goes on while changes keep coming, as a Dagster run's
+    does (the connector's `linger_seconds`).
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import SparkStart
@@ -72,7 +73,7 @@ def run_sync(name: str, start_offset: str | None = None) -> dict[str, Any]:
     # The driver JVM starts now; the checks and the engine's start run while Spark's session is being made.
     spark = SparkStart(config.spark)
     preflight.require_ready(connector, config.destination)
-    return run_cycle(connector, config.destination, spark, start_offset=start_offset)
+    return run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -104,7 +105,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         if held is not None:
             print(f"note: {held}; this sync, asked for by hand, tries again (its success resumes the connector)",
                   file=sys.stderr)
-        summary = run_sync(args.name, start_offset=args.start_offset)
+        summary = run_sync(args.name, start_offset=args.start_offset, linger=args.linger)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = _root_cause(exc)
         print(f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)
@@ -448,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument("-v", "--verbose", action="store_true", help="show the run's log")
     sync.add_argument("--start-offset", metavar="JSON", help="replay from this Debezium offset (a backfill)")
+    sync.add_argument("--linger", action="store_true",
+                      help="once a change is applied, go on streaming until the connector's linger_seconds pass "
+                           "without another, as a Dagster run does (default: end once caught up)")
     sync.set_defaults(handler=_cmd_sync)
     check = commands.add_parser(
         "check", parents=[config],
