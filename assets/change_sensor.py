@@ -5,14 +5,17 @@ while a failed connector is held (stopped under error_strategy exit, backing off
 import json
 import logging
 import time
+from datetime import datetime, timezone
 from typing import Sequence
 
 import psycopg
 from dagster import (
     AssetKey,
+    DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
     RunRequest,
+    RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
@@ -31,18 +34,27 @@ from resources.destination import DestinationResource
 log = logging.getLogger(__name__)
 
 TRIGGER_TAG = "cdc/trigger"
+# The sensor is evaluated this often at most (Dagster's daemon goes over its sensors every 5 s at most): between two
+# checks of the source, every check_interval_seconds, an evaluation only looks whether a run of the connector ended,
+# and checks at once if one did, so a run that ended on its budget with work waiting is followed by the next one.
+RUN_END_POLL_SECONDS = 5
+# Statuses of a run that ended.
+ENDED_RUN_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
 
 def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
                         table_keys: Sequence[AssetKey] = ()) -> SensorDefinition:
-    """`sync_<name>_on_changes`, every `check_interval_seconds`.
+    """`sync_<name>_on_changes`: checks the source every `check_interval_seconds`, and at once when a run of the
+    connector ends (a run that ended on its budget, `max_seconds_per_run`, while changes kept coming is followed by the
+    next one without waiting for the interval).
 
     Its cursor counts the checks that failed in a row (the destination or the source did not answer): the first
     launches a run, whose failure the UI shows; the next ones launch one only after the same backoff as failed runs.
     Every check also records the connector's lag, and the tables' freshness (`assets/observations.py`).
     """
 
-    @sensor(name=f"{job.name}_on_changes", job=job, minimum_interval_seconds=connector.check_interval_seconds,
+    @sensor(name=f"{job.name}_on_changes", job=job,
+            minimum_interval_seconds=min(connector.check_interval_seconds, RUN_END_POLL_SECONDS),
             default_status=DefaultSensorStatus.RUNNING if connector.trigger == "changes"
             else DefaultSensorStatus.STOPPED,
             description=f"Launches {job.name} when its source holds changes it has not applied (or its bulk snapshot "
@@ -54,6 +66,9 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
         if busy is not None:
             return SensorResult(skip_reason=busy,
                                 asset_events=observations.table_events(context.instance, connector, table_keys, None))
+        waiting = _next_check_skip(context, connector, job)
+        if waiting is not None:
+            return waiting
         try:
             found = pending.check(connector, destination.destination())
         except (psycopg.Error, CdcError) as exc:
@@ -66,12 +81,29 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
         else:
             decision = RunRequest(run_key=f"changes-{time.time_ns()}", tags={TRIGGER_TAG: found.reason[:200]})
         # A check that answers ends the failed checks' backoff.
-        cursor = "" if context.cursor else None
+        cursor = json.dumps({"checked_at": time.time()})
         if isinstance(decision, SkipReason):
             return SensorResult(skip_reason=decision, cursor=cursor, asset_events=events)
         return SensorResult(run_requests=[decision], cursor=cursor, asset_events=events)
 
     return change_sensor
+
+
+def _next_check_skip(context: SensorEvaluationContext, connector: ConnectorConfig,
+                     job: JobDefinition) -> SkipReason | None:
+    """A skip until the next check of the source, check_interval_seconds after the last one that answered; None when
+    it is due, or when a run of the connector ended since (at once: work may wait that the run left)."""
+    checked_at = float(json.loads(context.cursor).get("checked_at", 0)) if context.cursor else 0.0
+    due_in = checked_at + connector.check_interval_seconds - time.time()
+    if due_in <= 0:
+        return None
+    ended = context.instance.get_runs(filters=RunsFilter(
+        job_name=job.name, statuses=ENDED_RUN_STATUSES,
+        updated_after=datetime.fromtimestamp(checked_at, timezone.utc)), limit=1)
+    if ended:
+        return None
+    return SkipReason(f"next change check of connector {connector.name} in {due_in:.0f} s "
+                      "(check_interval_seconds), or at once when a run of it ends")
 
 
 def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, destination: DestinationResource,
