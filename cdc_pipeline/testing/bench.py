@@ -869,8 +869,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --value-mb: rows of each size (default: 200 up to 8 MB, else 512 MB worth)")
     parser.add_argument("--heap", default=None,
                         help="with --value-mb: the driver JVM's heap (spark.driver.memory) instead of the default")
+    parser.add_argument("--freshness", action="store_true",
+                        help="only: latency of a trickle and of a busy source, and the runs of a quiet one, with the "
+                             "change sensor under Dagster's daemon (`bench_freshness`; from a checkout)")
+    parser.add_argument("--linger", type=lambda text: [None if v == "default" else float(v) for v in text.split(",")],
+                        default=[None], help="with --freshness: a round per linger_seconds (e.g. default,1,10,30)")
+    parser.add_argument("--quiet-seconds", type=float, default=60, help="with --freshness")
+    parser.add_argument("--trickle-seconds", type=float, default=120, help="with --freshness")
+    parser.add_argument("--trickle-interval", type=float, default=3, help="with --freshness: s between rows")
+    parser.add_argument("--busy-seconds", type=float, default=30, help="with --freshness")
+    parser.add_argument("--busy-rate", type=float, default=50, help="with --freshness: rows/s")
+    parser.add_argument("--fresh-check-interval", type=int, default=None,
+                        help="with --freshness: the connector's check_interval_seconds (default: its default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.freshness:
+        from cdc_pipeline.testing import bench_freshness
+
+        fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds,
+                                              args.trickle_interval, args.busy_seconds, args.busy_rate,
+                                              args.fresh_check_interval)
+        print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
+        return 0
     if args.value_mb:
         values = bench_values.run_values(args.value_mb, args.value_rows, args.heap)
         print(json.dumps(values, indent=2) if args.json else bench_values.describe(values))

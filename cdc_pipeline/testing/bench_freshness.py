@@ -1,0 +1,216 @@
+"""Freshness as a Dagster user gets it (`cdc-pipeline bench --freshness`): a MariaDB connector with its defaults
+(or the `linger_seconds` given) under Dagster's daemon (`dagster-daemon run` on the checkout's workspace.yaml and a
+fresh instance with the checkout's dagster_home/dagster.yaml), its change sensor launching every run.
+
+Each round, on fresh databases: the connector's first sync (`cdc-pipeline sync`), then the daemon, then
+- quiet: nothing is written; the runs launched are counted (none is the goal);
+- trickle: one row committed every `trickle_interval` seconds;
+- busy: `busy_rate` rows a second, one per transaction;
+- tail: until every row arrived and the last run ended.
+Each row's latency is from just after its commit on the source to when a poll of the destination (every 50 ms)
+first sees it. The time runs hold (what holds a driver JVM) is sampled from the connector's run lock every 50 ms.
+Runs from a checkout (the Dagster layer is loaded from it, as `make dagster-ui` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline import control
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+
+CAPTURE_USER = "fresh"
+CAPTURE_PASSWORD = "fresh-capture"
+NAME = "fresh"
+POLL_SECONDS = 0.05
+# The daemon's first evaluations: its code location loads, the sensor ticks once (a check finding nothing).
+DAEMON_SETTLE_SECONDS = 20.0
+TAIL_SECONDS = 120.0
+
+
+def checkout() -> Path:
+    """The checkout this package runs from (its workspace.yaml and dagster_home/); an error elsewhere."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "workspace.yaml").is_file() or not (root / "assets").is_dir():
+        raise RuntimeError("bench --freshness runs Dagster's daemon on the checkout's workspace.yaml: run it from a "
+                           "checkout of cdc-pipeline")
+    return root
+
+
+def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle_seconds: float,
+                  trickle_interval: float, busy_seconds: float, busy_rate: float,
+                  check_interval: int | None = None) -> dict[str, Any]:
+    """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance."""
+    from cdc_pipeline.capture.runner import build_runner
+
+    build_runner()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="cdc-fresh-") as work:
+        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
+            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            for index, linger in enumerate(lingers):
+                rounds.append(measure_round(source, destination, Path(work) / f"round{index}", linger,
+                                            quiet_seconds, trickle_seconds, trickle_interval, busy_seconds,
+                                            busy_rate, check_interval))
+    return {"rounds": rounds}
+
+
+def measure_round(source: MariaDbServer, destination: PostgresServer, work: Path, linger: float | None,
+                  quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
+                  busy_rate: float, check_interval: int | None) -> dict[str, Any]:
+    work.mkdir(parents=True)
+    database = f"fresh_{work.name}"
+    source.execute(f"CREATE DATABASE {database}")
+    source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE NOT NULL)", database=database)
+    destination.create_database(database)
+    connector: dict[str, Any] = {
+        "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+        "password": "${FRESH_SOURCE_PASSWORD}", "database": database, "tables": [f"{database}.items"]}
+    if linger is not None:
+        connector["linger_seconds"] = linger
+    if check_interval is not None:
+        connector["check_interval_seconds"] = check_interval
+    config = work / "connectors.yaml"
+    config.write_text(json.dumps({"destination": {"dsn": "${FRESH_DEST_DSN}"}, "connectors": {NAME: connector}}))
+    root = checkout()
+    home = work / "dagster_home"
+    home.mkdir()
+    shutil.copy(root / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "CDC_PIPELINE_CONFIG": str(config), "FRESH_DEST_DSN": destination.dsn(database),
+           "FRESH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(home)}
+    first = subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", NAME], env=env, cwd=root,
+                           capture_output=True, text=True)
+    if first.returncode:
+        raise RuntimeError(f"the connector's first sync failed: {first.stderr.strip()[-2000:]}")
+    daemon_log = (work / "daemon.log").open("w")
+    daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
+                               str(root / "workspace.yaml")], env=env, cwd=root, stdout=daemon_log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return _measure(source, destination, database, linger, quiet_seconds, trickle_seconds, trickle_interval,
+                        busy_seconds, busy_rate)
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+        daemon_log.close()
+
+
+class _Watcher(threading.Thread):
+    """Polls the destination: when each row first arrived, and whether a run holds the connector's run lock."""
+
+    def __init__(self, destination: PostgresServer, database: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = destination.dsn(database)
+        self.query = sql.SQL("SELECT id FROM {} WHERE id > %s").format(sql.Identifier(database, "items"))
+        self.arrived: dict[int, float] = {}
+        self.held: list[tuple[float, bool]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                rows = conn.execute(self.query, (max(self.arrived, default=0),)).fetchall()
+                now = time.time()
+                for (key,) in rows:
+                    self.arrived.setdefault(int(key), now)
+                self.held.append((time.monotonic(), control.run_lock_held(conn, NAME)))
+                time.sleep(POLL_SECONDS)
+
+    def runs_and_held(self, since: float, until: float) -> tuple[int, float]:
+        """Runs that began in [since, until) and the seconds a run held the lock then."""
+        samples = [(at, held) for at, held in self.held if since <= at < until]
+        # A run already going when the phase began is not counted.
+        began = sum(1 for (_, before), (_, after) in zip(samples, samples[1:]) if after and not before)
+        held = sum(later - at for (at, was), (later, _) in zip(samples, samples[1:]) if was)
+        return began, held
+
+
+def _write(source: MariaDbServer, database: str, first_id: int, seconds: float, rate: float,
+           written: dict[int, float]) -> int:
+    """Commits one row every 1/rate seconds for `seconds`; returns the next id."""
+    with source.connect(database) as connection, connection.cursor() as cursor:
+        key, began = first_id, time.monotonic()
+        while time.monotonic() - began < seconds:
+            cursor.execute("INSERT INTO items VALUES (%s, %s)", (key, time.time()))
+            connection.commit()
+            written[key] = time.time()
+            key += 1
+            time.sleep(max(0.0, began + (key - first_id) / rate - time.monotonic()))
+    return key
+
+
+def _percentiles(latencies: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    if not ordered:
+        return {"p50": float("nan"), "p90": float("nan"), "max": float("nan")}
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
+
+    return {"p50": at(0.5), "p90": at(0.9), "max": round(ordered[-1], 2)}
+
+
+def _measure(source: MariaDbServer, destination: PostgresServer, database: str, linger: float | None,
+             quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
+             busy_rate: float) -> dict[str, Any]:
+    watcher = _Watcher(destination, database)
+    watcher.start()
+    time.sleep(DAEMON_SETTLE_SECONDS)
+    result: dict[str, Any] = {"linger_seconds": linger if linger is not None else "default"}
+    phases: list[tuple[str, float, float, list[int]]] = []
+    began = time.monotonic()
+    time.sleep(quiet_seconds)
+    phases.append(("quiet", began, time.monotonic(), []))
+    written: dict[int, float] = {}
+    key = 1
+    for name, seconds, rate in (("trickle", trickle_seconds, 1 / trickle_interval), ("busy", busy_seconds, busy_rate)):
+        began = time.monotonic()
+        following = _write(source, database, key, seconds, rate, written)
+        phases.append((name, began, time.monotonic(), list(range(key, following))))
+        key = following
+    began = time.monotonic()
+    deadline = began + TAIL_SECONDS + (linger or 60)
+    while time.monotonic() < deadline and (len(watcher.arrived) < len(written) or watcher.held[-1][1]):
+        time.sleep(0.2)
+    phases.append(("tail", began, time.monotonic(), []))
+    watcher.stop.set()
+    watcher.join()
+    for name, start, end, keys in phases:
+        runs, held = watcher.runs_and_held(start, end)
+        phase: dict[str, Any] = {"seconds": round(end - start, 1), "runs_began": runs,
+                                 "run_seconds": round(held, 1)}
+        if keys:
+            latencies = [watcher.arrived[k] - written[k] for k in keys if k in watcher.arrived]
+            phase.update({"rows": len(keys), "arrived": len(latencies), **_percentiles(latencies)})
+        result[name] = phase
+    return result
+
+
+def describe(results: dict[str, Any]) -> str:
+    lines = ["linger_seconds | quiet: runs | trickle p50/p90/max s (runs, run s / phase s) | busy p50/p90/max s "
+             "(runs) | tail: run s after the last row"]
+    for one in results["rounds"]:
+        quiet, trickle, busy, tail = one["quiet"], one["trickle"], one["busy"], one["tail"]
+        lines.append(
+            f"{one['linger_seconds']} | {quiet['runs_began']} | {trickle['p50']}/{trickle['p90']}/{trickle['max']} "
+            f"({trickle['arrived']}/{trickle['rows']} rows, {trickle['runs_began']} runs, {trickle['run_seconds']}/"
+            f"{trickle['seconds']}) | {busy['p50']}/{busy['p90']}/{busy['max']} ({busy['arrived']}/{busy['rows']} "
+            f"rows, {busy['runs_began']} runs) | {tail['run_seconds']} of {tail['seconds']}")
+    return "\n".join(lines)
