@@ -1,10 +1,12 @@
 """What the change sensor records at each check of its connector, a run launched or not: the connector's lag behind
 its source (an observation of `cdc/<name>`), an observation of each table asset when the check found the
 connector caught up (the destination holds the source's data as of then: `dagster/last_updated_timestamp`), and
-each table's freshness check `fresh`, evaluated from the latest of those and of its materializations."""
+each table's freshness check `fresh`, evaluated from the latest of those and of its materializations; and the
+rows of its source tables' assets, as the source's catalog estimates them."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Sequence
 
@@ -19,16 +21,22 @@ from dagster import (
 )
 
 from assets.connector_asset import connector_asset_key
+from assets.source_assets import source_asset_key
 from assets.table_assets import FRESH_CHECK, LAST_UPDATED
-from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.ops.pending import Pending
+from cdc_pipeline.ops.tables import ESTIMATING_SOURCES, estimated_source_rows, read_replicated_tables
 from cdc_pipeline.sources.change_check import SourceLag
+
+log = logging.getLogger(__name__)
 
 # A lag that stays the same is observed again after this long; one that changes, at once.
 LAG_OBSERVATION_SECONDS = 60
 # The tables of a connector that stays caught up are observed again after this long (at most a quarter of the
 # freshness window), and a freshness result that stays the same is recorded again after this long.
 TABLE_OBSERVATION_SECONDS = 300
+# How long the change sensor waits for the destination when it reads the source tables to observe.
+CONNECT_TIMEOUT_SECONDS = 10
 
 
 def lag_observation(instance: Any, connector: ConnectorConfig, found: Pending,
@@ -112,3 +120,38 @@ def _caught_up_at(instance: Any, keys: Sequence[AssetKey]) -> float | None:
         return None
     value = entry.asset_observation.metadata.get(LAST_UPDATED)
     return float(value.value) if value is not None else entry.timestamp
+
+
+def source_row_observations(instance: Any, connector: ConnectorConfig,
+                            destination: DestinationConfig) -> list[AssetObservation]:
+    """The connector's source tables' rows as the source's catalog estimates them (`dagster/row_count`, with
+    `row_count_estimated`), when it estimates them cheaply (`ESTIMATING_SOURCES`), at most every
+    TABLE_OBSERVATION_SECONDS; none when the destination or the source does not answer (logged)."""
+    if connector.type not in ESTIMATING_SOURCES:
+        return []
+    try:
+        with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+            tables = read_replicated_tables(conn, destination.control_schema, connector.name).get(connector.name, [])
+        keys = {source_table: source_asset_key(connector, source_table)
+                for table in tables for source_table in table.source_tables}
+        if not keys or not _source_rows_due(instance, list(keys.values())):
+            return []
+        estimates = estimated_source_rows(connector, keys)
+    except Exception as exc:  # noqa: BLE001 - each source's driver raises its own errors; the estimate is only shown
+        log.warning("cannot read the row estimates of connector %s's source tables: %s", connector.name, exc)
+        return []
+    return [AssetObservation(asset_key=keys[source_table],
+                             metadata={"dagster/row_count": MetadataValue.int(rows),
+                                       "row_count_estimated": MetadataValue.bool(True)},
+                             description=f"rows of {source_table} as the {connector.type} catalog estimates them")
+            for source_table, rows in sorted(estimates.items())]
+
+
+def _source_rows_due(instance: Any, keys: list[AssetKey]) -> bool:
+    """Whether the source tables were observed TABLE_OBSERVATION_SECONDS ago or more (they are observed together:
+    the first one observed tells)."""
+    for key in keys:
+        last = _latest_observation(instance, key)
+        if last is not None:
+            return time.time() - last.timestamp >= TABLE_OBSERVATION_SECONDS
+    return True

@@ -23,7 +23,8 @@ def _arrived(pipeline, key: int, deadline: float = 60) -> float:
     return time.monotonic()
 
 
-def test_a_lingering_run_applies_the_changes_that_keep_coming_then_ends_after_the_linger(pipeline):
+def test_a_lingering_run_applies_the_changes_that_keep_coming_then_ends_after_the_linger(any_source):
+    pipeline = any_source
     pipeline.write_config(linger_seconds=LINGER)  # idle_timeout_seconds: 2
     pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v INT)", "INSERT INTO items VALUES (1, 1)"])
     loaded = time.monotonic()
