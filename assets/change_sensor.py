@@ -118,6 +118,7 @@ def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, 
     observation = observations.lag_observation(context.instance, connector, found, measured)
     if observation is not None:
         events.append(observation)
+    events += observations.source_row_observations(context.instance, connector, destination.destination())
     return events + observations.table_events(context.instance, connector, table_keys, found)
 
 

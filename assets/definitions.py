@@ -2,7 +2,9 @@
 running, by its `trigger`), its asset `cdc/<name>` with its row-count check and an asset per replicated table
 (as the destination's control schema records them when the definitions load) with its freshness check and its
 verify check (run by the `verify_<name>` job on a schedule and after each bulk load), in the connector's group; the `cdc_control` job and the `cdc_requests` sensor for state-change requests; the
-`cdc_run_failures` sensor."""
+`cdc_run_failures` sensor; each source table as an external asset upstream of its destination table
+(`assets/source_assets.py`), and the `cdc_outside_runs` sensor, which records what cycles run outside Dagster
+wrote."""
 
 import logging
 
@@ -11,9 +13,11 @@ from dagster import Definitions, definitions
 from assets.change_sensor import build_change_sensor
 from assets.connector_asset import build_connector_asset
 from assets.control_job import control_job
+from assets.outside_runs import build_outside_runs_sensor
 from assets.request_sensor import build_request_sensor
 from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
+from assets.source_assets import build_source_specs
 from assets.sync_job import build_sync_job
 from assets.table_assets import build_connector_assets, load_replicated_tables, table_asset_key
 from assets.verify_checks import build_verify_checks
@@ -42,12 +46,15 @@ def build_definitions(config: PipelineConfig) -> Definitions:
             verify_jobs.append(verify.job)
             schedules.extend([verify.schedule] if verify.schedule else [])
             sensors.append(verify.sensor)
+    replicated = [(connector, tables.get(connector.name, [])) for connector in config.connectors.values()]
     return Definitions(
-        assets=assets,
+        assets=[*assets, *build_source_specs((connector, table) for connector, found in replicated for table in found)],
         asset_checks=checks,
         jobs=[*jobs, *verify_jobs, control_job],
         schedules=schedules,
-        sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs)],
+        sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs),
+                 build_outside_runs_sensor([(connector, f"sync_{connector.name}", found)
+                                            for connector, found in replicated])],
         resources={"destination": DestinationResource(config_path=config_path), "spark": spark},
     )
 

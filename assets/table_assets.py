@@ -10,6 +10,7 @@ changed too (`cycle_materializations`). Each table has a freshness check, `fresh
 
 import logging
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Iterator
 
@@ -27,6 +28,7 @@ from dagster import (
     multi_asset,
 )
 
+from assets.source_assets import source_keys
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError
@@ -62,11 +64,16 @@ def load_replicated_tables(config: PipelineConfig) -> dict[str, list[ReplicatedT
 
 
 def table_spec(connector: ConnectorConfig, table: ReplicatedTable) -> AssetSpec:
+    """The table's asset, downstream of its source tables' assets (`assets/source_assets.py`): of every source
+    table a table rule merges into it."""
+    sources = " and ".join(table.source_tables)
     return AssetSpec(
         key=table_asset_key(table), group_name=connector.name, kinds={"postgres"}, skippable=True,
+        deps=source_keys(connector, table),
         description=f"{table.dest_schema}.{table.dest_table} in the destination, replicated by connector "
-                    f"{connector.name} from {connector.type} table {table.source_table}.",
-        metadata={"connector": connector.name, "source_table": table.source_table})
+                    f"{connector.name} from {connector.type} table{'s' if table.merged_from else ''} {sources}.",
+        metadata={"connector": connector.name, "source_table": table.source_table,
+                  **({"merged_from": MetadataValue.json(list(table.merged_from))} if table.merged_from else {})})
 
 
 def build_connector_assets(connector: ConnectorConfig, connector_spec: AssetSpec, tables: list[ReplicatedTable],
@@ -150,16 +157,24 @@ def cycle_materializations(session: cycle.ConnectorSession, summary: dict[str, A
                                    description=f"fetch cycle of connector {name}")]
     assert session.conn is not None
     schema = session.destination.control_schema
-    replicated = {table.source_table: table for table in read_replicated_tables(session.conn, schema, name).get(name, [])}
+    # A destination table that merges several source tables is materialized once, with their counts added.
+    replicated = {source: table for table in read_replicated_tables(session.conn, schema, name).get(name, [])
+                  for source in table.source_tables}
     began = datetime.now(timezone.utc) - timedelta(seconds=float(summary.get("seconds", 0)))
     loading = {row["source_table"]: row for row in session.bulk_snapshot_progress()
                if row["finished_at"] is None or row["finished_at"] >= began}
-    touched = sorted((set(changes.tables()) | set(loading) | set(also)) & set(replicated))
-    status = read_table_status(session.conn, schema, name, [replicated[source] for source in touched])
-    for source_table in touched:
-        metadata = table_metadata(changes.counts(source_table), status[source_table], loading.get(source_table))
-        metadata["source_table"] = MetadataValue.text(source_table)
-        events.append(AssetMaterialization(asset_key=table_asset_key(replicated[source_table]), metadata=metadata,
+    touched: dict[ReplicatedTable, list[str]] = {}
+    for source_table in sorted((set(changes.tables()) | set(loading) | set(also)) & set(replicated)):
+        touched.setdefault(replicated[source_table], []).append(source_table)
+    status = read_table_status(session.conn, schema, name, touched)
+    for table, source_tables in touched.items():
+        counts = Counter()
+        for source_table in source_tables:
+            counts.update(changes.counts(source_table))
+        metadata = table_metadata(dict(counts), status[table.source_table],
+                                  next((loading[source] for source in source_tables if source in loading), None))
+        metadata["source_table"] = MetadataValue.text(", ".join(source_tables))
+        events.append(AssetMaterialization(asset_key=table_asset_key(table), metadata=metadata,
                                            description=f"fetch cycle of connector {name}"))
     return events
 

@@ -47,7 +47,7 @@ def test_definitions_have_a_job_a_change_sensor_and_a_schedule_per_connector(tmp
     defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
 
     assert {job.name for job in defs.jobs} == {"sync_inventory", "sync_billing", "cdc_control"}
-    assert {sensor.name for sensor in defs.sensors} == {"cdc_requests", "cdc_run_failures",
+    assert {sensor.name for sensor in defs.sensors} == {"cdc_requests", "cdc_run_failures", "cdc_outside_runs",
                                                         "sync_inventory_on_changes", "sync_billing_on_changes"}
     # By its trigger, one of the two launches runs (the other is there, stopped, to be switched on in the UI).
     running = DefaultScheduleStatus.RUNNING
