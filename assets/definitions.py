@@ -8,7 +8,7 @@ wrote."""
 
 import logging
 
-from dagster import Definitions, definitions
+from dagster import Definitions, definitions, in_process_executor
 
 from assets.change_sensor import build_change_sensor
 from assets.connector_asset import build_connector_asset
@@ -18,8 +18,8 @@ from assets.request_sensor import build_request_sensor
 from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
 from assets.source_assets import build_source_specs
-from assets.sync_job import build_sync_job
-from assets.table_assets import build_connector_assets, load_replicated_tables, table_asset_key
+from assets.sync_job import build_sync_assets, build_sync_job, sync_resources
+from assets.table_assets import load_replicated_tables, table_asset_key
 from assets.verify_checks import build_verify_checks
 from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
@@ -32,13 +32,14 @@ def build_definitions(config: PipelineConfig) -> Definitions:
     jobs, schedules, sensors, assets, checks, verify_jobs = [], [], [], [], [], []
     tables = load_replicated_tables(config)
     for connector in config.connectors.values():
-        job = build_sync_job(connector, config_path, spark)
+        connector_tables = tables.get(connector.name, [])
+        spec, check = build_connector_asset(connector, config_path)
+        sync_assets = build_sync_assets(connector, spec, connector_tables)
+        assets.append(sync_assets)
+        job = build_sync_job(connector, sync_assets)
         jobs.append(job)
         schedules.append(build_sync_schedule(connector, job, config_path))
-        connector_tables = tables.get(connector.name, [])
         sensors.append(build_change_sensor(connector, job, [table_asset_key(table) for table in connector_tables]))
-        spec, check = build_connector_asset(connector, config_path)
-        assets.append(build_connector_assets(connector, spec, connector_tables, config_path))
         checks.append(check)
         verify = build_verify_checks(connector, connector_tables, config_path)
         if verify is not None:
@@ -55,7 +56,11 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         sensors=[*sensors, build_request_sensor(config_path, jobs), build_run_failure_sensor(config_path, jobs),
                  build_outside_runs_sensor([(connector, f"sync_{connector.name}", found)
                                             for connector, found in replicated])],
-        resources={"destination": DestinationResource(config_path=config_path), "spark": spark},
+        resources={"destination": DestinationResource(config_path=config_path),
+                   **sync_resources(config_path, spark)},
+        # A connector's cycle lives in one process (its engine, the lazy stream of batches between the stages),
+        # also when the UI materializes its assets outside `sync_<name>`.
+        executor=in_process_executor,
     )
 
 

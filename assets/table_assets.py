@@ -3,39 +3,31 @@ group beside the connector's asset `cdc/<name>`.
 
 The tables are those the destination's control schema records for the connector (`cdc_pipeline/ops/tables.py`)
 when the definitions load: a table a run creates or renames appears at the next reload. All of a connector's
-assets are one multi-asset whose step runs one fetch cycle of the connector, so `dagster asset materialize
---select` of any of them, or the UI's Materialize, runs a cycle; its `sync_<name>` runs materialize the tables they
-changed too (`cycle_materializations`). Each table has a freshness check, `fresh` (the change sensor evaluates it).
+assets are outputs of one graph, the stages of its fetch cycle (`assets/sync_job.py`), so `dagster asset
+materialize --select` of any of them, the UI's Materialize, and a `sync_<name>` run each run a cycle, which
+materializes the tables it changed (`cycle_materializations`). Each table has a freshness check, `fresh` (the
+change sensor evaluates it).
 """
 
 import logging
-import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import psycopg
 from dagster import (
-    AssetCheckResult,
     AssetCheckSpec,
-    AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
-    AssetsDefinition,
     AssetSpec,
-    MaterializeResult,
     MetadataValue,
-    multi_asset,
 )
 
 from assets.source_assets import source_keys
 from cdc_pipeline import cycle
-from cdc_pipeline.config import ConnectorConfig, PipelineConfig, load_config
+from cdc_pipeline.config import ConnectorConfig, PipelineConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.ops import preflight
-from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, count_applied, read_replicated_tables, \
-    read_table_status
-from resources.spark_session import SparkSessionResource
+from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, read_replicated_tables, read_table_status
 
 log = logging.getLogger(__name__)
 
@@ -76,40 +68,9 @@ def table_spec(connector: ConnectorConfig, table: ReplicatedTable) -> AssetSpec:
                   **({"merged_from": MetadataValue.json(list(table.merged_from))} if table.merged_from else {})})
 
 
-def build_connector_assets(connector: ConnectorConfig, connector_spec: AssetSpec, tables: list[ReplicatedTable],
-                           config_path: str) -> AssetsDefinition:
-    """The connector's asset and its tables' assets, materialized together by one fetch cycle."""
-    keys = {table_asset_key(table): table for table in tables}
-
-    @multi_asset(
-        name=f"{connector.name}_fetch_cycle", specs=[connector_spec, *(table_spec(connector, t) for t in tables)],
-        check_specs=[AssetCheckSpec(FRESH_CHECK, asset=key, description=freshness_description(connector))
-                     for key in keys],
-        can_subset=True,
-        description=f"One fetch cycle of connector {connector.name}, as a sync_{connector.name} run does: whichever "
-                    "of its assets is selected, the cycle applies every change of the connector's tables.")
-    def fetch_cycle(context: AssetExecutionContext, spark: SparkSessionResource) -> Iterator[Any]:
-        config = load_config(config_path)
-        changes = TableChanges()
-        selected = {keys[key].source_table for key in context.selected_asset_keys if key in keys}
-        preflight.require_ready(config.connector(connector.name), config.destination)
-        with cycle.ConnectorSession(config.connector(connector.name), config.destination,
-                                    spark.get_session()) as session:
-            log_spark_ui(context, session)
-            summary = cycle.run_steps(session, watch=lambda plans: count_applied(plans, changes))
-            events = cycle_materializations(session, summary, changes, selected)
-        for event in events:
-            if event.asset_key in context.selected_asset_keys:
-                yield MaterializeResult(asset_key=event.asset_key, metadata=event.metadata)
-            else:
-                yield event
-        now = time.time()
-        for check_key in context.selected_asset_check_keys:
-            yield AssetCheckResult(asset_key=check_key.asset_key, check_name=check_key.name, passed=True,
-                                   metadata={LAST_UPDATED: MetadataValue.timestamp(now)},
-                                   description="materialized by this run")
-
-    return fetch_cycle
+def fresh_check_spec(connector: ConnectorConfig, table: ReplicatedTable) -> AssetCheckSpec:
+    """The table's check `fresh`: passed by a run that materialized the table, evaluated by the change sensor."""
+    return AssetCheckSpec(FRESH_CHECK, asset=table_asset_key(table), description=freshness_description(connector))
 
 
 def freshness_description(connector: ConnectorConfig) -> str:

@@ -1,7 +1,8 @@
-"""The Debezium runner resource: one connector's engine, started with the run and always stopped after it."""
+"""The Debezium runner resource: each connector's engine, started by the first step of its cycle in a run and always
+stopped after the run."""
 
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -9,6 +10,7 @@ from pydantic import Field, PrivateAttr
 
 from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
+from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops import preflight
 from cdc_pipeline.ops.tables import TableChanges
 from resources.replay import ReplayResource
@@ -16,58 +18,59 @@ from resources.spark_session import SparkSessionResource
 
 
 class DebeziumRunnerResource(ConfigurableResource):
-    """Starts the connector's embedded Debezium engine in the Spark driver JVM when the run starts.
+    """Starts a connector's embedded Debezium engine in the Spark driver JVM when its cycle's first step runs.
 
-    The first step of a run checks a connector that never ran (`preflight.require_ready`: a source or destination
-    that lacks a setting or privilege fails the run before the JVM starts), connects to the destination, takes the
-    connector's run lock and starts the engine;
-    teardown stops the engine (flushing the offsets of completed batches), records the connector's final state
-    and the run's error if any, and releases the lock, also when the run fails. Nothing starts at setup: Dagster
-    also initializes a run's resources where no step runs (the `dagster job execute` command does so again after
-    the run ends), and one run must start one engine.
+    One resource serves every connector (Dagster's resource keys are global): each step names its connector. The
+    first step of a connector's cycle checks a connector that never ran (`preflight.require_ready`: a source or
+    destination that lacks a setting or privilege fails the step before the JVM starts), connects to the
+    destination, takes the connector's run lock and starts the engine; teardown stops each engine the run started
+    (flushing the offsets of completed batches), records the connector's final state and its error if any, and
+    releases the lock, also when the run fails. Nothing starts at setup: Dagster also initializes a run's resources
+    where no step runs (the `dagster job execute` command does so again after the run ends), and one run must start
+    one engine per connector.
     """
 
-    connector: str = Field(description="Connector name in the connectors file.")
     config_path: Optional[str] = Field(default=None, description="Connectors file; default $CDC_PIPELINE_CONFIG.")
     spark: SparkSessionResource
     replay: ReplayResource
 
-    _session: Optional[ConnectorSession] = PrivateAttr(default=None)
-    _error: Optional[BaseException] = PrivateAttr(default=None)
-    _table_changes: TableChanges = PrivateAttr(default_factory=TableChanges)
+    _sessions: dict[str, ConnectorSession] = PrivateAttr(default_factory=dict)
+    _errors: dict[str, BaseException] = PrivateAttr(default_factory=dict)
+    _table_changes: dict[str, TableChanges] = PrivateAttr(default_factory=dict)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            session.close(self._error)
+        sessions, self._sessions = self._sessions, {}
+        with ExitStack() as closing:
+            for name, session in sessions.items():
+                closing.callback(session.close, self._errors.get(name))
 
-    @property
-    def session(self) -> ConnectorSession:
-        """The run's connector session, opened (engine started) on first use."""
-        if self._session is None:
+    def session(self, connector: str) -> ConnectorSession:
+        """The run's session of `connector`, opened (engine started) on first use."""
+        if connector not in self._sessions:
+            if self.replay.start_offset is not None and self._sessions:
+                raise CdcError("start_offset replays one connector: launch its sync job alone", connector=connector)
             config = load_config(self.config_path)
-            connector = config.connector(self.connector)
-            preflight.require_ready(connector, config.destination)
-            session = ConnectorSession(connector, config.destination, self.spark.get_session(),
+            connector_config = config.connector(connector)
+            preflight.require_ready(connector_config, config.destination)
+            session = ConnectorSession(connector_config, config.destination, self.spark.get_session(),
                                        start_offset=self.replay.start_offset)
             try:
                 session.open()
             except BaseException as exc:
                 session.close(exc)
                 raise
-            self._session = session
-        return self._session
+            self._sessions[connector] = session
+        return self._sessions[connector]
 
-    @property
-    def table_changes(self) -> TableChanges:
-        """What the run's cycle applied per table, counted as its batches are applied."""
-        return self._table_changes
+    def table_changes(self, connector: str) -> TableChanges:
+        """What the run's cycle of `connector` applied per table, counted as its batches are applied."""
+        return self._table_changes.setdefault(connector, TableChanges())
 
     @contextmanager
-    def step(self) -> Iterator[ConnectorSession]:
-        """Runs one step of the cycle; a failure is kept so teardown records it as the connector's last error."""
+    def step(self, connector: str) -> Iterator[ConnectorSession]:
+        """Runs one step of `connector`'s cycle; a failure is kept so teardown records it as its last error."""
         try:
-            yield self.session
+            yield self.session(connector)
         except BaseException as exc:
-            self._error = exc
+            self._errors[connector] = exc
             raise

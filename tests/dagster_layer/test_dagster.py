@@ -15,6 +15,7 @@ import yaml
 from dagster import (
     AssetKey,
     DagsterInstance,
+    DagsterInvalidConfigError,
     DagsterRun,
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -23,13 +24,16 @@ from dagster import (
     SkipReason,
     build_schedule_context,
     instance_for_test,
+    validate_run_config,
 )
 
+from assets.change_sensor import RUN_END_POLL_SECONDS
 from assets.definitions import build_definitions
 from cdc_pipeline import control
 from cdc_pipeline.config import load_config, parse_config
 from cdc_pipeline.errors import ConfigError
 from resources.destination import DestinationResource
+from tests.dagster_layer.automations import automations
 from tests.helpers import PROJECT_ROOT
 
 
@@ -55,16 +59,37 @@ def test_definitions_have_a_job_a_change_sensor_and_a_schedule_per_connector(tmp
     assert defs.resolve_schedule_def("sync_billing_schedule").default_status == DefaultScheduleStatus.STOPPED
     assert defs.resolve_sensor_def("sync_inventory_on_changes").default_status == DefaultSensorStatus.STOPPED
     assert defs.resolve_schedule_def("sync_inventory_schedule").default_status == running
-    assert defs.resolve_sensor_def("sync_billing_on_changes").minimum_interval_seconds == 15
+    # Its daemon evaluates it every RUN_END_POLL_SECONDS; it checks the source every check_interval_seconds (15).
+    assert defs.resolve_sensor_def("sync_billing_on_changes").minimum_interval_seconds == RUN_END_POLL_SECONDS
     assert {spec.key.path[-1] for spec in defs.assets} == {"inventory", "billing"}
     schedule = defs.resolve_schedule_def("sync_inventory_schedule")
     assert schedule.cron_schedule == "*/5 * * * *"
     assert defs.resolve_schedule_def("sync_billing_schedule").cron_schedule == "* * * * *"
     job = defs.resolve_job_def("sync_inventory")
-    assert [node.name for node in job.graph.nodes_in_topological_order] == [
+    [cycle] = job.graph.nodes
+    assert cycle.name == "inventory_fetch_cycle"
+    assert [node.name for node in cycle.definition.nodes_in_topological_order] == [
         "fetch_batches", "parse_events", "convert_ddl", "convert_dml", "apply_batches", "mark_batches_complete",
         "record_stats"]
-    assert job.tags["cdc/connector"] == "inventory"
+    assert job.tags["cdc/connector"] == "inventory" and job.tags["dagster/max_retries"] == "0"
+
+
+def test_a_sync_run_takes_the_replay_offset_as_run_config(tmp_path):
+    job = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml")).resolve_job_def("sync_billing")
+
+    assert validate_run_config(job, {})
+    assert validate_run_config(job, {"resources": {"replay": {"config": {"start_offset": '{"lsn": 1}'}}}})
+    with pytest.raises(DagsterInvalidConfigError):
+        validate_run_config(job, {"resources": {"replay": {"config": {"start_position": '{"lsn": 1}'}}}})
+
+
+def test_the_sensor_and_schedule_are_automations_of_the_connectors_asset(tmp_path):
+    defs = build_definitions(parse_config(TWO_CONNECTORS, tmp_path / "c.yaml"))
+
+    sensors, schedules = automations(defs, AssetKey(["cdc", "billing"]))
+
+    assert "sync_billing_on_changes" in sensors and "sync_inventory_on_changes" not in sensors
+    assert schedules == {"sync_billing_schedule"}
 
 
 @pytest.mark.parametrize("cron", ["every minute", "0 0 * * * *", "61 * * * *", "0 0 31 2 *"])
@@ -154,22 +179,19 @@ def test_schedule_skips_while_a_run_of_the_connector_is_in_progress(tmp_path):
 
 @pytest.mark.integration
 def test_sync_job_runs_in_process_and_records_the_connector_asset(pipeline):
-    from assets.sync_job import build_sync_job
-
     pipeline.source(["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO t VALUES (1, 'x'), (2, 'y')"])
     config = load_config(pipeline.config_path)
-    job = build_sync_job(config.connector(pipeline.name), str(pipeline.config_path))
+    job = build_definitions(config).resolve_job_def(f"sync_{pipeline.name}")
 
     with DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(instance=instance)
         materialization = instance.get_latest_materialization_event(AssetKey(["cdc", pipeline.name]))
 
     assert result.success
-    assert result.output_for_node("record_stats")["snapshot_rows"] == 2
-    assert materialization is not None
+    assert materialization is not None and materialization.run_id == result.run_id
     metadata = materialization.asset_materialization.metadata
     assert metadata["snapshot_rows"].value == 2 and metadata["jvm_heap_used"].value > 0
-    assert metadata["events"].value == result.output_for_node("record_stats")["events"]
+    assert metadata["events"].value >= 2
     assert {"batches", "inserts", "updates", "deletes", "ddls", "transactions", "seconds", "events_per_second",
             "lag_seconds", "jvm_non_heap_used"} <= set(metadata)
     pipeline.assert_same("t")

@@ -17,6 +17,7 @@ from dagster import (
     AssetKey,
     AssetObservation,
     DagsterInstance,
+    Definitions,
     RunRequest,
     SensorResult,
     build_sensor_context,
@@ -29,9 +30,15 @@ from cdc_pipeline import control
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops import lag
 from resources.destination import DestinationResource
+from tests.dagster_layer.automations import automations
 from tests.helpers import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
+
+
+def _connector_assets(defs: Definitions, name: str) -> set[AssetKey]:
+    """The assets in the connector's group (its own and its tables')."""
+    return {spec.key for spec in defs.resolve_all_asset_specs() if spec.group_name == name}
 
 
 def _materialization(instance: DagsterInstance, key: AssetKey) -> dict:
@@ -46,8 +53,7 @@ def test_table_assets_after_runs_and_materialize_of_one_with_the_cli(pipeline):
                      "CREATE TABLE notes (id INT PRIMARY KEY, v VARCHAR(10))", "INSERT INTO notes VALUES (1, 'n')"])
     config = load_config(pipeline.config_path)
     # Before any run the control schema records no table: the connector's asset only.
-    assert [spec.key for spec in build_definitions(config).resolve_all_asset_specs()] == [
-        AssetKey(["cdc", pipeline.name])]
+    assert _connector_assets(build_definitions(config), pipeline.name) == {AssetKey(["cdc", pipeline.name])}
     orders, notes = AssetKey([pipeline.dest_schema, "orders"]), AssetKey([pipeline.dest_schema, "notes"])
 
     with DagsterInstance.get() as instance:
@@ -59,9 +65,10 @@ def test_table_assets_after_runs_and_materialize_of_one_with_the_cli(pipeline):
         pipeline.source(["INSERT INTO orders VALUES (4, 'd'), (5, 'e')", "UPDATE orders SET v = 'B' WHERE id = 2",
                          "DELETE FROM orders WHERE id = 1"])
         defs = build_definitions(config)
-        specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
-        assert set(specs) == {AssetKey(["cdc", pipeline.name]), orders, notes}
-        assert {spec.group_name for spec in specs.values()} == {pipeline.name}
+        assert _connector_assets(defs, pipeline.name) == {AssetKey(["cdc", pipeline.name]), orders, notes}
+        # Each table's page lists the change sensor and the schedule as its automations.
+        assert automations(defs, orders) == ({f"sync_{pipeline.name}_on_changes", "cdc_requests"},
+                                             {f"sync_{pipeline.name}_schedule"})
         notes_before = instance.get_latest_materialization_event(notes).run_id
 
         # One table asset selected: the cycle applies every change of the connector, and records the table it
@@ -133,7 +140,7 @@ def test_a_table_renamed_by_a_rule_has_its_new_key_when_the_definitions_reload(p
     assert main(["objmap", "add", pipeline.name, "table", f"{pipeline.source_db}.t", "renamed.t2"]) == 0
     assert main(["objmap", "reload", pipeline.name]) == 0
 
-    keys = {spec.key for spec in build_definitions(load_config()).resolve_all_asset_specs()}
+    keys = _connector_assets(build_definitions(load_config()), pipeline.name)
     assert keys == {AssetKey(["cdc", pipeline.name]), AssetKey(["renamed", "t2"])}
 
 

@@ -127,7 +127,7 @@ def test_dagster_retries_a_failed_run_as_the_connector_says(pipeline):
     from dagster import DagsterInstance
     from dagster._daemon.auto_run_reexecution.auto_run_reexecution import get_reexecution_strategy, should_retry
 
-    from assets.sync_job import build_sync_job
+    from assets.definitions import build_definitions
     from cdc_pipeline.config import load_config
 
     pipeline.source(ORDERS)
@@ -139,7 +139,7 @@ def test_dagster_retries_a_failed_run_as_the_connector_says(pipeline):
     decisions = {}
     for strategy in ("retry", "exit"):
         pipeline.write_config(error_strategy=strategy, retry_attempts=1)
-        job = build_sync_job(load_config(pipeline.config_path).connector(pipeline.name), str(pipeline.config_path))
+        job = build_definitions(load_config(pipeline.config_path)).resolve_job_def(f"sync_{pipeline.name}")
         # The project's instance settings (dagster_home/dagster.yaml) enable run retries.
         with DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True}}) as instance:
             result = job.execute_in_process(instance=instance, raise_on_error=False)

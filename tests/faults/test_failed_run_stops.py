@@ -20,7 +20,7 @@ from dagster import (
 )
 
 from assets.definitions import build_definitions
-from assets.sync_job import CONNECTOR_TAG, build_sync_job
+from assets.sync_job import CONNECTOR_TAG
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops.cli import main
 from resources.destination import DestinationResource
@@ -67,7 +67,7 @@ def test_a_failed_run_under_exit_stays_stopped_until_resumed(pipeline):
         conn.execute(LIMIT.format(schema=pipeline.source_db))
     pipeline.source("INSERT INTO orders VALUES (1, 5), (2, 5000), (3, 7)")
 
-    sync_job = build_sync_job(load_config().connector(pipeline.name), str(pipeline.config_path))
+    sync_job = build_definitions(load_config()).resolve_job_def(f"sync_{pipeline.name}")
     with DagsterInstance.ephemeral() as instance:
         failed = sync_job.execute_in_process(instance=instance, raise_on_error=False)
         assert not failed.success

@@ -137,9 +137,9 @@ def test_state_shows_the_wal_a_postgresql_connector_slot_retains(pg_pipeline: Po
     # Each run's materialization of the connector's asset carries it too.
     from dagster import AssetKey, DagsterInstance
 
-    from assets.sync_job import build_sync_job
+    from assets.definitions import build_definitions
 
-    job = build_sync_job(load_config().connector(pg_pipeline.name), str(pg_pipeline.config_path))
+    job = build_definitions(load_config()).resolve_job_def(f"sync_{pg_pipeline.name}")
     with DagsterInstance.ephemeral() as instance:
         assert job.execute_in_process(instance=instance).success
         event = instance.get_latest_materialization_event(AssetKey(["cdc", pg_pipeline.name]))

@@ -157,13 +157,13 @@ def test_a_read_only_destination_default_is_an_error_the_session_does_not_overri
 def test_the_dagster_sync_job_fails_its_first_step_before_the_engine_starts(source: Pipeline) -> None:
     from dagster import DagsterInstance
 
-    from assets.sync_job import build_sync_job
+    from assets.definitions import build_definitions
 
-    job = build_sync_job(load_config(source.config_path).connector(source.name), str(source.config_path))
+    job = build_definitions(load_config(source.config_path)).resolve_job_def(f"sync_{source.name}")
     with statement_binlog(source.mariadb), DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(instance=instance, raise_on_error=False)
 
     assert not result.success
     failure = next(event for event in result.all_events if event.is_step_failure)
-    assert failure.step_key == "fetch_batches"
+    assert failure.step_key == f"{source.name}_fetch_cycle.fetch_batches"
     assert "binlog_format is STATEMENT" in str(failure.step_failure_data.error)

@@ -17,9 +17,9 @@ import yaml
 from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
 
 from assets.control_job import control_job
+from assets.definitions import build_definitions
 from assets.request_sensor import build_request_sensor
 from assets.schedules import build_sync_schedule
-from assets.sync_job import build_sync_job
 from cdc_pipeline import control
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.ops import requests
@@ -192,7 +192,7 @@ def test_one_pending_request_per_connector_also_from_psql(ctl):
 
 def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
     resources = {"destination": DestinationResource(config_path=str(ctl.path))}
-    sensor = build_request_sensor(str(ctl.path), [build_sync_job(ctl.config.connector(ctl.name), str(ctl.path))])
+    sensor = build_request_sensor(str(ctl.path), [build_definitions(ctl.config).resolve_job_def(f"sync_{ctl.name}")])
     with instance_for_test() as instance:
         def evaluate(cursor=None):
             with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
@@ -217,7 +217,8 @@ def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
 def test_schedule_skips_while_the_connector_is_paused(ctl):
     resources = {"destination": DestinationResource(config_path=str(ctl.path))}
     connector = ctl.config.connector(ctl.name)
-    schedule = build_sync_schedule(connector, build_sync_job(connector, str(ctl.path)), str(ctl.path))
+    schedule = build_sync_schedule(connector, build_definitions(ctl.config).resolve_job_def(f"sync_{ctl.name}"),
+                                   str(ctl.path))
     with instance_for_test() as instance:
         def evaluate():
             with build_schedule_context(instance=instance, resources=resources) as context:
