@@ -148,7 +148,7 @@ _TABLES = (
         definition text NOT NULL,
         PRIMARY KEY (connector, dest_schema, dest_table, name))""",
     # What waits where in the connector's running cycle, sampled every few seconds (cdc_pipeline/run_progress.py);
-    # the row of a run that ended stays until the next run's first sample.
+    # the row of a run that ended stays until the next run takes the run lock.
     """CREATE TABLE IF NOT EXISTS {schema}.run_progress (
         connector text PRIMARY KEY,
         run_started_at timestamptz NOT NULL,
@@ -714,6 +714,12 @@ def record_run_progress(conn: psycopg.Connection, schema: str, connector: str, r
            ON CONFLICT (connector) DO UPDATE SET run_started_at = EXCLUDED.run_started_at,
              progress = EXCLUDED.progress, updated_at = now()""").format(sql.Identifier(schema, "run_progress")),
         (connector, run_started_at, json.dumps(progress)))
+
+
+def clear_run_progress(conn: psycopg.Connection, schema: str, connector: str) -> None:
+    """Forgets the progress an earlier cycle left: a cycle that has just taken the run lock has sampled none yet."""
+    conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(sql.Identifier(schema, "run_progress")),
+                 (connector,))
 
 
 def read_run_progress(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:

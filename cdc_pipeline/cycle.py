@@ -250,6 +250,7 @@ class ConnectorSession:
             control.grant_operator(self.conn, self.control_schema, self.destination.operator_role)
         control.acquire_run_lock(self.conn, name)
         self._locked = True
+        control.clear_run_progress(self.conn, self.control_schema, name)
         state = control.read_state(self.conn, self.control_schema, name) or {}
         self._refuse_if_halted(state.get("state"))
         if self.start_offset is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from tests.helpers.mariadb_source import Pipeline
 
 pytestmark = pytest.mark.integration
 
-BURST = [f"INSERT INTO items SELECT {part * 5000} + seq, REPEAT('x', 200) FROM seq_1_to_5000" for part in range(6)]
+BURST_PARTS, PART_ROWS = 6, 5000
 
 
 def _state(pipeline: Pipeline, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -28,27 +29,36 @@ def test_state_shows_the_queues_of_a_streaming_run(pipeline: Pipeline, capsys: p
     # Small groups: the burst's 30,000 changes wait in the queues while they are applied a few at a time.
     pipeline.write_config(apply_batch_events=1000, batch_size=500)
     pipeline.sync()
-    pipeline.source(BURST)
+    pipeline.source([f"INSERT INTO items SELECT {part * PART_ROWS} + seq, REPEAT('x', 200) "
+                     f"FROM {pipeline.numbers(PART_ROWS)}" for part in range(BURST_PARTS)])
     summary: dict[str, Any] = {}
+    before = datetime.now(timezone.utc)
     run = threading.Thread(target=lambda: summary.update(pipeline.sync()))
     run.start()
-    seen = []
+    seen, text = [], ""
     while run.is_alive():
         live = _state(pipeline, capsys).get("run_progress")
         if live:
             seen.append(live)
+            if not text:
+                assert main(["state", pipeline.name]) == 0
+                out = capsys.readouterr().out
+                text = out if "  running now, as of " in out else ""  # unless the run ended in between
         time.sleep(0.5)
     run.join()
 
     assert seen, "state showed no progress while the run streamed"
-    assert all(live["age_seconds"] < 10 for live in seen)
-    assert any(live["engine_queue"] and live["engine_queue"]["events"] + live["queued_events"] > 0 for live in seen)
+    assert all(live["age_seconds"] < 10 and datetime.fromisoformat(live["run_started_at"]) > before
+               for live in seen), seen
+    assert any(live["engine_queue"] and live["engine_queue"]["events"] + live["queued_events"] > 0
+               for live in seen), seen
     assert all(live["engine_queue"]["mbean"].startswith("debezium.mariadb:type=connector-metrics,context=streaming")
-               for live in seen if live["streaming"] and live["engine_queue"])
-    assert any(live["applying"] and live["applying"]["events"] > 0 for live in seen)
-    assert any(live["rates"].get("applied", 0) > 0 and live["rates"].get("captured", 0) > 0 for live in seen)
+               for live in seen if live["streaming"] and live["engine_queue"]), seen
+    assert any(live["applying"] and live["applying"]["events"] > 0 for live in seen), seen
+    assert any(live["rates"].get("applied", 0) > 0 and live["rates"].get("captured", 0) > 0 for live in seen), seen
+    assert "    Debezium's queue: " in text and "    runner's queue: " in text, text
     assert _state(pipeline, capsys).get("run_progress") is None, "the run ended: state shows no progress"
-    assert summary["inserts"] == 30_000
+    assert summary["inserts"] == BURST_PARTS * PART_ROWS
     assert summary["queue_peak_debezium_events"] + summary["queue_peak_runner_events"] > 0
     assert summary["rate_peak_applied_events_per_second"] > 0
     pipeline.assert_same("items")
