@@ -4,6 +4,7 @@ applied and the stages' rates, read from another connection; the run's summary k
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import datetime, timezone
@@ -24,7 +25,9 @@ def _state(pipeline: Pipeline, capsys: pytest.CaptureFixture[str]) -> dict[str, 
     return json.loads(capsys.readouterr().out)[0]
 
 
-def test_state_shows_the_queues_of_a_streaming_run(pipeline: Pipeline, capsys: pytest.CaptureFixture[str]):
+def test_state_shows_the_queues_of_a_streaming_run(pipeline: Pipeline, capsys: pytest.CaptureFixture[str],
+                                                   caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="cdc_pipeline.run_progress")
     pipeline.source("CREATE TABLE items (id INT PRIMARY KEY, note VARCHAR(200))")
     # Small groups: the burst's 30,000 changes wait in the queues while they are applied a few at a time.
     pipeline.write_config(apply_batch_events=1000, batch_size=500)
@@ -57,6 +60,8 @@ def test_state_shows_the_queues_of_a_streaming_run(pipeline: Pipeline, capsys: p
     assert any(live["applying"] and live["applying"]["events"] > 0 for live in seen), seen
     assert any(live["rates"].get("applied", 0) > 0 and live["rates"].get("captured", 0) > 0 for live in seen), seen
     assert "    Debezium's queue: " in text and "    runner's queue: " in text, text
+    logged = [record.getMessage() for record in caplog.records if record.name == "cdc_pipeline.run_progress"]
+    assert any(f"{pipeline.name}: Debezium's queue: " in line and "; runner's queue: " in line for line in logged), logged
     assert _state(pipeline, capsys).get("run_progress") is None, "the run ended: state shows no progress"
     assert summary["inserts"] == BURST_PARTS * PART_ROWS
     assert summary["queue_peak_debezium_events"] + summary["queue_peak_runner_events"] > 0
