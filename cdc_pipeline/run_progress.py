@@ -68,14 +68,16 @@ class StageCounters:
                 "applied_groups": self.applied_groups, "groups_ahead": max(0, ahead), "applying": applying}
 
 
-def stage_rates(samples: deque[tuple[float, dict[str, Any]]], window: float = RATE_SECONDS) -> dict[str, float]:
-    """Each stage's events per second between the oldest sample of the last `window` seconds and the newest
-    (none with fewer than two samples there)."""
+def stage_rates(samples: deque[tuple[float, dict[str, Any]]], window: float = RATE_SECONDS,
+                least: float = SAMPLE_SECONDS / 2) -> dict[str, float]:
+    """Each stage's events per second between the oldest sample of the last `window` seconds and the newest (none
+    when those are less than `least` seconds apart: the last sample of a short run, taken just after another, would
+    make a few events a huge rate)."""
     if len(samples) < 2:
         return {}
     last_at, last = samples[-1]
     first_at, first = next((at, sample) for at, sample in samples if at >= last_at - window - 0.5)
-    if last_at <= first_at:
+    if last_at - first_at < least:
         return {}
     return {stage: round(max(0, int(last.get(key) or 0) - int(first.get(key) or 0)) / (last_at - first_at), 1)
             for stage, key in RATE_STAGES}
@@ -115,7 +117,8 @@ class ProgressReporter:
         self._jvm_sample = jvm_sample
         self._streaming = streaming
         self._samples: deque[tuple[float, dict[str, Any]]] = deque()
-        self._peaks: dict[str, float] = {}
+        # Every item from the start, so that the connector asset's plots get a point from every run, a short one too.
+        self._peaks: dict[str, float] = {item: 0 for item, _ in PEAKS}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None

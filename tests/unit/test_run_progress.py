@@ -37,6 +37,9 @@ def test_rates_are_taken_over_the_last_window_only():
 
     assert stage_rates(samples) == {"captured": 200.0, "parsed": 500.0, "applied": 500.0}
     assert stage_rates(deque(list(samples)[:1])) == {}
+    later = (20.5, {"captured_events": 13_000, "parsed_events": 6000, "applied_events": 5000})
+    assert stage_rates(deque([*samples, later]), least=1.0) == {"captured": 285.7, "parsed": 476.2, "applied": 476.2}
+    assert stage_rates(deque([samples[-1], later]), least=1.0) == {}  # half a second apart: no rate
 
 
 def test_the_summary_gives_the_peaks_of_the_samples():
@@ -50,7 +53,8 @@ def test_the_summary_gives_the_peaks_of_the_samples():
     assert peaks["queue_peak_debezium_events"] == 700
     assert peaks["queue_peak_runner_events"] == 9000
     assert peaks["queue_peak_in_flight_events"] == 5000
-    assert {item for item, _ in run_progress.PEAKS} >= set(peaks)
+    assert peaks["rate_peak_applied_events_per_second"] == 0  # two samples, nothing applied between them
+    assert {item for item, _ in run_progress.PEAKS} == set(peaks)
 
 
 def test_a_progress_reads_as_what_waits_where():
