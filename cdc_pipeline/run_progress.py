@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 SAMPLE_SECONDS = 2.0  # how often a run samples its queues and writes its progress row
 LOG_SECONDS = 10.0  # how often a streaming run logs them
 RATE_SECONDS = 10.0  # the window of each stage's rate
+# How long the run's end waits for a sample in progress (a destination that stopped answering holds its write).
+STOP_WAIT_SECONDS = 10.0
 # The stages whose rates are given, and the counter of each sample they are taken from.
 RATE_STAGES = (("captured", "captured_events"), ("parsed", "parsed_events"), ("applied", "applied_events"))
 
@@ -132,10 +134,15 @@ class ProgressReporter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops the thread and closes its connection; does nothing if never started."""
+        """Stops the thread and closes its connection; does nothing if never started. A thread still writing after
+        `STOP_WAIT_SECONDS` is left behind (a daemon, with its connection): the run's end does not wait on it."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(STOP_WAIT_SECONDS)
+            if self._thread.is_alive():
+                log.warning("%s: the run's progress sampler did not stop within %.0f s; left behind", self._connector,
+                            STOP_WAIT_SECONDS)
+                return
             self._thread = None
         if self._conn is not None:
             self._conn.close()
@@ -175,7 +182,7 @@ class ProgressReporter:
     def _write(self, progress: dict[str, Any]) -> None:
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = self._destination.connect(self._connector)
+                self._conn = self._destination.connect(self._connector, connect_timeout=10)
             control.record_run_progress(self._conn, self._destination.control_schema, self._connector,
                                         self._started_at, progress)
             self._write_failed = False
