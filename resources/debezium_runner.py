@@ -52,8 +52,10 @@ class DebeziumRunnerResource(ConfigurableResource):
             config = load_config(self.config_path)
             connector_config = config.connector(connector)
             preflight.require_ready(connector_config, config.destination)
+            # A Dagster run streams on while changes keep coming (linger_seconds), the sensor launching the next.
             session = ConnectorSession(connector_config, config.destination, self.spark.get_session(),
-                                       start_offset=self.replay.start_offset)
+                                       start_offset=self.replay.start_offset,
+                                       linger_seconds=connector_config.linger_seconds)
             try:
                 session.open()
             except BaseException as exc:

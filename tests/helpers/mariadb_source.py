@@ -108,6 +108,7 @@ class Pipeline(DestinationChecks):
             "password": "${TEST_SOURCE_PASSWORD}",
             "database": self.source_db,
             "idle_timeout_seconds": 2,
+            "linger_seconds": 0,  # Dagster runs end caught up, as syncs do (tests/integration/test_linger.py lingers)
             "batch_size": 2048,
             **overrides,
         }

@@ -51,6 +51,7 @@ class PostgresPipeline(DestinationChecks):
             "database": self.source_db,
             "tables": [f"{SOURCE_SCHEMA}.items"],
             "idle_timeout_seconds": 2,
+            "linger_seconds": 0,  # Dagster runs end caught up, as syncs do (tests/integration/test_linger.py lingers)
             **overrides,
         }
         document: dict[str, Any] = {"destination": {"dsn": "${TEST_DEST_DSN}", "control_schema": "cdc"},

@@ -262,6 +262,7 @@ class ScriptedPipeline(DestinationChecks):
             "database": SQLSERVER_DATABASE if self.source_type == "sqlserver" else ORACLE_DATABASE,
             "tables": self.tables,
             "idle_timeout_seconds": 2,
+            "linger_seconds": 0,  # Dagster runs end caught up, as syncs do (tests/integration/test_linger.py lingers)
             "debezium": debezium,
             **overrides,
         }

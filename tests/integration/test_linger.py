@@ -1,14 +1,18 @@
-"""`linger_seconds`: a run that applied a change goes on streaming while changes keep coming, and ends once that long
-passes without one (Dagster runs always; `cdc-pipeline sync` with --linger)."""
+"""`linger_seconds`: a Dagster run that applied a change goes on streaming while changes keep coming, and ends once
+that long passes without one; `cdc-pipeline sync` ends once caught up (unless --linger)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import psycopg
 import pytest
+from dagster import AssetKey, instance_for_test
 
-from cdc_pipeline.ops.cli import run_sync
+from assets.definitions import build_definitions
+from cdc_pipeline import control
+from cdc_pipeline.config import load_config
 
 pytestmark = pytest.mark.integration
 
@@ -23,29 +27,35 @@ def _arrived(pipeline, key: int, deadline: float = 60) -> float:
     return time.monotonic()
 
 
-def test_a_lingering_run_applies_the_changes_that_keep_coming_then_ends_after_the_linger(any_source):
+def test_a_dagster_run_applies_the_changes_that_keep_coming_then_ends_after_the_linger(any_source):
     pipeline = any_source
     pipeline.write_config(linger_seconds=LINGER)  # idle_timeout_seconds: 2
     pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v INT)", "INSERT INTO items VALUES (1, 1)"])
-    loaded = time.monotonic()
-    pipeline.sync()
-    assert time.monotonic() - loaded < 60
+    pipeline.sync()  # the load: cdc-pipeline sync does not linger
     pipeline.source("INSERT INTO items VALUES (2, 2)")
-    summary: dict = {}
-    run = threading.Thread(target=lambda: summary.update(run_sync(pipeline.name, linger=True)))
-    run.start()
-    _arrived(pipeline, 2)
-    time.sleep(3)  # past the idle timeout: a run without linger would have ended
-    assert run.is_alive(), "the run ended before linger_seconds without a change"
-    pipeline.source("INSERT INTO items VALUES (3, 3)")
-    arrived = _arrived(pipeline, 3, deadline=10)
-    run.join(timeout=60)
-    ended = time.monotonic()
+    seen: dict = {}
 
-    assert not run.is_alive()
-    assert summary["events"] == 2, "one run applied both changes"
+    def write_while_it_runs() -> None:
+        _arrived(pipeline, 2)
+        time.sleep(3)  # past the idle timeout: a run without linger would have ended
+        with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+            seen["running"] = control.run_lock_held(conn, pipeline.name)
+        pipeline.source("INSERT INTO items VALUES (3, 3)")
+        seen["arrived"] = _arrived(pipeline, 3, deadline=10)
+
+    writer = threading.Thread(target=write_while_it_runs)
+    writer.start()
+    job = build_definitions(load_config(pipeline.config_path)).resolve_job_def(f"sync_{pipeline.name}")
+    with instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+        ended = time.monotonic()
+        recorded = instance.get_latest_materialization_event(AssetKey(["cdc", pipeline.name]))
+    writer.join(timeout=30)
+
+    assert result.success and seen["running"], "the run ended before linger_seconds without a change"
+    assert recorded.asset_materialization.metadata["events"].value == 2, "one run applied both changes"
     # Its batch was fetched before it arrived: the linger counts from then, and the end waits for the idle mark.
-    assert LINGER - 1.5 <= ended - arrived <= LINGER + 8, ended - arrived
+    assert LINGER - 1.5 <= ended - seen["arrived"] <= LINGER + 8, ended - seen["arrived"]
     pipeline.assert_same("items")
 
 
