@@ -34,10 +34,13 @@ from resources.destination import DestinationResource
 log = logging.getLogger(__name__)
 
 TRIGGER_TAG = "cdc/trigger"
-# The sensor is evaluated this often at most (Dagster's daemon goes over its sensors every 5 s at most): between two
-# checks of the source, every check_interval_seconds, an evaluation only looks whether a run of the connector ended,
-# and checks at once if one did, so a run that ended on its budget with work waiting is followed by the next one.
-RUN_END_POLL_SECONDS = 5
+# The sensor's minimum interval: under Dagster's daemon, which goes over its sensors every 5 s at most, it is evaluated
+# at each pass (a minimum of 5 s would skip every other pass that comes a little early). Between two checks of the
+# source, every check_interval_seconds, an evaluation only looks whether a run of the connector ended, and checks at
+# once if one did, so a run that ended on its budget with work waiting is followed by the next one.
+RUN_END_POLL_SECONDS = 4
+# A check due within this long is made now rather than at the daemon's next pass, 5 s later.
+CHECK_DUE_SLACK_SECONDS = 1.0
 # Statuses of a run that ended.
 ENDED_RUN_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
@@ -95,7 +98,7 @@ def _next_check_skip(context: SensorEvaluationContext, connector: ConnectorConfi
     it is due, or when a run of the connector ended since (at once: work may wait that the run left)."""
     checked_at = float(json.loads(context.cursor).get("checked_at", 0)) if context.cursor else 0.0
     due_in = checked_at + connector.check_interval_seconds - time.time()
-    if due_in <= 0:
+    if due_in <= CHECK_DUE_SLACK_SECONDS:
         return None
     ended = context.instance.get_runs(filters=RunsFilter(
         job_name=job.name, statuses=ENDED_RUN_STATUSES,

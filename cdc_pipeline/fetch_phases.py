@@ -193,7 +193,6 @@ class FetchCycle:
         wal_mark: int | None = None  # PostgreSQL: where its WAL ended when the idle mark was taken
         session.streaming = True
         first = True
-        events_before_stream = self.events
         while True:
             if session.stop_fetching:
                 break
@@ -256,10 +255,9 @@ class FetchCycle:
                 # found nothing (after a load: from its end); where it is time alone (PostgreSQL: the WAL of tables
                 # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
                 streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
-                # A run that streamed a change lingers: its quiet counts only once the linger's extra wait is over,
+                # A run that applied something lingers: its quiet counts only once the linger's extra wait is over,
                 # so the idle mark and the end come `linger_seconds` after the last change, not idle_timeout_seconds.
-                quiet_for = now - max(self.last_batch_at, streaming_since) \
-                    - self._linger_extra(self.events > events_before_stream)
+                quiet_for = now - max(self.last_batch_at, streaming_since) - self._linger_extra()
                 if quiet_for < 0:
                     # Lingering after a change: marks taken before it no longer tell where the quiet began.
                     idle_mark = wal_mark = None
@@ -330,12 +328,12 @@ class FetchCycle:
         if self.group:
             yield self._take_group()
 
-    def _linger_extra(self, streamed_changes: bool) -> float:
+    def _linger_extra(self) -> float:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the
-        session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run streamed
-        a change, so a run goes on while changes keep coming; none for a run that streamed nothing (a load, a check's
-        false alarm), which ends as soon as it finds the source idle."""
-        if not streamed_changes:
+        session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run fetched
+        a batch or loaded a table, so a run goes on while changes keep coming, the JVM's start paid once; none for a
+        run that found nothing (a check's false alarm), which ends as soon as it finds the source idle."""
+        if not (self.events or self.loaded):
             return 0.0
         return max(0.0, self.session.linger_seconds - self.connector.idle_timeout_seconds)
 

@@ -41,13 +41,15 @@ def _checked(result) -> bool:
     return isinstance(result, SensorResult) and bool(result.run_requests)
 
 
-def test_the_sensor_is_evaluated_every_5_s_and_checks_every_interval(sensor_and_config):
+def test_the_sensor_is_evaluated_at_every_daemon_pass_and_checks_every_interval(sensor_and_config):
     sensor, config = sensor_and_config
-    assert sensor.minimum_interval_seconds == 5
+    assert sensor.minimum_interval_seconds == 4, "below the daemon's 5 s between passes"
     with instance_for_test() as instance:
         waiting = _evaluate(sensor, config, instance, json.dumps({"checked_at": time.time() - 2}))
         assert isinstance(waiting, SkipReason), waiting
         assert "next change check of connector shop in 13 s" in waiting.skip_message
+        assert _checked(_evaluate(sensor, config, instance, json.dumps({"checked_at": time.time() - INTERVAL + 0.5}))), \
+            "due within a second: checked at this pass"
         assert _checked(_evaluate(sensor, config, instance, json.dumps({"checked_at": time.time() - INTERVAL - 1})))
         assert _checked(_evaluate(sensor, config, instance, None)), "no check yet: it checks"
 
