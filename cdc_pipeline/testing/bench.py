@@ -881,6 +881,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--busy-rate", type=float, default=50, help="with --freshness: rows/s")
     parser.add_argument("--fresh-check-interval", type=int, default=None,
                         help="with --freshness: the connector's check_interval_seconds (default: its default)")
+    parser.add_argument("--keep-work", type=Path, default=None,
+                        help="with --freshness: work in this new directory and leave it (servers' files, the "
+                             "daemon's log, the Dagster instance)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.freshness:
@@ -888,7 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds,
                                               args.trickle_interval, args.busy_seconds, args.busy_rate,
-                                              args.fresh_check_interval)
+                                              args.fresh_check_interval, args.keep_work)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
     if args.value_mb:

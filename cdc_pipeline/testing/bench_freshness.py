@@ -14,6 +14,7 @@ Runs from a checkout (the Dagster layer is loaded from it, as `make dagster-ui` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -52,13 +53,14 @@ def checkout() -> Path:
 
 def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle_seconds: float,
                   trickle_interval: float, busy_seconds: float, busy_rate: float,
-                  check_interval: int | None = None) -> dict[str, Any]:
-    """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance."""
+                  check_interval: int | None = None, keep: Path | None = None) -> dict[str, Any]:
+    """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance
+    (`keep`: in that directory, left behind with the daemon's log and the instance, instead of a temporary one)."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
     rounds = []
-    with tempfile.TemporaryDirectory(prefix="cdc-fresh-") as work:
+    with (contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory(prefix="cdc-fresh-")) as work:
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             for index, linger in enumerate(lingers):
