@@ -61,7 +61,8 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
             default_status=DefaultSensorStatus.RUNNING if connector.trigger == "changes"
             else DefaultSensorStatus.STOPPED,
             description=f"Launches {job.name} when its source holds changes it has not applied (or its bulk snapshot "
-                        "is not finished), checked without a JVM; skips while a run is in progress, the "
+                        f"is not finished), checked without a JVM every {connector.check_interval_seconds} s "
+                        "(check_interval_seconds) and at once when a run of it ended; skips while a run is in progress, the "
                         "connector is paused, or a failed connector is stopped (error_strategy exit) or backing off. "
                         "Records the connector's lag behind its source and its tables' freshness at every check.")
     def change_sensor(context: SensorEvaluationContext, destination: DestinationResource):
