@@ -871,7 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --value-mb: the driver JVM's heap (spark.driver.memory) instead of the default")
     parser.add_argument("--freshness", action="store_true",
                         help="only: latency of a trickle and of a busy source, and the runs of a quiet one, with the "
-                             "change sensor under Dagster's daemon (`bench_freshness`; from a checkout)")
+                             "change sensor under Dagster's daemon (`bench_freshness`; from a checkout; the source "
+                             "type from --load-source)")
     parser.add_argument("--linger", type=lambda text: [None if v == "default" else float(v) for v in text.split(",")],
                         default=[None], help="with --freshness: a round per linger_seconds (e.g. default,1,10,30)")
     parser.add_argument("--quiet-seconds", type=float, default=60, help="with --freshness")
@@ -891,7 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds,
                                               args.trickle_interval, args.busy_seconds, args.busy_rate,
-                                              args.fresh_check_interval, args.keep_work)
+                                              args.fresh_check_interval, args.keep_work, args.load_source)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
     if args.value_mb:

@@ -1,5 +1,5 @@
-"""Freshness as a Dagster user gets it (`cdc-pipeline bench --freshness`): a MariaDB connector with its defaults
-(or the `linger_seconds` given) under Dagster's daemon (`dagster-daemon run` on the checkout's workspace.yaml and a
+"""Freshness as a Dagster user gets it (`cdc-pipeline bench --freshness`): a MariaDB (or PostgreSQL) connector with
+its defaults (or the `linger_seconds` given) under Dagster's daemon (`dagster-daemon run` on the checkout's workspace.yaml and a
 fresh instance with the checkout's dagster_home/dagster.yaml), its change sensor launching every run.
 
 Each round, on fresh databases: the connector's first sync (`cdc-pipeline sync`), then the daemon, then
@@ -35,7 +35,6 @@ from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_ma
 
 CAPTURE_USER = "fresh"
 CAPTURE_PASSWORD = "fresh-capture"
-NAME = "fresh"
 POLL_SECONDS = 0.05
 # The daemon's first evaluations: its code location loads, the sensor ticks once (a check finding nothing).
 DAEMON_SETTLE_SECONDS = 20.0
@@ -53,7 +52,8 @@ def checkout() -> Path:
 
 def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle_seconds: float,
                   trickle_interval: float, busy_seconds: float, busy_rate: float,
-                  check_interval: int | None = None, keep: Path | None = None) -> dict[str, Any]:
+                  check_interval: int | None = None, keep: Path | None = None,
+                  source_type: str = "mariadb") -> dict[str, Any]:
     """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance
     (`keep`: in that directory, left behind with the daemon's log and the instance, instead of a temporary one)."""
     from cdc_pipeline.capture.runner import build_runner
@@ -61,8 +61,10 @@ def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle
     build_runner()
     rounds = []
     with (contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory(prefix="cdc-fresh-")) as work:
-        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
-            source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+        with (start_mariadb(Path(work)) if source_type == "mariadb" else start_postgres(Path(work), logical=True)) \
+                as source, start_postgres(Path(work)) as destination:
+            if isinstance(source, MariaDbServer):
+                source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             for index, linger in enumerate(lingers):
                 rounds.append(measure_round(source, destination, Path(work) / f"round{index}", linger,
                                             quiet_seconds, trickle_seconds, trickle_interval, busy_seconds,
@@ -70,30 +72,37 @@ def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle
     return {"rounds": rounds}
 
 
-def measure_round(source: MariaDbServer, destination: PostgresServer, work: Path, linger: float | None,
+def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresServer, work: Path,
+                  linger: float | None,
                   quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
                   busy_rate: float, check_interval: int | None) -> dict[str, Any]:
     work.mkdir(parents=True)
-    database = f"fresh_{work.name}"
-    source.execute(f"CREATE DATABASE {database}")
-    source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE NOT NULL)", database=database)
+    database = name = f"fresh_{work.name}"  # a connector per round: a PostgreSQL slot per connector
+    connector: dict[str, Any]
+    if isinstance(source, MariaDbServer):
+        source.execute(f"CREATE DATABASE {database}")
+        source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE NOT NULL)", database=database)
+        connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+                     "password": "${FRESH_SOURCE_PASSWORD}", "database": database, "tables": [f"{database}.items"]}
+    else:
+        source.create_database(database)
+        source.execute("CREATE TABLE items (id INT PRIMARY KEY, at DOUBLE PRECISION NOT NULL)", dbname=database)
+        connector = {"type": "postgres", "hostname": source.host, "port": source.port, "user": source.superuser,
+                     "password": "${FRESH_SOURCE_PASSWORD}", "database": database, "tables": ["public.items"]}
     destination.create_database(database)
-    connector: dict[str, Any] = {
-        "type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
-        "password": "${FRESH_SOURCE_PASSWORD}", "database": database, "tables": [f"{database}.items"]}
     if linger is not None:
         connector["linger_seconds"] = linger
     if check_interval is not None:
         connector["check_interval_seconds"] = check_interval
     config = work / "connectors.yaml"
-    config.write_text(json.dumps({"destination": {"dsn": "${FRESH_DEST_DSN}"}, "connectors": {NAME: connector}}))
+    config.write_text(json.dumps({"destination": {"dsn": "${FRESH_DEST_DSN}"}, "connectors": {name: connector}}))
     root = checkout()
     home = work / "dagster_home"
     home.mkdir()
     shutil.copy(root / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "CDC_PIPELINE_CONFIG": str(config), "FRESH_DEST_DSN": destination.dsn(database),
            "FRESH_SOURCE_PASSWORD": CAPTURE_PASSWORD, "DAGSTER_HOME": str(home)}
-    first = subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", NAME], env=env, cwd=root,
+    first = subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name], env=env, cwd=root,
                            capture_output=True, text=True)
     if first.returncode:
         raise RuntimeError(f"the connector's first sync failed: {first.stderr.strip()[-2000:]}")
@@ -102,7 +111,7 @@ def measure_round(source: MariaDbServer, destination: PostgresServer, work: Path
                                str(root / "workspace.yaml")], env=env, cwd=root, stdout=daemon_log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        return _measure(source, destination, database, linger, quiet_seconds, trickle_seconds, trickle_interval,
+        return _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds, trickle_interval,
                         busy_seconds, busy_rate)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
@@ -117,22 +126,26 @@ def measure_round(source: MariaDbServer, destination: PostgresServer, work: Path
 class _Watcher(threading.Thread):
     """Polls the destination: when each row first arrived, and whether a run holds the connector's run lock."""
 
-    def __init__(self, destination: PostgresServer, database: str) -> None:
+    def __init__(self, destination: PostgresServer, database: str, name: str) -> None:
         super().__init__(daemon=True)
         self.dsn = destination.dsn(database)
-        self.query = sql.SQL("SELECT id FROM {} WHERE id > %s").format(sql.Identifier(database, "items"))
+        self.name = name
         self.arrived: dict[int, float] = {}
         self.held: list[tuple[float, bool]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
+            # The destination's schema: the source database's name (MariaDB) or its schema (PostgreSQL).
+            schema = conn.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'items' "
+                                  "ORDER BY table_schema = 'public' LIMIT 1").fetchone()[0]
+            query = sql.SQL("SELECT id FROM {} WHERE id > %s").format(sql.Identifier(schema, "items"))
             while not self.stop.is_set():
-                rows = conn.execute(self.query, (max(self.arrived, default=0),)).fetchall()
+                rows = conn.execute(query, (max(self.arrived, default=0),)).fetchall()
                 now = time.time()
                 for (key,) in rows:
                     self.arrived.setdefault(int(key), now)
-                self.held.append((time.monotonic(), control.run_lock_held(conn, NAME)))
+                self.held.append((time.monotonic(), control.run_lock_held(conn, self.name)))
                 time.sleep(POLL_SECONDS)
 
     def runs_and_held(self, since: float, until: float) -> tuple[int, float]:
@@ -144,10 +157,11 @@ class _Watcher(threading.Thread):
         return began, held
 
 
-def _write(source: MariaDbServer, database: str, first_id: int, seconds: float, rate: float,
+def _write(source: MariaDbServer | PostgresServer, database: str, first_id: int, seconds: float, rate: float,
            written: dict[int, float]) -> int:
     """Commits one row every 1/rate seconds for `seconds`; returns the next id."""
-    with source.connect(database) as connection, connection.cursor() as cursor:
+    connect = source.connect(database) if isinstance(source, MariaDbServer) else psycopg.connect(source.dsn(database))
+    with connect as connection, connection.cursor() as cursor:
         key, began = first_id, time.monotonic()
         while time.monotonic() - began < seconds:
             cursor.execute("INSERT INTO items VALUES (%s, %s)", (key, time.time()))
@@ -169,10 +183,11 @@ def _percentiles(latencies: Sequence[float]) -> dict[str, float]:
     return {"p50": at(0.5), "p90": at(0.9), "max": round(ordered[-1], 2)}
 
 
-def _measure(source: MariaDbServer, destination: PostgresServer, database: str, linger: float | None,
+def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer, database: str, name: str,
+             linger: float | None,
              quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
              busy_rate: float) -> dict[str, Any]:
-    watcher = _Watcher(destination, database)
+    watcher = _Watcher(destination, database, name)
     watcher.start()
     time.sleep(DAEMON_SETTLE_SECONDS)
     result: dict[str, Any] = {"linger_seconds": linger if linger is not None else "default"}
