@@ -259,45 +259,44 @@ class FetchCycle:
                 # so the idle mark and the end come `linger_seconds` after the last change, not idle_timeout_seconds.
                 quiet_for = now - max(self.last_batch_at, streaming_since) - self._linger_extra()
                 if quiet_for < 0:
-                    # Lingering after a change: marks taken before it no longer tell where the quiet began.
+                    # Lingering after a change: marks taken before it no longer tell where the quiet began, and
+                    # without a mark (and short of the idle timeout) nothing below ends the run.
                     idle_mark = wal_mark = None
-                else:
-                    if (idle_mark is None or idle_mark[1] < self.last_batch_at) \
-                            and self._marks_idle(quiet_for, first=idle_mark is None):
-                        # Where the source's log ends now. Once the engine's reader has read up to there and nothing
-                        # came for the rest of the idle timeout, every change before it is applied (what the change
-                        # sensor reads the source's log from).
-                        idle_mark = (sources.source_position(connector), now)
-                        if connector.type == "postgres":
-                            wal_mark = postgres.mark_wal_end(connector)
-                    if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
-                            and self._engine_drained():
-                        # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
-                        # or the load: the snapshot's own position), so no change before it is still on its way.
-                        session.checked_end = idle_mark[0]
-                        break
-                    if self.loaded and wal_mark is not None and self._wal_mark_passed(wal_mark):
-                        # After this run's load, as after a MariaDB one (`_fetched_past`): every change made before
-                        # the mark, the load's included, is applied; a source quiet since ends the run without the
-                        # idle wait.
-                        break
-                    if quiet_for >= connector.idle_timeout_seconds:
-                        end = idle_mark[0] if idle_mark is not None else None
-                        if end is None:
-                            # PostgreSQL: once Debezium handed over a record past the WAL written before the quiet began
-                            # (the heartbeat row the mark wrote) and it all reached us: a transaction of tens of MB is
-                            # decoded and converted for longer than the idle timeout, after its walsender sent it. Until
-                            # then the run waits, within its budget.
-                            if wal_mark is None or self._wal_mark_passed(wal_mark):
-                                break
-                        # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
-                        # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
-                        # too fresh to say that nothing came after it.
-                        elif now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end) \
-                                and self._engine_drained():
-                            # Recorded once the groups fetched before it are applied (`apply_batches`).
-                            session.checked_end = end
+                elif (idle_mark is None or idle_mark[1] < self.last_batch_at) \
+                        and self._marks_idle(quiet_for, first=idle_mark is None):
+                    # Where the source's log ends now. Once the engine's reader has read up to there and nothing came
+                    # for the rest of the idle timeout, every change before it is applied (what the change sensor
+                    # reads the source's log from).
+                    idle_mark = (sources.source_position(connector), now)
+                    if connector.type == "postgres":
+                        wal_mark = postgres.mark_wal_end(connector)
+                if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
+                        and self._engine_drained():
+                    # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
+                    # or the load: the snapshot's own position), so no change before it is still on its way.
+                    session.checked_end = idle_mark[0]
+                    break
+                if self.loaded and wal_mark is not None and self._wal_mark_passed(wal_mark):
+                    # After this run's load, as after a MariaDB one (`_fetched_past`): every change made before the
+                    # mark, the load's included, is applied; a source quiet since ends the run without the idle wait.
+                    break
+                if quiet_for >= connector.idle_timeout_seconds:
+                    end = idle_mark[0] if idle_mark is not None else None
+                    if end is None:
+                        # PostgreSQL: once Debezium handed over a record past the WAL written before the quiet began
+                        # (the heartbeat row the mark wrote) and it all reached us: a transaction of tens of MB is
+                        # decoded and converted for longer than the idle timeout, after its walsender sent it. Until
+                        # then the run waits, within its budget.
+                        if wal_mark is None or self._wal_mark_passed(wal_mark):
                             break
+                    # A reader quiet yet still reading (a large transaction of tables it does not capture, which may
+                    # hide a captured change behind it) goes on, within the run's budget; so does one whose mark is
+                    # too fresh to say that nothing came after it.
+                    elif now - idle_mark[1] >= connector.idle_timeout_seconds / 2 and self._reader_reached(end) \
+                            and self._engine_drained():
+                        # Recorded once the groups fetched before it are applied (`apply_batches`).
+                        session.checked_end = end
+                        break
             elif runner.state in ("STOPPED", "FAILED"):
                 runner.raise_if_failed()
                 break
