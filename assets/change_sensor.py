@@ -25,10 +25,12 @@ from dagster import (
 
 from assets import observations
 from assets.schedules import active_run_skip
+from assets.table_assets import table_asset_key
 from cdc_pipeline import control
 from cdc_pipeline.ops import lag, pending
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.ops.tables import ReplicatedTable
 from resources.destination import DestinationResource
 
 log = logging.getLogger(__name__)
@@ -46,15 +48,17 @@ ENDED_RUN_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, Dagste
 
 
 def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
-                        table_keys: Sequence[AssetKey] = ()) -> SensorDefinition:
+                        tables: Sequence[ReplicatedTable] = ()) -> SensorDefinition:
     """`sync_<name>_on_changes`: checks the source every `check_interval_seconds`, and at once when a run of the
     connector ends (a run that ended on its budget, `max_seconds_per_run`, while changes kept coming is followed by the
     next one without waiting for the interval).
 
     Its cursor counts the checks that failed in a row (the destination or the source did not answer): the first
     launches a run, whose failure the UI shows; the next ones launch one only after the same backoff as failed runs.
-    Every check also records the connector's lag, and the tables' freshness (`assets/observations.py`).
+    Every check also records the connector's lag, the tables' freshness and their source tables' rows
+    (`assets/observations.py`), for the `tables` of the definitions.
     """
+    table_keys = [table_asset_key(table) for table in tables]
 
     @sensor(name=f"{job.name}_on_changes", job=job,
             minimum_interval_seconds=min(connector.check_interval_seconds, RUN_END_POLL_SECONDS),
@@ -79,7 +83,7 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
             log.warning("cannot check connector %s for changes: %s", connector.name, exc)
             return _after_failed_check(context, connector, exc)._replace(
                 asset_events=observations.table_events(context.instance, connector, table_keys, None))
-        events = _check_events(context, connector, destination, found, table_keys)
+        events = _check_events(context, connector, destination, found, tables, table_keys)
         if not found.work:
             decision = SkipReason(found.reason)
         else:
@@ -111,8 +115,10 @@ def _next_check_skip(context: SensorEvaluationContext, connector: ConnectorConfi
 
 
 def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, destination: DestinationResource,
-                  found: pending.Pending, table_keys: Sequence[AssetKey]) -> list:
-    """The connector's lag (when its source can be measured) and its tables' observations and freshness."""
+                  found: pending.Pending, tables: Sequence[ReplicatedTable],
+                  table_keys: Sequence[AssetKey]) -> list:
+    """The connector's lag (when its source can be measured), its tables' observations and freshness, and their
+    source tables' rows."""
     try:
         measured = lag.measure(connector, destination.destination())
     except (psycopg.Error, CdcError) as exc:
@@ -122,7 +128,7 @@ def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, 
     observation = observations.lag_observation(context.instance, connector, found, measured)
     if observation is not None:
         events.append(observation)
-    events += observations.source_row_observations(context.instance, connector, destination.destination())
+    events += observations.source_row_observations(context.instance, connector, tables)
     return events + observations.table_events(context.instance, connector, table_keys, found)
 
 

@@ -19,7 +19,7 @@ from assets.run_failure_sensor import build_run_failure_sensor
 from assets.schedules import build_sync_schedule
 from assets.source_assets import build_source_specs
 from assets.sync_job import build_sync_assets, build_sync_job, sync_resources
-from assets.table_assets import load_replicated_tables, table_asset_key
+from assets.table_assets import load_replicated_tables
 from assets.verify_checks import build_verify_checks
 from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
@@ -39,7 +39,7 @@ def build_definitions(config: PipelineConfig) -> Definitions:
         job = build_sync_job(connector, sync_assets)
         jobs.append(job)
         schedules.append(build_sync_schedule(connector, job, config_path))
-        sensors.append(build_change_sensor(connector, job, [table_asset_key(table) for table in connector_tables]))
+        sensors.append(build_change_sensor(connector, job, connector_tables))
         checks.append(check)
         verify = build_verify_checks(connector, connector_tables, config_path)
         if verify is not None:

@@ -23,9 +23,9 @@ from dagster import (
 from assets.connector_asset import connector_asset_key
 from assets.source_assets import source_asset_key
 from assets.table_assets import FRESH_CHECK, LAST_UPDATED
-from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ops.pending import Pending
-from cdc_pipeline.ops.tables import ESTIMATING_SOURCES, estimated_source_rows, read_replicated_tables
+from cdc_pipeline.ops.tables import ESTIMATING_SOURCES, ReplicatedTable, estimated_source_rows
 from cdc_pipeline.sources.change_check import SourceLag
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,6 @@ LAG_OBSERVATION_SECONDS = 60
 # The tables of a connector that stays caught up are observed again after this long (at most a quarter of the
 # freshness window), and a freshness result that stays the same is recorded again after this long.
 TABLE_OBSERVATION_SECONDS = 300
-# How long the change sensor waits for the destination when it reads the source tables to observe.
-CONNECT_TIMEOUT_SECONDS = 10
 
 
 def lag_observation(instance: Any, connector: ConnectorConfig, found: Pending,
@@ -79,9 +77,7 @@ def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[Asset
                 asset_key=key, metadata={LAST_UPDATED: MetadataValue.timestamp(now)},
                 description=f"connector {connector.name} has applied every change of its source") for key in keys)
         last_observed = now
-    materialized = {record.asset_entry.asset_key: record.asset_entry.last_materialization_record.timestamp
-                    for record in instance.get_asset_records(list(keys))
-                    if record.asset_entry.last_materialization_record is not None}
+    materialized = {key: entry.timestamp for key, entry in latest_materializations(instance, list(keys)).items()}
     previous = instance.event_log_storage.get_asset_check_summary_records(
         [AssetCheckKey(key, FRESH_CHECK) for key in keys])
     window = connector.freshness_minutes * 60
@@ -108,6 +104,13 @@ def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[Asset
     return events
 
 
+def latest_materializations(instance: Any, keys: list[AssetKey]) -> dict[AssetKey, Any]:
+    """Per asset, its latest materialization's event (its timestamp and its `asset_materialization`)."""
+    return {record.asset_entry.asset_key: record.asset_entry.last_materialization_record.event_log_entry
+            for record in instance.get_asset_records(keys)
+            if record.asset_entry.last_materialization_record is not None}
+
+
 def _latest_observation(instance: Any, key: AssetKey) -> Any:
     records = instance.fetch_observations(records_filter=AssetRecordsFilter(asset_key=key), limit=1).records
     return records[0].event_log_entry if records else None
@@ -123,19 +126,18 @@ def _caught_up_at(instance: Any, keys: Sequence[AssetKey]) -> float | None:
 
 
 def source_row_observations(instance: Any, connector: ConnectorConfig,
-                            destination: DestinationConfig) -> list[AssetObservation]:
-    """The connector's source tables' rows as the source's catalog estimates them (`dagster/row_count`, with
-    `row_count_estimated`), when it estimates them cheaply (`ESTIMATING_SOURCES`), at most every
-    TABLE_OBSERVATION_SECONDS; none when the destination or the source does not answer (logged)."""
+                            tables: Sequence[ReplicatedTable]) -> list[AssetObservation]:
+    """The rows of the source tables of the connector's `tables` (those of its definitions, whose source assets
+    exist) as the source's catalog estimates them (`dagster/row_count`, with `row_count_estimated`), when it
+    estimates them cheaply (`ESTIMATING_SOURCES`), at most every TABLE_OBSERVATION_SECONDS; none when the source
+    does not answer (logged)."""
     if connector.type not in ESTIMATING_SOURCES:
         return []
+    keys = {source_table: source_asset_key(connector, source_table)
+            for table in tables for source_table in table.source_tables}
+    if not keys or not _source_rows_due(instance, list(keys.values())):
+        return []
     try:
-        with destination.connect(connector.name, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
-            tables = read_replicated_tables(conn, destination.control_schema, connector.name).get(connector.name, [])
-        keys = {source_table: source_asset_key(connector, source_table)
-                for table in tables for source_table in table.source_tables}
-        if not keys or not _source_rows_due(instance, list(keys.values())):
-            return []
         estimates = estimated_source_rows(connector, keys)
     except Exception as exc:  # noqa: BLE001 - each source's driver raises its own errors; the estimate is only shown
         log.warning("cannot read the row estimates of connector %s's source tables: %s", connector.name, exc)

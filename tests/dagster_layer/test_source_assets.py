@@ -12,6 +12,7 @@ from dagster import AssetKey, DagsterInstance
 
 from assets import observations
 from assets.definitions import build_definitions
+from assets.table_assets import load_replicated_tables
 from cdc_pipeline import control
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops.tables import read_replicated_tables
@@ -83,12 +84,13 @@ def test_source_row_estimates_observed_at_most_every_interval(mariadb, destinati
     _record_tables(pipe, [(pipe.name, f"{pipe.source_db}.orders", pipe.dest_schema, "orders")])
     config = load_config(pipe.config_path)
     connector, key = config.connector(pipe.name), AssetKey(["mariadb", pipe.source_db, "orders"])
+    tables = load_replicated_tables(config)[pipe.name]  # the definitions' tables, as the change sensor has them
     with DagsterInstance.ephemeral() as instance:
-        [observation] = observations.source_row_observations(instance, connector, config.destination)
+        [observation] = observations.source_row_observations(instance, connector, tables)
         assert observation.asset_key == key
         assert observation.metadata["dagster/row_count"].value == 120
         assert observation.metadata["row_count_estimated"].value is True
         instance.report_runless_asset_event(observation)
-        assert observations.source_row_observations(instance, connector, config.destination) == []
+        assert observations.source_row_observations(instance, connector, tables) == []
         monkeypatch.setattr(observations, "TABLE_OBSERVATION_SECONDS", 0)
-        assert len(observations.source_row_observations(instance, connector, config.destination)) == 1
+        assert len(observations.source_row_observations(instance, connector, tables)) == 1
