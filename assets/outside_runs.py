@@ -19,7 +19,6 @@ from typing import Any, Sequence
 
 import psycopg
 from dagster import (
-    AssetKey,
     AssetMaterialization,
     DefaultSensorStatus,
     MetadataValue,
@@ -32,6 +31,7 @@ from dagster import (
 )
 
 from assets.connector_asset import connector_asset_key
+from assets.observations import latest_materializations
 from assets.schedules import ACTIVE_RUN_STATUSES
 from assets.table_assets import table_asset_key, table_metadata
 from cdc_pipeline import bulk_load, control
@@ -63,8 +63,9 @@ def build_outside_runs_sensor(connectors: Sequence[tuple[ConnectorConfig, str, S
         events: list[AssetMaterialization] = []
         waiting = []
         config = destination.destination()
+        active = context.instance.get_runs(filters=RunsFilter(statuses=ACTIVE_RUN_STATUSES))
         for connector, job_name, tables in connectors:
-            busy = _busy(context.instance, connector, job_name, tables)
+            busy = _busy(active, connector, job_name, tables)
             if busy is None:
                 try:
                     with config.connect(connector.name, connect_timeout=10) as conn:
@@ -89,10 +90,12 @@ def build_outside_runs_sensor(connectors: Sequence[tuple[ConnectorConfig, str, S
     return outside_runs
 
 
-def _busy(instance: Any, connector: ConnectorConfig, job_name: str, tables: Sequence[ReplicatedTable]) -> str | None:
-    """The connector's Dagster run in progress (its sync job's, or one materializing its assets), or None."""
+def _busy(active: Sequence[Any], connector: ConnectorConfig, job_name: str,
+          tables: Sequence[ReplicatedTable]) -> str | None:
+    """The connector's Dagster run in progress among the `active` runs (its sync job's, or one materializing its
+    assets), or None."""
     keys = {connector_asset_key(connector.name), *(table_asset_key(table) for table in tables)}
-    for run in instance.get_runs(filters=RunsFilter(statuses=ACTIVE_RUN_STATUSES)):
+    for run in active:
         if run.job_name == job_name or keys & set(run.asset_selection or ()):
             return f"run {run.run_id} of connector {connector.name} is {run.status.value.lower()}"
     return None
@@ -108,7 +111,7 @@ def outside_run_events(instance: Any, conn: psycopg.Connection, schema: str, con
              write_marks(conn, [(table.dest_schema, table.dest_table) for table in tables]).items()}
     if record.last_at is None:
         return [], marks
-    latest = _latest_materializations(instance, [table_asset_key(table) for table in tables])
+    latest = latest_materializations(instance, [table_asset_key(table) for table in tables])
     written = [table for table in tables
                if f"{table.dest_schema}.{table.dest_table}" in marks
                and _written(table, record, latest.get(table_asset_key(table)), seen, marks)]
@@ -146,7 +149,7 @@ def _connector_event(instance: Any, connector: ConnectorConfig, record: RunRecor
     """The connector's asset, when the engine wrote after its latest materialization: the connector's running
     totals and its applied position."""
     key = connector_asset_key(connector.name)
-    latest = _latest_materializations(instance, [key]).get(key)
+    latest = latest_materializations(instance, [key]).get(key)
     assert record.last_at is not None
     if latest is not None and record.last_at.timestamp() <= latest.timestamp:
         return None
@@ -156,10 +159,3 @@ def _connector_event(instance: Any, connector: ConnectorConfig, record: RunRecor
     metadata["last_written_at"] = MetadataValue.timestamp(record.last_at)
     return AssetMaterialization(asset_key=key, metadata=metadata,
                                 description=f"{OUTSIDE_RUN} of connector {connector.name}: the connector's totals")
-
-
-def _latest_materializations(instance: Any, keys: list[AssetKey]) -> dict[AssetKey, Any]:
-    """Per asset, its latest materialization's event (its timestamp and its `asset_materialization`)."""
-    return {record.asset_entry.asset_key: record.asset_entry.last_materialization_record.event_log_entry
-            for record in instance.get_asset_records(keys)
-            if record.asset_entry.last_materialization_record is not None}
