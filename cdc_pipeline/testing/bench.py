@@ -672,7 +672,7 @@ def _process_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
+def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
 
@@ -767,8 +767,8 @@ def measure_idle_and_latency(source: MariaDbServer, destination: PostgresServer,
         process.wait()
     latencies = [arrived[key] - written[key] for key in written if key in arrived]
     results.update({"changes": len(written), "changes_per_second": rate, "arrived": len(latencies),
-                    "runs_launched": len(runs), "latency_p50_seconds": round(_percentile(latencies, 0.5), 2),
-                    "latency_p95_seconds": round(_percentile(latencies, 0.95), 2),
+                    "runs_launched": len(runs), "latency_p50_seconds": round(percentile(latencies, 0.5), 2),
+                    "latency_p95_seconds": round(percentile(latencies, 0.95), 2),
                     "latency_max_seconds": round(max(latencies, default=float("nan")), 2)})
     return results
 

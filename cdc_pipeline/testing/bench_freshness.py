@@ -31,6 +31,7 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline import control
+from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 CAPTURE_USER = "fresh"
@@ -173,14 +174,8 @@ def _write(source: MariaDbServer | PostgresServer, database: str, first_id: int,
 
 
 def _percentiles(latencies: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
-    if not ordered:
-        return {"p50": float("nan"), "p90": float("nan"), "max": float("nan")}
-
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
-
-    return {"p50": at(0.5), "p90": at(0.9), "max": round(ordered[-1], 2)}
+    return {"p50": round(percentile(latencies, 0.5), 2), "p90": round(percentile(latencies, 0.9), 2),
+            "max": round(max(latencies, default=float("nan")), 2)}
 
 
 def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer, database: str, name: str,
