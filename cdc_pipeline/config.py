@@ -262,17 +262,10 @@ def _integer(value: Any, *, minimum: int, maximum: int | None = None) -> int:
     return number
 
 
-def _positive_number(value: Any) -> float:
+def _number(value: Any, zero_allowed: bool) -> float:
     number = _as_number(_expanded(value) if isinstance(value, str) else value)
-    if number is None or number <= 0:
-        raise _invalid(f"must be a number > 0, got {_show(value)}")
-    return number
-
-
-def _non_negative_number(value: Any) -> float:
-    number = _as_number(_expanded(value) if isinstance(value, str) else value)
-    if number is None or number < 0:
-        raise _invalid(f"must be a number >= 0, got {_show(value)}")
+    if number is None or number < 0 or number == 0 and not zero_allowed:
+        raise _invalid(f"must be a number {'>=' if zero_allowed else '>'} 0, got {_show(value)}")
     return number
 
 
@@ -319,8 +312,8 @@ Text = Annotated[str, PlainValidator(_string)]
 OptionalText = Optional[Text]
 Identifier = Annotated[str, PlainValidator(_identifier)]
 OptionalIdentifier = Optional[Identifier]
-PositiveNumber = Annotated[float, PlainValidator(_positive_number)]
-NonNegativeNumber = Annotated[float, PlainValidator(_non_negative_number)]
+PositiveNumber = Annotated[float, PlainValidator(partial(_number, zero_allowed=False))]
+NonNegativeNumber = Annotated[float, PlainValidator(partial(_number, zero_allowed=True))]
 Names = Annotated[tuple[str, ...], PlainValidator(_names)]
 Properties = Annotated[Mapping[str, str], PlainValidator(_properties)]
 
