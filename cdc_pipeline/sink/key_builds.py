@@ -113,6 +113,9 @@ class Builds:
         self._running: list[Withheld] = []
         self._submitted: set[tuple[str, str, str]] = set()
         self._threads: list[threading.Thread] = []
+        # Workers that have not yet found the queue empty: one that did is leaving (closing its connection) and
+        # takes nothing more, so it is not counted though its thread may still be alive.
+        self._workers = 0
         self._failures: list[CdcError] = []
         self._stopping = False
         self._busy_since: float | None = None
@@ -133,9 +136,10 @@ class Builds:
                     self._queued.append(item)
             self._threads = [thread for thread in self._threads if thread.is_alive()]
             wanted = min(self.connections, len(self._queued) + len(self._running))
-            for _ in range(wanted - len(self._threads)):
+            for _ in range(wanted - self._workers):
                 thread = threading.Thread(target=self._work, name="key-build", daemon=True)
                 self._threads.append(thread)
+                self._workers += 1
                 thread.start()
             self._changed.notify_all()
 
@@ -196,6 +200,7 @@ class Builds:
                             self._busy_since = time.monotonic()
                         return item
                 self._changed.wait()
+            self._workers -= 1
             return None
 
     def _may_start(self, item: Withheld) -> bool:

@@ -4,6 +4,7 @@ exactly once, foreign keys after the keys they reference, failures named and lef
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 
 import pytest
@@ -174,4 +175,35 @@ def test_a_primary_key_is_built_as_a_unique_index_beside_the_other_indexes_then_
     assert sorted(builds.wait()) == ["app.items.items_pkey", "app.items.items_qty"]
     assert _constraints(destination, "items") == [("items_pkey", "p")]
     assert _indexes(destination, "items") == ["app.items_pkey", "app.items_qty"]
+    assert _recorded(destination) == []
+
+
+class _SlowToLeave(Builds):
+    """A build connection that is slow to close: a worker that found the queue empty is still alive for a while."""
+
+    def _take(self):
+        item = super()._take()
+        if item is None:
+            time.sleep(0.5)
+        return item
+
+
+def test_a_build_submitted_while_the_last_worker_leaves_is_made_before_wait_returns(destination):
+    _run(destination, "CREATE TABLE app.first (id int PRIMARY KEY)", "CREATE TABLE app.second (id int PRIMARY KEY)")
+    _withhold(destination, "first", "second")
+    with destination.connect() as conn:
+        first = deferred_keys.waiting(conn, "cdc", CONNECTOR, deferred_keys.PRIMARY_KEY, [("app", "first")])
+        second = deferred_keys.waiting(conn, "cdc", CONNECTOR, deferred_keys.PRIMARY_KEY, [("app", "second")])
+    builds = _SlowToLeave(destination, CONNECTOR, connections=1)
+    builds.submit(first)
+    deadline = time.monotonic() + 30
+    while builds.made != ["app.first.first_pkey"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    # The worker has found nothing more to build and is leaving; the next table's key comes now (a table's last
+    # chunk copied, or the load's last submit before it waits).
+    builds.submit(second)
+    assert sorted(builds.wait()) == ["app.first.first_pkey", "app.second.second_pkey"]
+    builds.close()
+    assert _constraints(destination, "second") == [("second_pkey", "p")]
     assert _recorded(destination) == []
