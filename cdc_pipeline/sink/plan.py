@@ -160,6 +160,9 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
         if redelivered(ref.offset, change) or _read_by_bulk_snapshot(ref, snapshot_positions):
             counts.redelivered += 1
             redelivered_seqs.add(ref.seq)
+            if ref.source_table:
+                # A step takes its rows by seq range: the table's next changes begin a segment after this one.
+                close_segment(ref.source_table)
             continue
         for table, position in list(unpassed_positions.items()):
             if stream_passed(ref.offset, position):
