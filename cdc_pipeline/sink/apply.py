@@ -13,9 +13,9 @@ import json
 import logging
 import re
 from collections import Counter, OrderedDict
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Collection, Iterable
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 import psycopg
 from psycopg import sql
@@ -191,6 +191,17 @@ class BatchApplier:
         self._catalog.forget()
         self._claimed.clear()
 
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        """A savepoint (under `skip`) whose rollback also forgets the run's reads: the table it altered or created,
+        and its claims, are undone with it."""
+        try:
+            with self.conn.transaction():
+                yield
+        except BaseException:
+            self._forget_run_reads()
+            raise
+
     def _apply_in_transaction(self, plan: BatchPlan, dead_letter: int | None) -> control.BatchCounts:
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -258,7 +269,7 @@ class BatchApplier:
                 break
             try:
                 # Under `skip` a failure must leave the transaction usable: a table the events alter gets a savepoint.
-                with self.conn.transaction() if skip and may_alter else nullcontext():
+                with self._savepoint() if skip and may_alter else nullcontext():
                     prepared = self._prepare_dml(cur, step)
             except SKIPPABLE_ERRORS:
                 if not skip:
@@ -497,7 +508,7 @@ class BatchApplier:
         """
         while True:
             try:
-                with self.conn.transaction():
+                with self._savepoint():
                     apply()
                 return None
             except SKIPPABLE_ERRORS as exc:
