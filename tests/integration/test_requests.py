@@ -201,17 +201,44 @@ def test_sensor_serves_requests_and_launches_the_runs_they_need(ctl):
         assert isinstance(evaluate(), SkipReason)
 
         paused_id = requests.submit_request(ctl.conn, "cdc", ctl.name, requests.PAUSE)
-        result = evaluate("0")
-        assert result.run_requests == [] and result.cursor == str(paused_id)
+        result = evaluate("0")  # a cursor of an earlier version: the id alone
+        assert result.run_requests == [] and json.loads(result.cursor) == {"served": paused_id, "owed": {}}
 
         resumed_id = requests.submit_request(ctl.conn, "cdc", ctl.name, requests.RESUME)
-        result = evaluate(str(paused_id))
+        result = evaluate(result.cursor)
 
     [run] = result.run_requests
     assert (run.job_name, run.run_key) == (f"sync_{ctl.name}", f"request-{resumed_id}")
     assert run.tags["cdc/request"] == str(resumed_id)
-    assert result.cursor == str(resumed_id)
+    assert json.loads(result.cursor) == {"served": resumed_id, "owed": {}}
     assert ctl.state() == control.SYNCING
+
+
+def test_a_request_while_a_run_lingers_launches_its_run_once_that_one_ended(ctl):
+    """A run that lingers (or any cycle: a `cdc-pipeline sync`) holds the connector's run lock; a run launched then
+    would be refused, and count as a failed run (under `exit` the connector would be held stopped)."""
+    resources = {"destination": DestinationResource(config_path=str(ctl.path))}
+    sensor = build_request_sensor(str(ctl.path), [build_definitions(ctl.config).resolve_job_def(f"sync_{ctl.name}")])
+    lingering = psycopg.connect(ctl.dsn, autocommit=True)
+    control.acquire_run_lock(lingering, ctl.name)
+    with instance_for_test() as instance:
+        def evaluate(cursor=None):
+            with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+                return sensor(context)
+
+        restart_id = requests.submit_request(ctl.conn, "cdc", ctl.name, requests.RESTART, "always")
+        waiting = evaluate()
+        assert waiting.run_requests == [], "no run is launched while the connector's run holds its lock"
+        assert f"request {restart_id} launches sync_{ctl.name} once it ends" in waiting.skip_reason.skip_message
+        assert ctl.state() == control.RESTARTING and requests.read_request(ctl.conn, "cdc", restart_id).status == \
+            requests.DONE
+        assert evaluate(waiting.cursor).run_requests == [], "still running"
+
+        lingering.close()  # the run ends
+        result = evaluate(waiting.cursor)
+        [run] = result.run_requests
+        assert (run.job_name, run.run_key) == (f"sync_{ctl.name}", f"request-{restart_id}")
+        assert isinstance(evaluate(result.cursor), SkipReason), "launched once"
 
 
 def test_schedule_skips_while_the_connector_is_paused(ctl):
