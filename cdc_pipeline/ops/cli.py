@@ -48,16 +48,18 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
 
-    A connector's first cycle is checked before it starts (`preflight.require_ready`: it does not start when its
-    source or the destination lacks a setting or privilege). With `start_offset` (a Debezium offset as JSON) the
-    cycle replays from that offset. With `linger` its stream goes on while changes keep coming, as a Dagster run's
-    does (the connector's `linger_seconds`).
+    The connector's pending requests are served first, as the Dagster sensor serves them (a `restart NAME always`
+    takes effect in this cycle). A connector's first cycle is checked before it starts (`preflight.require_ready`:
+    it does not start when its source or the destination lacks a setting or privilege). With `start_offset` (a
+    Debezium offset as JSON) the cycle replays from that offset. With `linger` its stream goes on while changes keep
+    coming, as a Dagster run's does (the connector's `linger_seconds`).
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import SparkStart
 
     config = load_config()
     connector = config.connector(name)
+    served = serve_requests_of(config, name)
     if start_offset is None:
         from cdc_pipeline.ops import pending
 
@@ -69,11 +71,23 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -
             idle = None
         if idle is not None:
             return {"connector": name, "batches": 0, **control.BatchCounts().as_dict(),
-                    "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle}
+                    "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle,
+                    **served}
     # The driver JVM starts now; the checks and the engine's start run while Spark's session is being made.
     spark = SparkStart(config.spark)
     preflight.require_ready(connector, config.destination)
-    return run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger)
+    return {**run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger), **served}
+
+
+def serve_requests_of(config: PipelineConfig, name: str) -> dict[str, Any]:
+    """Serves the connector's pending requests, oldest first, under the same rules as the Dagster sensor; returns
+    them for the run's summary (`requests_served`, absent when none was pending)."""
+    schema = config.destination.control_schema
+    with _control_connection(config) as conn:
+        outcomes = requests.serve_pending_requests(conn, schema, config, connector=name)
+    return {"requests_served": [{"id": outcome.request.id, "kind": outcome.request.kind,
+                                 "argument": outcome.request.argument, "status": outcome.status,
+                                 "reason": outcome.reason} for outcome in outcomes]} if outcomes else {}
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -88,6 +102,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         + (f"; nothing to do: {summary['nothing_to_do']}" if summary.get("nothing_to_do") else "")
         + ("; the run's budget was spent, the stream goes on in the next run" if summary.get("budget_spent")
            else "")
+        + "".join(f"; served request {served['id']} ({served['kind']}{' ' + served['argument'] if served['argument'] else ''}"
+                  f") first: {served['status']}, {served['reason']}" for served in summary.get("requests_served", ()))
     )
 
 
@@ -323,8 +339,9 @@ def _submit(args: argparse.Namespace, kind: str, argument: str | None = None) ->
                 break
             time.sleep(0.5)
     if request.status == requests.PENDING:
-        print(f"request {request_id} ({kind} {args.name}) is pending: the Dagster sensor cdc_requests serves it "
-              f"(or `cdc-pipeline requests --serve`); `cdc-pipeline requests {args.name}` shows the outcome")
+        print(f"request {request_id} ({kind} {args.name}) is pending: the connector's next `cdc-pipeline sync "
+              f"{args.name}` serves it first, or the Dagster sensor cdc_requests (or `cdc-pipeline requests --serve`); "
+              f"`cdc-pipeline requests {args.name}` shows the outcome")
         return 0
     print(f"request {request_id} ({kind} {args.name}) {request.status}: {request.reason}")
     return 0 if request.status == requests.DONE else 3
