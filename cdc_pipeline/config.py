@@ -45,6 +45,9 @@ DEFAULT_PORTS: Mapping[str, int] = MappingProxyType(
 )
 SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "always", "never", "when_needed", "recovery", "schemasync")
 ERROR_STRATEGIES = ("exit", "retry", "skip")
+# What a run does when the source no longer holds the connector's position (a purged binlog, an invalidated slot,
+# change tables cleaned past it): fail, naming the command that recovers, or take a new snapshot by itself.
+POSITION_LOST_POLICIES = ("fail", "snapshot")
 # How a connector copies the rows that exist when it starts: `spark`, parallel chunked reads and COPY (MariaDB,
 # MySQL); `debezium`, Debezium's own snapshot events through the stream's path (every source type).
 SNAPSHOT_ENGINES = ("spark", "debezium")
@@ -333,6 +336,7 @@ SnapshotEngine = _one_of(SNAPSHOT_ENGINES)
 ApplyCopier = _one_of(APPLY_COPIERS)
 TlsMode = _one_of(TLS_MODES)
 ErrorStrategy = _one_of(ERROR_STRATEGIES)
+PositionLostPolicy = _one_of(POSITION_LOST_POLICIES)
 Trigger = _one_of(TRIGGERS)
 LetterCasing = _one_of(LETTER_CASINGS)
 Port = _between(1, 65535)
@@ -468,6 +472,9 @@ class ConnectorConfig:
     port: Optional[Port] = None
     tables: Names = ()
     snapshot_mode: SnapshotMode = "initial"
+    # The source no longer holds the connector's position: "fail" (the run names the command that recovers) or
+    # "snapshot" (the run takes a new snapshot instead, as snapshot_mode when_needed does).
+    on_position_lost: PositionLostPolicy = "fail"
     # How the rows that exist when the connector starts are copied: `spark` (parallel chunked reads and COPY) where
     # the type allows, else `debezium`.
     snapshot_engine: Optional[SnapshotEngine] = None

@@ -40,11 +40,13 @@ from cdc_pipeline.capture.runner import (
     debezium_properties,
     engine_failure,
     merge_batches,
+    position_lost_failure,
 )
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.capture.spark import SparkStart, batch_dataframe, driver_death, driver_exit_code, working_on
 from cdc_pipeline.fetch_phases import FetchCycle
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
+from cdc_pipeline.sources.lost_position import LostPosition
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +278,8 @@ class ConnectorSession:
             # streams (its slot holds the position), so none says so.
             or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
                 and bulk_load.has_load(self.conn, self.control_schema, name)))
+        if not takes_snapshot:
+            takes_snapshot = self._snapshot_for_lost_position()
         self.takes_data_snapshot = takes_snapshot and not self.connector.bulk_snapshot \
             and self.snapshot_mode in ROW_COPYING_MODES
         self.applied_offset = None if takes_snapshot else control.read_applied_offset(self.conn, self.control_schema,
@@ -287,14 +291,13 @@ class ConnectorSession:
         engine_mode = (self._prepare_bulk_load(takes_snapshot, had_offset) if self.connector.bulk_snapshot
                        else self.snapshot_mode)
         connector = dataclasses.replace(self.connector, snapshot_mode=engine_mode)
-        lost = None if takes_snapshot else sources.lost_changes(connector, self.resumed_from)
-        if lost is not None:
-            raise CdcError(lost, connector=name, position=self.resumed_from)
+        if takes_snapshot:
+            sources.drop_lost_slot(connector)
         sources.prepare_capture(connector)
         # The engine needs the driver JVM only: it starts while a session still starting is being made.
         self.runner = DebeziumRunner(self._spark, name, debezium_properties(connector, self.destination),
                                      queue_capacity=queue_capacity(self.connector),
-                                     held_bytes=held_bytes(self.connector))
+                                     held_bytes=held_bytes(self.connector), failure_error=self.engine_error)
         self.runner.start()
         self.progress = run_progress.ProgressReporter(self.destination, name, self.stage_counters,
                                                       self.runner.progress, lambda: self.streaming)
@@ -303,6 +306,36 @@ class ConnectorSession:
         self.cycle_stats = CycleStats(phase_seconds=self.cycle_stats.phase_seconds)
         self._set_state(control.SYNCING, phase=control.PHASE_FETCHING)
         return self
+
+    def _snapshot_for_lost_position(self) -> bool:
+        """Whether this cycle takes a new snapshot because the source no longer holds the engine's stored position
+        (`sources.lost_position`): under `on_position_lost: snapshot` or `snapshot_mode: when_needed` it does (the
+        cycle's mode becomes `always`); else the cycle fails before its engine starts, naming the command that
+        recovers."""
+        assert self.conn is not None
+        name = self.connector.name
+        lost = sources.lost_position(self.connector, control.read_engine_offset(self.conn, self.control_schema, name))
+        if lost is None:
+            return False
+        if self.connector.on_position_lost != "snapshot" and self.snapshot_mode != "when_needed":
+            raise lost.error(name)
+        log.warning("%s; taking a new snapshot (%s)", lost.first_line(name).split("; recover with")[0],
+                    "snapshot_mode: when_needed" if self.snapshot_mode == "when_needed" else
+                    "on_position_lost: snapshot")
+        self.snapshot_mode = "always"
+        return True
+
+    def engine_error(self, engine_text: str | None) -> CdcError:
+        """The error of the failed engine: when Debezium says the source no longer holds the stored position, that
+        first (the connector, the position, what the source holds, the command that recovers) and Debezium's text
+        below; else Debezium's text and, for a known cause, what to do."""
+        name = self.connector.name
+        if not position_lost_failure(engine_text):
+            return RunnerError(engine_failure(engine_text), connector=name)
+        lost = sources.lost_position(self.connector, self.resumed_from) or LostPosition(
+            json.dumps(self.resumed_from) if self.resumed_from else "(none stored)",
+            "the engine's log reader found it gone (Debezium's words below)")
+        return lost.error(name, engine_text)
 
     def _prepare_bulk_load(self, takes_snapshot: bool, has_offset: bool) -> str:
         """Under the bulk snapshot engine: begins a new load when this cycle's snapshot mode copies rows, and
@@ -446,7 +479,7 @@ class ConnectorSession:
                 log.error("Stopping the Debezium engine of %s failed: %s", self.connector.name, exc)
             engine_error = self.runner.last_error
             if error is None and engine_error:
-                error = RunnerError(engine_failure(engine_error), connector=self.connector.name)
+                error = self.engine_error(engine_error)
             self.runner = None
         if self.conn is not None and self.conn.broken and self._locked:
             # The destination went away: its session (and the run lock with it) is gone; record the outcome on a

@@ -62,6 +62,20 @@ class ConnectorPausedError(CdcError):
     """The connector is paused (or waits for review after a schema sync): no fetch cycle starts."""
 
 
+class PositionLostError(CdcError):
+    """The source no longer holds the connector's stored position (a purged binlog, an invalidated or dropped
+    replication slot, change tables cleaned past it): its first line names the connector, the position, what the
+    source holds instead and the command that recovers; `detail`, on the lines below, what that costs and the engine's
+    own text when it came from the engine."""
+
+    def __init__(self, message: str, *, connector: str, detail: str | None = None) -> None:
+        self.detail = detail
+        super().__init__(message, connector=connector)
+
+    def _render(self) -> str:
+        return self.message + (f"\n{self.detail}" if self.detail else "")
+
+
 class MappingRuleError(CdcError):
     """An object mapping rule is malformed, or the destination cannot follow the rules."""
 

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict
@@ -24,7 +24,7 @@ from py4j.protocol import Py4JError
 
 from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
-from cdc_pipeline.errors import RunnerError
+from cdc_pipeline.errors import CdcError, RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +66,28 @@ def spark_provided_artifacts() -> set[str]:
     return {_artifact_name(jar) for jar in spark_jars()}
 
 
+# Debezium's words for a stored position its source no longer holds: a purged binlog (MariaDB's GTID state, a log
+# file) or WAL, a replication slot gone or invalidated. The run's error then says so first (`PositionLostError`).
+_LOG_PURGED = (r"no longer available on the server|could not find (first|next) log file|binlog .* (purged|not found)|"
+               r"could not find GTID state requested|requested WAL segment .* has already been removed")
+_SLOT_LOST = r"replication slot .* does not exist|slot .* has been invalidated|can no longer get changes from replication slot"
+_POSITION_LOST = re.compile(f"{_LOG_PURGED}|{_SLOT_LOST}", re.IGNORECASE)
+
+
+def position_lost_failure(message: str | None) -> bool:
+    """Whether an engine failure's message says the source no longer holds the connector's stored position."""
+    return bool(message) and _POSITION_LOST.search(message) is not None
+
+
 # Known causes of an engine failure, recognised in Debezium's message: (pattern, what to do).
 _ENGINE_FAILURE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern, re.IGNORECASE), hint) for pattern, hint in (
     (r"access denied|password authentication failed|login failed|invalid username/password",
      "the source refused the connector's user or password: check `user` and the environment variable its "
      "`password` names"),
-    (r"no longer available on the server|could not find (first|next) log file|binlog .* (purged|not found)|"
-     r"requested WAL segment .* has already been removed",
+    (_LOG_PURGED,
      "the source no longer has the log at the stored offset (purged): take a new snapshot with `cdc-pipeline "
-     "restart NAME always` (when_needed does not notice a purged MariaDB GTID position); the "
-     "snapshot replaces each table's rows"),
-    (r"replication slot .* does not exist|slot .* has been invalidated",
+     "restart NAME always` (or `on_position_lost: snapshot`); the snapshot replaces each table's rows"),
+    (_SLOT_LOST,
      "the replication slot is gone: take a new snapshot with `cdc-pipeline restart NAME always`"),
     (r"schema history .* (missing|corrupt)|db history topic (is missing|or its content is fully or partially missing)",
      "the schema history in the control schema is missing or incomplete: `cdc-pipeline restart NAME recovery` "
@@ -315,8 +326,10 @@ class DebeziumRunner:
     """One embedded Debezium engine inside the Spark driver JVM, driven through py4j."""
 
     def __init__(self, spark: Any, connector: str, properties: dict[str, str], queue_capacity: int = 4,
-                 held_bytes: int = 0) -> None:
+                 held_bytes: int = 0, failure_error: Callable[[str | None], CdcError] | None = None) -> None:
         self.connector = connector
+        # The error a failed engine raises, made of Debezium's message (default: the message and what to do).
+        self.failure_error = failure_error or (lambda text: RunnerError(engine_failure(text), connector=connector))
         self._spark = spark
         jvm = spark._jvm
         try:
@@ -396,7 +409,7 @@ class DebeziumRunner:
 
     def raise_if_failed(self) -> None:
         if self.state == "FAILED":
-            raise RunnerError(engine_failure(self.last_error), connector=self.connector)
+            raise self.failure_error(self.last_error)
 
     def fetch(self, timeout_seconds: float) -> FetchedBatch | None:
         """Pops the next batch, waiting at most timeout_seconds; None when nothing arrived."""

@@ -13,6 +13,7 @@ from typing import Any
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import mariadb, oracle, postgres, sqlserver
+from cdc_pipeline.sources.lost_position import LostPosition
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +48,28 @@ def prepare_capture(connector: ConnectorConfig) -> None:
         postgres.ensure_heartbeat_table(connector)
 
 
-def lost_changes(connector: ConnectorConfig, offset: dict[str, Any] | None) -> str | None:
-    """Why the engine would lose changes resuming from its stored `offset`, for the source types whose connector
-    would skip them without failing (`lost_changes` of the source module: SQL Server, whose cleanup job may have
-    passed it), or None. A source that cannot be read now says nothing: the engine meets the same trouble and fails
+def lost_position(connector: ConnectorConfig, offset: dict[str, Any] | None) -> LostPosition | None:
+    """What the source no longer holds of the engine's stored `offset` (`lost_position` of the source module: a
+    MariaDB/MySQL binlog purged past it, a PostgreSQL slot invalidated or dropped, SQL Server change tables cleaned
+    past it), or None. A source that cannot be read now says nothing: the engine meets the same trouble and fails
     with its own words."""
-    check = getattr(module_for(connector.type), "lost_changes", None)
-    if check is None or not offset:
+    check = getattr(module_for(connector.type), "lost_position", None)
+    if check is None:
         return None
     try:
-        return check(connector, offset, lambda table: captures(connector, table))
-    except CdcError as exc:
-        log.warning("%s: cannot check the source's retention before the engine starts: %s", connector.name, exc)
+        return check(connector, offset or {}, lambda table: captures(connector, table))
+    except Exception as exc:  # noqa: BLE001 - the engine meets the same trouble and says so
+        log.warning("%s: cannot check that the source still holds the connector's position before the engine "
+                    "starts: %s", connector.name, exc)
         return None
+
+
+def drop_lost_slot(connector: ConnectorConfig) -> None:
+    """Before a new snapshot: a PostgreSQL source's replication slot that the server invalidated is dropped, so
+    that the engine makes a new one (Debezium would stream from the invalidated one, and fail)."""
+    if connector.type == "postgres" and postgres.drop_lost_slot(connector):
+        log.warning("%s: dropped the replication slot %s, which the server had invalidated", connector.name,
+                    connector.replication_slot)
 
 
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:

@@ -34,6 +34,7 @@ from cdc_pipeline.copy_text import (ESCAPES, FIELD_BYTEA, FIELD_DATE, FIELD_PLAI
 from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.lost_position import LostPosition
 from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
@@ -883,6 +884,105 @@ def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> d
             counts[source_table] = int(cur.fetchone()[0])
     return counts
 
+
+
+def lost_position(connector: ConnectorConfig, offset: dict[str, Any], captured: Callable[[str], bool]
+                  ) -> LostPosition | None:
+    """What the binlog no longer holds of the engine's stored `offset` (`file`, `pos`, `gtids`), or None when it
+    holds the offset: its file is on the server and reaches `pos`, or (the file purged: Debezium resumes by GTID when
+    the offset has GTIDs) the GTIDs of the oldest binlog's start are all at or before the offset's and none of the
+    offset's is past the server's binlog (MySQL: `@@gtid_purged` is within the offset's GTIDs). Debezium's own
+    `when_needed` compares MariaDB GTIDs with `@@gtid_binlog_state`, which a purge does not shrink."""
+    if "file" not in offset or "pos" not in offset or offset.get("snapshot"):
+        return None
+    file, gtids = str(offset["file"]), str(offset.get("gtids") or "")
+    position = f"{file}:{offset['pos']}" + (f" (GTID {gtids})" if gtids else "")
+    with connect(connector) as source, source.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(row[0]): int(row[1]) for row in cur.fetchall()}
+        if not sizes or sizes.get(file, -1) >= int(offset["pos"]):
+            return None
+        oldest = next(iter(sizes))
+        if connector.type == "mysql":
+            return _mysql_lost_position(cur, position, gtids, oldest)
+        return _mariadb_lost_position(cur, position, gtids, oldest)
+
+
+_MARIADB_GTID = re.compile(r"(\d+)-\d+-(\d+)")
+
+
+def mariadb_gtid_domains(text: str) -> dict[int, int]:
+    """A MariaDB GTID list (`0-1-57,1-2-9`, or a Gtid_list event's `[0-1-57]`) as the highest sequence number of
+    each replication domain."""
+    domains: dict[int, int] = {}
+    for domain, seq in _MARIADB_GTID.findall(text):
+        domains[int(domain)] = max(domains.get(int(domain), 0), int(seq))
+    return domains
+
+
+def _mariadb_lost_position(cur: Any, position: str, gtids: str, oldest: str) -> LostPosition | None:
+    cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 4", (oldest,))
+    begins_text = next((str(info) for _log, _pos, kind, _server, _next, info in cur.fetchall()
+                        if kind == "Gtid_list"), "")
+    begins = mariadb_gtid_domains(begins_text)
+    held = f"its oldest binlog is {oldest}" + (f", which begins after GTID {begins_text.strip('[]')}" if begins
+                                               else "")
+    if not gtids:
+        return LostPosition(position, held)
+    at = mariadb_gtid_domains(gtids)
+    if any(at.get(domain, 0) < seq for domain, seq in begins.items()):
+        return LostPosition(position, held)
+    cur.execute("SELECT @@global.gtid_binlog_state")
+    state_text = str(cur.fetchone()[0] or "")
+    state = mariadb_gtid_domains(state_text)
+    if any(seq > state.get(domain, 0) for domain, seq in at.items()):
+        return LostPosition(position, f"its binlog, from {oldest} on, holds GTIDs up to {state_text or 'none'} only: "
+                                      "it was reset (RESET MASTER) or is another server's")
+    return None
+
+
+def _mysql_lost_position(cur: Any, position: str, gtids: str, oldest: str) -> LostPosition | None:
+    held = f"its oldest binlog is {oldest}"
+    if not gtids:
+        return LostPosition(position, held)
+    cur.execute("SELECT @@global.gtid_purged")
+    missing = mysql_gtids_missing(str(cur.fetchone()[0] or ""), gtids)
+    if not missing:
+        return None
+    return LostPosition(position, f"{held}, and it purged GTIDs {missing} the connector never read")
+
+
+def _mysql_gtid_set(text: str) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """A MySQL GTID set (`uuid:1-5:7,uuid2[:tag]:1-3`) as its intervals per source (uuid and tag)."""
+    intervals: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for part in "".join(text.split()).split(","):
+        if not part:
+            continue
+        uuid, *items = part.split(":")
+        tag = ""
+        for item in items:
+            first, _, last = item.partition("-")
+            if not first.isdigit():
+                tag = item
+                continue
+            intervals.setdefault((uuid.lower(), tag), []).append((int(first), int(last or first)))
+    return intervals
+
+
+def mysql_gtids_missing(purged: str, read: str) -> str:
+    """The GTIDs of `purged` outside `read` (MySQL GTID sets), as text; empty when `read` holds all of them."""
+    held = _mysql_gtid_set(read)
+    missing = []
+    for (uuid, tag), ranges in _mysql_gtid_set(purged).items():
+        covered = sorted(held.get((uuid, tag), []))
+        for first, last in ranges:
+            start = first
+            for low, high in covered:
+                if low <= start <= high:
+                    start = high + 1
+            if start <= last:
+                missing.append(f"{uuid}{':' + tag if tag else ''}:{start}-{last}")
+    return ",".join(missing)
 
 
 # The binlog settings Debezium's connector needs, with the value each must have.

@@ -31,6 +31,7 @@ from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.lost_position import LostPosition
 from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_length, column_number
@@ -646,6 +647,37 @@ def slot_status(connector: ConnectorConfig) -> dict[str, Any] | None:
                              "resume or run the connector, or bound it with max_slot_wal_keep_size "
                              "(docs/triggers.md)")
     return status
+
+
+def lost_position(connector: ConnectorConfig, offset: dict[str, Any], captured: Callable[[str], bool]
+                  ) -> LostPosition | None:
+    """What the source no longer holds of the engine's stored `offset` (its `lsn`; empty before the engine stored
+    one), or None: the connector's slot
+    was invalidated (`wal_status` lost: the server removed WAL it held, past `max_slot_wal_keep_size`) or is gone
+    (Debezium would make a new one at the WAL's end, skipping every change in between without a word)."""
+    slot, lsn = connector.replication_slot, offset.get("lsn")
+    with connect(connector) as source:
+        row = source.execute("SELECT wal_status, current_setting('max_slot_wal_keep_size') FROM pg_replication_slots "
+                             "WHERE slot_name = %s", (slot,)).fetchone()
+    # Before the engine stored an offset (a bulk load begun), the slot holds the position.
+    position = f"LSN {_lsn_text(int(lsn))}" if lsn is not None else f"(its replication slot {slot}'s)"
+    if row is None:
+        return None if lsn is None else LostPosition(position, f"its replication slot {slot} does not exist (it was "
+                                                               "dropped)")
+    if row[0] == "lost":
+        return LostPosition(position, f"its replication slot {slot} was invalidated (wal_status lost): the server "
+                                      f"removed WAL the slot held, past max_slot_wal_keep_size ({row[1]})")
+    return None
+
+
+def drop_lost_slot(connector: ConnectorConfig) -> bool:
+    """Drops the connector's replication slot when the server invalidated it (`wal_status` lost), so that a new
+    snapshot's engine makes a new one; returns whether it did. Does nothing to a slot that holds its WAL."""
+    with connect(connector) as source:
+        dropped = source.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                                 "WHERE slot_name = %s AND wal_status = 'lost' AND NOT active",
+                                 (connector.replication_slot,)).fetchall()
+    return bool(dropped)
 
 
 def replication_lag(connector: ConnectorConfig, checked: Any, applied: dict[str, Any]) -> SourceLag | None:

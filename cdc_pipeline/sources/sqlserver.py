@@ -161,5 +161,5 @@ def source_partition(connector: str, database: str) -> dict[str, str]:
 
 # The server's reads (pymssql): the change check, the preflight, row counts, and the order of streaming offsets.
 from cdc_pipeline.sources.sqlserver_checks import (  # noqa: E402
-    ORDERED_WITHIN_TRANSACTION, check_changes, check_position, key_range_counts, lost_changes, preflight, row_counts,
+    ORDERED_WITHIN_TRANSACTION, check_changes, check_position, key_range_counts, lost_position, preflight, row_counts,
     stream_order)

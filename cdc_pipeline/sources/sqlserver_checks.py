@@ -27,6 +27,7 @@ from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import (ChangeCheck, RangeCounts, count_key_ranges, driver_words,
                                                  inside_snapshot, read_source)
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.lost_position import LostPosition
 
 CONNECT_TIMEOUT_SECONDS = 10
 # Within a transaction, records do not always come in the order of their offsets (DBZ-2329).
@@ -169,16 +170,21 @@ def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
                               "changes of other tables)", reached_end=True)
 
 
-def lost_changes(connector: ConnectorConfig, offset: dict[str, Any] | None,
-                 captured: Callable[[str], bool]) -> str | None:
-    """Why the engine cannot resume from `offset` without losing changes, or None: the cleanup job removed changes of
-    a captured table after it. Debezium's connector would read on from the change table's oldest row and skip them
-    without a word, so a run refuses to start instead."""
+def lost_position(connector: ConnectorConfig, offset: dict[str, Any],
+                  captured: Callable[[str], bool]) -> LostPosition | None:
+    """What the change tables no longer hold of `offset`, or None: the cleanup job removed changes of a captured
+    table after it. Debezium's connector would read on from the change table's oldest row and skip them without a
+    word, so a run refuses to start instead."""
     position = check_position(offset)
     if position is None:
         return None
     commit = position[0]
-    return _read(connector, lambda cur: _retention_loss(cur, connector, commit, _capture_instances(cur, captured)))
+    lost = _read(connector, lambda cur: _cleaned_up(cur, commit, _capture_instances(cur, captured)))
+    if not lost:
+        return None
+    return LostPosition(f"LSN {lsn_text(commit)}", f"it fell out of the change tables' retention: the cleanup job "
+                                                   f"removed the changes of {', '.join(lost)} after it (their oldest "
+                                                   "LSN is later)")
 
 
 def _capture_instances(cur: Any, captured: Callable[[str], bool]) -> list[tuple]:

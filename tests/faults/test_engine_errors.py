@@ -65,30 +65,20 @@ def test_bad_credentials_and_an_unreachable_source_fail_the_run_clearly(pipeline
                                (pipeline.name,)) == [(0,)], "nothing was marked complete"
 
 
-def _purge_binlogs(pipeline) -> None:
-    """Purges every binlog file but a new one. MariaDB keeps a file until its binlog checkpoint moved past it (a
-    commit in the next file), so this commits and tries again for a while."""
-    pipeline.mariadb.execute("FLUSH BINARY LOGS")
-    newest = pipeline.mariadb.query("SHOW BINARY LOGS")[-1][0]
-    for _ in range(50):
-        pipeline.source("CREATE TABLE IF NOT EXISTS checkpoint_nudge (n INT)")
-        pipeline.mariadb.execute(f"PURGE BINARY LOGS TO '{newest}'")
-        if [row[0] for row in pipeline.mariadb.query("SHOW BINARY LOGS")][0] == newest:
-            return
-        time.sleep(0.2)
-    pytest.fail(f"MariaDB kept the binlog files before {newest}")
-
-
 @pytest.mark.integration
 def test_a_purged_binlog_says_to_snapshot_again_and_a_new_snapshot_recovers(pipeline):
     pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'one'), (2, 'two')"])
     pipeline.sync()
     pipeline.source(["INSERT INTO items VALUES (3, 'three')", "UPDATE items SET name = 'uno' WHERE id = 1",
                      "DELETE FROM items WHERE id = 2"])
-    _purge_binlogs(pipeline)
+    oldest = pipeline.purge_binlogs()
 
     message = _failure(pipeline)
-    assert "purged" in message and "take a new snapshot" in message
+    first_line = message.splitlines()[0]
+    assert first_line.startswith(f"connector '{pipeline.name}': the source no longer holds the connector's position "
+                                 "mariadb-bin."), message
+    assert f"its oldest binlog is {oldest}" in first_line, message
+    assert first_line.endswith(f"; recover with `cdc-pipeline restart {pipeline.name} always`"), message
     assert pipeline.dest_rows("items") == [(1, "one"), (2, "two")], "nothing after the stored offset was applied"
 
     pipeline.write_config(snapshot_mode="always")

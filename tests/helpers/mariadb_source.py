@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -78,6 +79,20 @@ class Pipeline(DestinationChecks):
         for table in tables:
             source, dest = self.source_rows(table), self.dest_rows(table)
             assert dest == source, f"table {table}: destination differs from source"
+
+    def purge_binlogs(self) -> str:
+        """Purges every binlog file but a new one (`PURGE BINARY LOGS TO` the newest); returns its name. MariaDB keeps
+        a file until its binlog checkpoint moved past it (a commit in the next file), so this commits and tries
+        again for a while."""
+        self.mariadb.execute("FLUSH BINARY LOGS")
+        newest = self.mariadb.query("SHOW BINARY LOGS")[-1][0]
+        for _ in range(50):
+            self.source("CREATE TABLE IF NOT EXISTS checkpoint_nudge (n INT)")
+            self.mariadb.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            if [row[0] for row in self.mariadb.query("SHOW BINARY LOGS")][0] == newest:
+                return newest
+            time.sleep(0.2)
+        pytest.fail(f"MariaDB kept the binlog files before {newest}")
 
     def sync(self) -> dict[str, Any]:
         from cdc_pipeline.ops.cli import run_sync

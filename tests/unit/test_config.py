@@ -98,6 +98,7 @@ def test_minimal_file_gets_every_default(tmp_path: Path) -> None:
     assert connector.database == "inventory"
     assert connector.tables == ()
     assert connector.snapshot_mode == "initial"
+    assert connector.on_position_lost == "fail"
     assert connector.batch_size == 2048
     assert connector.error_strategy == "exit"
     assert (connector.retry_attempts, connector.retry_backoff_seconds) == (3, 1.0)
@@ -128,6 +129,7 @@ def test_every_field_set_explicitly(tmp_path: Path) -> None:
             database: sales
             tables: [public.orders, public.customers]
             snapshot_mode: no_data
+            on_position_lost: snapshot
             batch_size: 500
             error_strategy: skip
             schedule: "*/5 * * * *"
@@ -151,6 +153,7 @@ def test_every_field_set_explicitly(tmp_path: Path) -> None:
     assert connector.password.reveal() == "0123"
     assert connector.tables == ("public.orders", "public.customers")
     assert (connector.snapshot_mode, connector.error_strategy, connector.letter_casing) == ("no_data", "skip", "asis")
+    assert connector.on_position_lost == "snapshot"
     assert (connector.batch_size, connector.max_events_per_run) == (500, 10)
     assert (connector.max_seconds_per_run, connector.idle_timeout_seconds) == (12.5, 0.5)
     assert connector.schedule == "*/5 * * * *"
@@ -266,6 +269,7 @@ def test_malformed_variable_reference_is_an_error(text: str) -> None:
         ("batch_size", 100001, "batch_size", "between 1 and 100000"),
         ("batch_size", 2.5, "batch_size", "integer"),
         ("error_strategy", "ignore", "error_strategy", "exit, retry, skip"),
+        ("on_position_lost", "skip", "on_position_lost", "fail, snapshot"),
         ("retry_attempts", 0, "retry_attempts", "between 1 and 20"),
         ("retry_attempts", 21, "retry_attempts", "between 1 and 20"),
         ("retry_backoff_seconds", 0, "retry_backoff_seconds", "> 0"),

@@ -246,3 +246,23 @@ def test_by_default_a_run_waits_out_the_binlog_clients_reconnect_after_a_source_
                          + int(properties["connect.timeout.ms"])) / 1000
     assert properties["connect.keep.alive.interval.ms"] == "60000"
     assert connector.source_lost_timeout_seconds > reconnect_seconds
+
+
+def test_mariadb_gtid_lists_are_read_per_domain() -> None:
+    """A stored offset's GTIDs against the oldest binlog's Gtid_list (`mariadb.lost_position`): the highest sequence
+    number of each replication domain."""
+    assert mariadb.mariadb_gtid_domains("[0-1-57,1-2-9]") == {0: 57, 1: 9}
+    assert mariadb.mariadb_gtid_domains("0-1-57,0-2-60") == {0: 60}
+    assert mariadb.mariadb_gtid_domains("[]") == {}
+
+
+@pytest.mark.parametrize(("purged", "read", "missing"), [
+    ("", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", ""),
+    ("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9", ""),
+    ("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:8", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3,\naa:1",
+     "3e11fa47-71ca-11e1-9e33-c80aa9429562:4-5,3e11fa47-71ca-11e1-9e33-c80aa9429562:8-8"),
+    ("aa:1-4,bb:1-2", "aa:1-2:3-4", "bb:1-2"),
+    ("aa:tag1:1-3", "aa:1-3", "aa:tag1:1-3"),
+])
+def test_mysql_gtids_purged_beyond_what_the_connector_read_are_named(purged: str, read: str, missing: str) -> None:
+    assert mariadb.mysql_gtids_missing(purged, read) == missing
