@@ -11,6 +11,7 @@ import pytest
 
 from cdc_pipeline.ops import cli
 from cdc_pipeline.capture.runner import engine_failure
+from cdc_pipeline.errors import RunnerError
 
 ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))"
 
@@ -45,6 +46,37 @@ def test_known_engine_failures_say_what_to_do(message: str, hint: str) -> None:
 
 def test_an_unknown_engine_failure_is_reported_as_is() -> None:
     assert engine_failure("something new") == "the Debezium engine failed: something new"
+
+
+# Debezium 3.5's words when MariaDB refuses a GTID position whose binlog files were purged.
+PURGED_GTID = ("org.apache.kafka.connect.errors.ConnectException: An exception occurred in the change event producer. "
+               "This connector will be stopped. Caused by: io.debezium.DebeziumException: Could not find GTID state "
+               "requested by slave in any binlog files. Probably the slave state is too old and required binlog files "
+               "have been purged. Error code: 1236; SQLSTATE: HY000.")
+
+
+def test_an_engine_that_finds_its_position_purged_says_that_first_and_debeziums_text_below() -> None:
+    """The engine met the loss itself (the source purged after the run's check, or could not be checked): the first
+    line names the connector, the position and the command; Debezium's text is on the last line."""
+    from cdc_pipeline.config import ConnectorConfig, DestinationConfig
+    from cdc_pipeline.cycle import ConnectorSession
+    from cdc_pipeline.errors import PositionLostError
+    from tests.fixtures.recorded import closed_port
+
+    source = ConnectorConfig(name="inventory", type="mariadb", hostname="127.0.0.1", port=closed_port(), user="dbz",
+                             password="secret", database="inventory")
+    session = ConnectorSession(source, DestinationConfig(dsn="host=127.0.0.1 dbname=warehouse"), spark=None)
+    session.resumed_from = {"file": "mariadb-bin.000003", "pos": 1234, "gtids": "0-1-57"}
+
+    error = session.engine_error(PURGED_GTID)
+
+    assert isinstance(error, PositionLostError)
+    first, *_, last = str(error).splitlines()
+    assert first.startswith("connector 'inventory': the source no longer holds the connector's position "
+                            '{"file": "mariadb-bin.000003", "pos": 1234, "gtids": "0-1-57"}: ')
+    assert first.endswith("; recover with `cdc-pipeline restart inventory always`")
+    assert last == f"the Debezium engine failed: {PURGED_GTID}"
+    assert isinstance(session.engine_error("something new"), RunnerError)
 
 
 @pytest.mark.integration

@@ -105,8 +105,10 @@ def _invalidate_slot(pipeline) -> None:
     assert status == "lost"
 
 
-def test_an_invalidated_slot_is_refused_by_name_and_the_named_command_recovers(pg_pipeline, capsys):
+@pytest.mark.parametrize("policy", ["fail", "snapshot"])
+def test_an_invalidated_slot_is_refused_by_name_or_snapshotted_again_by_the_policy(pg_pipeline, policy, capsys):
     pipeline, name = pg_pipeline, pg_pipeline.name
+    pipeline.write_config(on_position_lost=policy)
     pipeline.source(["CREATE TABLE items (id integer PRIMARY KEY, name text)", "CREATE TABLE filler (n int, t text)",
                      "INSERT INTO items VALUES (1, 'one'), (2, 'two'), (3, 'three')"])
     pipeline.sync()
@@ -115,15 +117,14 @@ def test_an_invalidated_slot_is_refused_by_name_and_the_named_command_recovers(p
     pipeline.source(["DELETE FROM items WHERE id = 9", *CHANGES])
     try:
         _invalidate_slot(pipeline)
-
-        line = _refused_line(capsys, name)
-        assert re.fullmatch(
-            rf"sync of connector '{name}' failed: connector '{name}': the source no longer holds the connector's "
-            rf"position LSN [0-9A-F]+/[0-9A-F]+: its replication slot cdc_{name} was invalidated \(wal_status lost\): "
-            rf"the server removed WAL the slot held, past max_slot_wal_keep_size \(1MB\); recover with "
-            rf"`cdc-pipeline restart {name} always`", line), line
-
-        assert _cli(capsys, "restart", name, "always")[0] == 0
+        if policy == "fail":
+            line = _refused_line(capsys, name)
+            assert re.fullmatch(
+                rf"sync of connector '{name}' failed: connector '{name}': the source no longer holds the connector's "
+                rf"position LSN [0-9A-F]+/[0-9A-F]+: its replication slot cdc_{name} was invalidated \(wal_status "
+                rf"lost\): the server removed WAL the slot held, past max_slot_wal_keep_size \(1MB\); recover with "
+                rf"`cdc-pipeline restart {name} always`", line), line
+            assert _cli(capsys, "restart", name, "always")[0] == 0
         code, _, err = _cli(capsys, "sync", name)
         assert code == 0, err
     finally:
