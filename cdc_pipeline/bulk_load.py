@@ -1002,23 +1002,28 @@ class _SliceCopy:
         # are copied.
         split = any(not part.table.key_columns and not _whole_table(chunk) for part in parts for chunk in part.chunks)
         self._exporter, snapshot = loader.source.export_snapshot(loader.connector) if split else (None, None)
-        direct = loader._source_copier(parts, snapshot)
-        if direct is None and split:
+        try:
+            direct = loader._source_copier(parts, snapshot)
+            if direct is None and split:
+                raise CdcError(f"the bulk snapshot cannot read {parts[0].table.source_table} in parts: it has no "
+                               "column the destination table has", connector=loader.connector.name,
+                               table=parts[0].table.source_table)
+            if direct is not None:
+                self._rdd, writer = direct
+            else:
+                lines = reduce(DataFrame.union, [loader._lines(part.table, part.columns, part.chunks)
+                                                 for part in parts])
+                writer = loader._writer(parts)
+                # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are. A
+                # union keeps its inputs' partitions in order: one a chunk, as the writer numbers them.
+                self._rdd = lines._jdf.queryExecution().toRdd().toJavaRDD()
+            self._error: BaseException | None = None
+            self._thread = threading.Thread(target=self._copy, args=(writer,), name="bulk-slice", daemon=True)
+            self._thread.start()
+        except BaseException:
+            # The copy never started: the session holding its snapshot ends here (else `_copy` ends it).
             self._end_snapshot()
-            raise CdcError(f"the bulk snapshot cannot read {parts[0].table.source_table} in parts: it has no column "
-                           "the destination table has", connector=loader.connector.name,
-                           table=parts[0].table.source_table)
-        if direct is not None:
-            self._rdd, writer = direct
-        else:
-            lines = reduce(DataFrame.union, [loader._lines(part.table, part.columns, part.chunks) for part in parts])
-            writer = loader._writer(parts)
-            # Spark's internal rows, not Row objects: the writer copies each line's UTF-8 bytes as they are. A union
-            # keeps its inputs' partitions in order: one a chunk, as the writer numbers them.
-            self._rdd = lines._jdf.queryExecution().toRdd().toJavaRDD()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._copy, args=(writer,), name="bulk-slice", daemon=True)
-        self._thread.start()
+            raise
 
     def _copy(self, writer: Any) -> None:
         try:

@@ -123,8 +123,10 @@ def _cmd_sync(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         summary = run_sync(args.name, start_offset=args.start_offset, linger=args.linger)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
-        cause = _root_cause(exc)
-        print(f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)
+        cause = str(_root_cause(exc))
+        # An error that begins with the connector (a position the source lost) is its own first line.
+        print(cause if cause.startswith(f"connector {args.name!r}: ") else
+              f"sync of connector {args.name!r} failed: {cause}", file=sys.stderr)
         return 1
     finally:
         if bar is not None:

@@ -48,10 +48,17 @@ OFFSET_SHAPE = OffsetShape(
 JDBC_DRIVER = "org.postgresql.Driver"
 HEARTBEAT_TOPICS_PROPERTY = "cdc.runner.heartbeat.topics"
 GEOMETRY_TYPES: frozenset[str] = frozenset()
-# Every Spark reader's session: the text output the COPY reads back, and no parallel plan (a table without a key
-# is read as its snapshot row then its rows, in that order).
+# The source's limits on a session left idle, in a transaction or outside one (PostgreSQL 14 on), and on a
+# transaction's length (17 on), which a database or role may set: lifted for the load's own sessions, which wait on
+# the copy (a reader between two fetches while Spark writes, the session holding the parts' exported snapshot until
+# every part imported it). Through pg_settings, since a server older than a setting refuses its name; the
+# connector's statement_timeout still bounds every statement.
+LIFT_IDLE_LIMITS = ("SELECT pg_catalog.set_config(name, '0', false) FROM pg_catalog.pg_settings WHERE name IN "
+                    "('idle_in_transaction_session_timeout', 'idle_session_timeout', 'transaction_timeout')")
+# Every Spark reader's session: the text output the COPY reads back, no parallel plan (a table without a key is
+# read as its snapshot row then its rows, in that order), and no idle limit (`LIFT_IDLE_LIMITS`).
 SESSION_INIT = ("SET bytea_output = 'hex'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; "
-                "SET max_parallel_workers_per_gather = 0")
+                f"SET max_parallel_workers_per_gather = 0; {LIFT_IDLE_LIMITS}")
 # The snapshot row of a one-chunk read needs no transaction of its own: one statement reads under one snapshot.
 CONSISTENT_SNAPSHOT = SESSION_INIT
 # A load's chunk piped COPY to COPY reads its snapshot's position and its rows in two statements: one transaction's
@@ -192,6 +199,9 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         "column.propagate.source.type": ".*",
         # Intervals as ISO-8601 text keep months and days apart (the numeric form folds them into microseconds).
         "interval.handling.mode": "string",
+        # Debezium's JDBC session sits idle between its queries (the heartbeat's, the schema's): no idle limit of
+        # the source's ends it (one statement: Debezium splits the property at semicolons).
+        "database.initial.statements": LIFT_IDLE_LIMITS,
     }
     if connector.tls_ca_file:
         props["database.sslrootcert"] = connector.tls_ca_file
@@ -263,11 +273,18 @@ def connect(connector: ConnectorConfig) -> Any:
     import psycopg
 
     try:
-        return psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
+        conn = psycopg.connect(host=connector.hostname, port=connector.port, user=connector.user,
                                password=connector.password.reveal(), dbname=connector.database,
                                connect_timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True,
                                application_name=f"cdc-pipeline {connector.name}", **tls_parameters(connector),
                                options=session_options(connector), **KEEPALIVES)
+        try:
+            # A load holds its planning session, and the one exporting its parts' snapshot, idle while it copies.
+            conn.execute(LIFT_IDLE_LIMITS)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
     except psycopg.Error as exc:
         # psycopg's messages name the host and the server's words, never the password.
         raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
@@ -524,7 +541,7 @@ def export_snapshot(connector: ConnectorConfig) -> tuple[Any, str]:
     """A source session holding a snapshot open for others to share (`import_snapshot`), and the snapshot's name:
     the parts of a table without a key, read by several tasks, see the table at one moment. The snapshot lives until
     the session ends (the caller closes it once the tasks are done)."""
-    conn = connect(connector)
+    conn = connect(connector)  # with no idle limit: idle in its transaction until the last part imported it
     try:
         conn.execute(COPY_SNAPSHOT)
         return conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0]

@@ -31,7 +31,7 @@ def _refused_line(capsys: pytest.CaptureFixture, name: str) -> str:
     """The failure's first line (after a note that the connector is stopped, from the second refusal on)."""
     code, _, err = _cli(capsys, "sync", name)
     assert code == 1, err
-    return next(line for line in err.splitlines() if line.startswith("sync of connector"))
+    return next(line for line in err.splitlines() if line.startswith(f"connector '{name}': "))
 
 
 def _state(pipeline) -> tuple:
@@ -54,7 +54,7 @@ def test_a_purged_binlog_is_refused_by_name_and_the_named_command_recovers_from_
 
     line = _refused_line(capsys, name)
     match = re.fullmatch(
-        rf"sync of connector '{name}' failed: connector '{name}': the source no longer holds the connector's position "
+        rf"connector '{name}': the source no longer holds the connector's position "
         rf"mariadb-bin\.\d+:\d+ \(GTID 0-1-\d+\): its oldest binlog is {re.escape(oldest)}, which begins after GTID "
         rf"0-1-\d+; recover with `cdc-pipeline restart {name} always`", line)
     assert match, line
@@ -120,7 +120,7 @@ def test_an_invalidated_slot_is_refused_by_name_or_snapshotted_again_by_the_poli
         if policy == "fail":
             line = _refused_line(capsys, name)
             assert re.fullmatch(
-                rf"sync of connector '{name}' failed: connector '{name}': the source no longer holds the connector's "
+                rf"connector '{name}': the source no longer holds the connector's "
                 rf"position LSN [0-9A-F]+/[0-9A-F]+: its replication slot cdc_{name} was invalidated \(wal_status "
                 rf"lost\): the server removed WAL the slot held, past max_slot_wal_keep_size \(1MB\); recover with "
                 rf"`cdc-pipeline restart {name} always`", line), line

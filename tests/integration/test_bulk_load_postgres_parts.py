@@ -98,3 +98,49 @@ def _refuse_negative_amounts(pipeline: PostgresPipeline, refuse: bool) -> None:
             conn.execute("ALTER TABLE public.notes ADD CONSTRAINT notes_amount_check CHECK (amount >= 0)")
         else:
             conn.execute("ALTER TABLE public.notes DROP CONSTRAINT notes_amount_check")
+
+
+def test_a_table_without_a_key_loads_exact_under_the_sources_idle_timeouts(pg_pipeline: PostgresPipeline):
+    """A database's `idle_in_transaction_session_timeout` would end the session that exports the parts' snapshot
+    while it waits for their copy (idle in its transaction): the parts that begin later (here already the first:
+    Spark's job starts more than 2 s after the export) could not import it, and the load would fail and start over
+    at every run. Its `idle_session_timeout` would end the load's planning session between two slices. The load's
+    sessions lift both for themselves (`postgres.LIFT_IDLE_LIMITS`)."""
+    pg_pipeline.source(KEYLESS)
+    with psycopg.connect(pg_pipeline.source_dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{pg_pipeline.source_db}" SET idle_in_transaction_session_timeout = \'2s\'')
+        conn.execute(f'ALTER DATABASE "{pg_pipeline.source_db}" SET idle_session_timeout = \'2s\'')
+    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.notes"], snapshot_chunk_rows=5_000)
+
+    summary = pg_pipeline.sync()
+
+    chunks = _chunks(pg_pipeline)
+    assert len(chunks) >= 3 and all(done for _, _, done, _, _ in chunks), chunks
+    assert len({str(position) for *_, position in chunks}) == 1, "one snapshot for every part"
+    assert summary["snapshot_rows"] == ROWS
+    _assert_same(pg_pipeline)
+
+    pg_pipeline.source(["UPDATE notes SET amount = -amount WHERE kind = 'k3'", "DELETE FROM notes WHERE kind = 'k5'"])
+    pg_pipeline.sync()
+    _assert_same(pg_pipeline)
+
+
+def test_the_session_holding_the_parts_snapshot_ends_when_their_copy_cannot_start(pg_pipeline: PostgresPipeline,
+                                                                                   monkeypatch):
+    from cdc_pipeline import bulk_load
+
+    def refused(self, parts, snapshot=None):
+        raise CdcError("the copier cannot be made", connector=self.connector.name)
+
+    pg_pipeline.source(KEYLESS)
+    pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.notes"], snapshot_chunk_rows=5_000)
+    with monkeypatch.context() as patched, pytest.raises(CdcError, match="the copier cannot be made") as failed:
+        patched.setattr(bulk_load.BulkLoader, "_source_copier", refused)
+        pg_pipeline.sync()
+    with psycopg.connect(pg_pipeline.source_dsn, autocommit=True) as conn:
+        held = conn.execute("SELECT pid, state, query FROM pg_stat_activity WHERE datname = %s AND application_name "
+                            "= %s", (pg_pipeline.source_db, f"cdc-pipeline {pg_pipeline.name}")).fetchall()
+    assert held == [], f"source sessions left open after {failed.value}"
+
+    pg_pipeline.sync()
+    _assert_same(pg_pipeline)
