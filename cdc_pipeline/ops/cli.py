@@ -83,8 +83,14 @@ def serve_requests_of(config: PipelineConfig, name: str) -> dict[str, Any]:
     """Serves the connector's pending requests, oldest first, under the same rules as the Dagster sensor; returns
     them for the run's summary (`requests_served`, absent when none was pending)."""
     schema = config.destination.control_schema
-    with _control_connection(config) as conn:
-        outcomes = requests.serve_pending_requests(conn, schema, config, connector=name)
+    with config.destination.connect(name) as conn:
+        try:
+            pending = requests.read_requests(conn, schema, name, status=requests.PENDING)
+        except psycopg.errors.UndefinedTable:
+            return {}  # no control schema yet: nothing was asked
+        if pending:
+            control.ensure_control_schema(conn, schema)
+        outcomes = [requests.serve_request(conn, schema, config, request) for request in pending]
     return {"requests_served": [{"id": outcome.request.id, "kind": outcome.request.kind,
                                  "argument": outcome.request.argument, "status": outcome.status,
                                  "reason": outcome.reason} for outcome in outcomes]} if outcomes else {}

@@ -115,11 +115,10 @@ def read_request(conn: psycopg.Connection, schema: str, request_id: int) -> Requ
                            (request_id,)).fetchone()
 
 
-def serve_pending_requests(conn: psycopg.Connection, schema: str, config: PipelineConfig,
-                           connector: str | None = None) -> list[Outcome]:
-    """Serves every pending request (of one connector, or all), oldest first; returns what each did."""
+def serve_pending_requests(conn: psycopg.Connection, schema: str, config: PipelineConfig) -> list[Outcome]:
+    """Serves every pending request, oldest first; returns what each did."""
     return [serve_request(conn, schema, config, request)
-            for request in read_requests(conn, schema, connector, status=PENDING)]
+            for request in read_requests(conn, schema, status=PENDING)]
 
 
 def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig, request: Request) -> Outcome:
