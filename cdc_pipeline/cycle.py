@@ -279,6 +279,7 @@ class ConnectorSession:
             or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
                 and bulk_load.has_load(self.conn, self.control_schema, name)))
         if not takes_snapshot:
+            self._start_past_checked()
             takes_snapshot = self._snapshot_for_lost_position()
         self.takes_data_snapshot = takes_snapshot and not self.connector.bulk_snapshot \
             and self.snapshot_mode in ROW_COPYING_MODES
@@ -336,6 +337,30 @@ class ConnectorSession:
             json.dumps(self.resumed_from) if self.resumed_from else "(none stored)",
             "the engine's log reader found it gone (Debezium's words below)")
         return lost.error(name, engine_text)
+
+    def _start_past_checked(self) -> None:
+        """Moves the engine's stored offset on to the position a change check or an idle run recorded as read, when
+        the source's module can start its engine there (`resume_offset`: MariaDB/MySQL, past other databases' events
+        after the last change captured), so that a run does not read again what is known to hold nothing to capture.
+        Not for an offset given to the run, nor while a bulk load runs or waits to be reconciled against the stream."""
+        assert self.conn is not None
+        resume = getattr(sources.module_for(self.connector.type), "resume_offset", None)
+        schema, name = self.control_schema, self.connector.name
+        if resume is None or self.start_offset is not None or not self.streams \
+                or bulk_load.running_load(self.conn, schema, name) is not None \
+                or bulk_load.unreconciled_end(self.conn, schema, name) is not None:
+            return
+        stored = control.read_engine_offset(self.conn, schema, name)
+        try:
+            moved = resume(self.connector, (control.read_state(self.conn, schema, name) or {}).get("source_checked"),
+                           stored)
+        except CdcError as exc:
+            log.warning("%s: %s; the engine starts from its stored offset", name, exc.message)
+            return
+        if moved is not None:
+            offsets.advance_engine_offset(self.conn, schema, name, moved)
+            log.info("%s: the engine starts from %s, read by the change check up to there (its stored offset was %s)",
+                     name, json.dumps(moved), json.dumps(stored))
 
     def _prepare_bulk_load(self, takes_snapshot: bool, has_offset: bool) -> str:
         """Under the bulk snapshot engine: begins a new load when this cycle's snapshot mode copies rows, and

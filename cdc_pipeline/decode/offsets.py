@@ -76,7 +76,8 @@ def move_offset(conn: psycopg.Connection, schema: str, connector: str, connector
     The bulk snapshot's positions of keyless tables (`bulk_load_chunks.snapshot_position`) are forgotten with it:
     the offset says from where every event is to be applied, and a position is only comparable with offsets of
     the binlog (or transaction id epoch) it was taken in, which an offset moved after a `RESET MASTER` or to another
-    server is not.
+    server is not. So is the position the change check recorded as read (`source_checked`): a run would start past
+    an offset moved back (`resume_offset` of the source's module).
     """
     offsets = sql.Identifier(schema, "debezium_offsets")
     value = json.dumps(offset, separators=(",", ":"))
@@ -93,8 +94,17 @@ def move_offset(conn: psycopg.Connection, schema: str, connector: str, connector
                VALUES (%s, 0, NULL, %s, now())
                ON CONFLICT (connector) DO UPDATE SET debezium_offset = EXCLUDED.debezium_offset""").format(
             sql.Identifier(schema, "applied_positions")), (connector, value))
-        conn.execute(sql.SQL("UPDATE {} SET last_offset = %s, updated_at = now() WHERE connector = %s").format(
-            sql.Identifier(schema, "connector_state")), (value, connector))
+        # What the change check read past belongs to the old position: from the new one on, everything is to be read.
+        conn.execute(sql.SQL("UPDATE {} SET last_offset = %s, source_checked = NULL, updated_at = now() "
+                             "WHERE connector = %s").format(sql.Identifier(schema, "connector_state")),
+                     (value, connector))
         conn.execute(sql.SQL("UPDATE {} SET snapshot_position = NULL WHERE connector = %s "
                              "AND snapshot_position IS NOT NULL").format(sql.Identifier(schema, "bulk_load_chunks")),
                      (connector,))
+
+
+def advance_engine_offset(conn: psycopg.Connection, schema: str, connector: str, offset: dict[str, Any]) -> None:
+    """Makes `offset`, a position past the stored one before which every change is applied, the engine's offset
+    (every key the connector has), leaving the applied position as it is: the events after it are new."""
+    conn.execute(sql.SQL("UPDATE {} SET offset_value = %s, updated_at = now() WHERE connector = %s").format(
+        sql.Identifier(schema, "debezium_offsets")), (json.dumps(offset, separators=(",", ":")), connector))

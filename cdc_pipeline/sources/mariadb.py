@@ -35,6 +35,7 @@ from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.lost_position import LostPosition
+from cdc_pipeline.sources.postgres import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number
@@ -243,6 +244,12 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         "enable.time.adjuster": "false",
         # The source type tells MariaDB/MySQL's TIMESTAMP, whose epoch value can only be a zero date, from others.
         "column.propagate.source.type": ".*",
+        # Debezium's heartbeat carries the reader's position while it reads other databases' events, which no record
+        # of the connector's own does: the runner commits a batch of heartbeats itself, so a run that ends on its
+        # budget on a busy server leaves the next one further on.
+        "heartbeat.interval.ms": str(max(1, round(connector.heartbeat_interval_seconds * 1000))),
+        HEARTBEAT_TOPICS_PROPERTY: f"{connector.debezium.get('topic.heartbeat.prefix', '__debezium-heartbeat')}."
+                                   f"{connector.name}",
     }
 
 
@@ -723,6 +730,9 @@ def binlog_position(cur: Any) -> dict[str, Any]:
 
 
 _TABLE_MAP = re.compile(r"table_id: \d+ \((.*)\)$")
+# The event that begins each transaction, and each statement outside one (MariaDB writes a GTID event before every
+# event group; MySQL 5.7 and later a GTID event, or an anonymous one when GTIDs are off).
+_TRANSACTION_STARTS = ("Gtid", "Anonymous_Gtid")
 _TRANSACTION_QUERIES = ("BEGIN", "COMMIT", "ROLLBACK", "XA ", "SAVEPOINT", "SET ")
 
 
@@ -743,6 +753,9 @@ class BinlogScan:
     reached: dict[str, Any]
     at_end: bool
     events: int
+    # Where the transaction of the change `found` begins, or (a read out of time) the last transaction boundary it
+    # read up to: every event before it was read, and none concerned the connector. None: no boundary was passed.
+    clear_to: dict[str, Any] | None = None
 
 
 def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: Callable[[str], bool],
@@ -750,7 +763,9 @@ def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: 
     """Reads the binlog's events from `start` up to `end` (`SHOW BINLOG EVENTS`, a page of BINLOG_PAGE_EVENTS at
     a time, until `seconds` have passed) for one that concerns the connector: a row event's table map of a table
     `captured(name)` accepts, or a statement other than a transaction's own run in, or naming, `database` (DDL).
-    Events written after `end` are not read: a later check reads them."""
+    Events written after `end` are not read: a later check reads them. A read out of time stops inside a transaction
+    as often as not; `clear_to` is then where the last transaction it read began or ended, a position an engine can
+    start from (`resume_offset`)."""
     cur.execute("SHOW BINARY LOGS")
     files = [str(row[0]) for row in cur.fetchall()]
     file, pos = str(start["file"]), int(start["pos"])
@@ -763,6 +778,7 @@ def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: 
                                               f"{end_file}:{end_pos} (was the binlog reset?)", start, at_end, 0)
     deadline = monotonic() + seconds
     scanned = 0
+    boundary: dict[str, Any] | None = None  # where the last transaction read began (its GTID event) or ended
     for name in files[files.index(file):]:
         if name != file:
             file, pos = name, 4
@@ -774,21 +790,26 @@ def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: 
                 if stop_pos is not None and int(event_pos) >= stop_pos:
                     return BinlogScan(None, {"file": end_file, "pos": end_pos}, True, scanned)
                 scanned += 1
+                if kind in _TRANSACTION_STARTS:
+                    boundary = {"file": name, "pos": int(event_pos)}
                 if kind == "Table_map":
                     match = _TABLE_MAP.search(str(info))
                     if match is None or captured(match.group(1)):
                         return BinlogScan(f"a change of {match.group(1) if match else 'a table'} at "
-                                          f"{name}:{event_pos}", {"file": name, "pos": int(event_pos)}, False, scanned)
+                                          f"{name}:{event_pos}", {"file": name, "pos": int(event_pos)}, False, scanned,
+                                          boundary)
                 elif kind == "Query":
                     info = str(info or "")
                     if not info.upper().startswith(_TRANSACTION_QUERIES) and database in info:
                         return BinlogScan(f"a schema change at {name}:{event_pos}",
-                                          {"file": name, "pos": int(event_pos)}, False, scanned)
+                                          {"file": name, "pos": int(event_pos)}, False, scanned, boundary)
                 pos = int(next_pos)
+                if kind == "Xid" or kind == "Query" and str(info or "").upper().startswith("COMMIT"):
+                    boundary = {"file": name, "pos": pos}
             if len(events) < BINLOG_PAGE_EVENTS:
                 break  # the file's last event was read
             if monotonic() >= deadline:
-                return BinlogScan(None, {"file": name, "pos": pos}, False, scanned)
+                return BinlogScan(None, {"file": name, "pos": pos}, False, scanned, boundary)
         if name == end_file:
             break
     return BinlogScan(None, {"file": end_file, "pos": end_pos}, True, scanned)
@@ -800,8 +821,11 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     an earlier check, recorded: every change before it was applied), a row event of a table `captured` accepts or
     a schema change of the connector's database. It reads up to where the binlog ended when it began, for at most
     CHECK_SECONDS; the position it read up to over other tables' and databases' events only is recorded, so that
-    writes elsewhere on the server launch nothing. A check that did not reach the end in its time says there are
-    changes: a run reads the rest, and records where it ended idle."""
+    writes elsewhere on the server launch nothing, and so that a run's engine starts there (`resume_offset`): at
+    the binlog's end, at the start of the transaction of the change it found, or at the last transaction boundary
+    it read before its time ran out (inside a transaction longer than a page of events, where it stopped). A check
+    that did not reach the end in its time says there are changes: a run reads the rest, and records where it
+    ended idle."""
     if not checked:
         return ChangeCheck(True, "no source position is recorded as applied yet (the last run did not end idle)")
     start = checked if isinstance(checked, dict) else json.loads(checked)
@@ -810,15 +834,83 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         if end == {"file": str(start["file"]), "pos": int(start["pos"])}:
             return ChangeCheck(False, f"no binlog event since {start['file']}:{start['pos']}", reached_end=True)
         scan = scan_binlog(cur, start, end, captured, connector.database, CHECK_SECONDS)
-    moved = scan.reached if scan.reached != start else None
+    # A transaction's start (or end) when the read passed one: a run's engine may start there (`resume_offset`).
+    recorded = scan.reached if scan.at_end else scan.clear_to if scan.found else scan.clear_to or scan.reached
+    moved = recorded if recorded is not None and recorded != start else None
     if scan.found:
-        return ChangeCheck(True, scan.found)
+        return ChangeCheck(True, scan.found, checked=moved)
     reached = f"{scan.reached['file']}:{scan.reached['pos']}"
     if not scan.at_end:
         return ChangeCheck(True, f"the binlog was not read to its end {end['file']}:{end['pos']} within "
                                  f"{CHECK_SECONDS:g} s ({scan.events} events of other tables and databases read, up "
                                  f"to {reached}): a run reads the rest", checked=moved)
     return ChangeCheck(False, f"no change of the connector's tables up to {reached}", checked=moved, reached_end=True)
+
+
+# Events a transaction boundary may hold: a transaction's first (`_TRANSACTION_STARTS`), or a binlog file's own.
+_BOUNDARY_EVENTS = (*_TRANSACTION_STARTS, "Format_desc", "Rotate", "Gtid_list", "Binlog_checkpoint", "Previous_gtids",
+                    "Stop")
+
+
+def resume_offset(connector: ConnectorConfig, checked: Any, offset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Debezium offset a run's engine starts from instead of its stored streaming `offset` (the last change it
+    captured, or the last heartbeat committed), or None to keep that one: `checked`, the position a change check or
+    an idle run recorded (every change before it is applied), when it is past `offset` in the same binlog, on the
+    server still, and a transaction's boundary. On a busy server the engine then reads only what the checks have not
+    read, instead of every other database's events since the connector's last change.
+
+    The offset gets the GTID position there when the stored one has GTIDs: MariaDB's `BINLOG_GTID_POS(file, pos)`,
+    which must not be behind the stored offset's in any domain (else the binlog was reset, or is another server's,
+    and the engine meets that itself). MySQL has no such function: an offset with a GTID set (gtid_mode ON) is kept,
+    and its heartbeats move it on; one without (gtid_mode OFF) is a file and position, which is all it needs."""
+    start = json.loads(checked) if isinstance(checked, str) else checked
+    if not start or not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return None
+    file, pos = str(start["file"]), int(start["pos"])
+    stored = (str(offset["file"]), int(offset["pos"]))
+    if file.rpartition(".")[0] != stored[0].rpartition(".")[0] or _file_order(file, pos) <= _file_order(*stored):
+        return None
+    gtids = offset.get("gtids")
+    if gtids and connector.type == "mysql":
+        return None
+    import pymysql
+
+    try:
+        with connect(connector) as source, source.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            if file not in {str(row[0]) for row in cur.fetchall()}:
+                return None
+            end = binlog_position(cur)
+            if _file_order(file, pos) > _file_order(end["file"], end["pos"]):
+                return None
+            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT 1", (file, pos))
+            event = cur.fetchone()
+            if event is not None and str(event[2]) not in _BOUNDARY_EVENTS:
+                return None
+            moved: dict[str, Any] = {"file": file, "pos": pos}
+            if gtids:
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+                there = cur.fetchone()[0]
+                if not there or not _gtids_reached(str(there), str(gtids)):
+                    return None
+                moved["gtids"] = str(there)
+    except pymysql.MySQLError as exc:
+        raise CdcError(f"cannot read the binlog at the checked position {file}:{pos} to start the engine there: {exc}",
+                       connector=connector.name, position=offset) from None
+    if offset.get("server_id") is not None:
+        moved["server_id"] = offset["server_id"]
+    return moved
+
+
+def _gtids_reached(position: str, other: str) -> bool:
+    """Whether the MariaDB GTID position `position` (domain-server-sequence, comma-separated) is at or past
+    `other` in every domain of `other`."""
+    def sequences(text: str) -> dict[str, int]:
+        parts = (gtid.strip().split("-") for gtid in text.split(",") if gtid.strip())
+        return {part[0]: int(part[-1]) for part in parts if len(part) == 3 and part[-1].isdigit()}
+
+    here = sequences(position)
+    return all(domain in here and here[domain] >= sequence for domain, sequence in sequences(other).items())
 
 
 LAG_EVENTS_LIMIT = 10_000

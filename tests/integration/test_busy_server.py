@@ -2,7 +2,8 @@
 table behind tens of thousands of other databases' binlog events is found (sync runs a cycle for it, the sensor's
 check says there is work), a check out of time says there is work rather than none, and a check that read to the
 binlog's end over other databases' events only says there is none and records how far it read (unless a run recorded
-a later position meanwhile)."""
+a later position meanwhile). What a check records is a transaction's start or the binlog's end, where a run's engine
+may start (tests/integration/test_quiet_on_busy_server.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ def _binlog_events(pipeline: Pipeline, start: dict, end: dict) -> int:
     return sum(1 for row in rows if row[1] < end["pos"])
 
 
+def _event_kind(pipeline: Pipeline, position: dict) -> str:
+    return pipeline.mariadb.query(f"SHOW BINLOG EVENTS IN '{position['file']}' FROM {position['pos']} LIMIT 1")[0][2]
+
+
 def test_a_change_behind_more_events_of_other_databases_than_a_page_is_found(pipeline: Pipeline, monkeypatch):
     pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v TEXT)"])
     pipeline.write_config(tables=[f"{pipeline.source_db}.items"])
@@ -65,11 +70,16 @@ def test_a_change_behind_more_events_of_other_databases_than_a_page_is_found(pip
         short = pending.check(connector, config.destination)
         assert short.work and not short.caught_up and "was not read to its end" in short.reason, short
         moved = _source_checked(pipeline)
-        assert _binlog_events(pipeline, checked, moved) == mariadb.BINLOG_PAGE_EVENTS
+        # The last transaction's start in the page read, where a run's engine may start.
+        assert mariadb.BINLOG_PAGE_EVENTS - 5 < _binlog_events(pipeline, checked, moved) <= mariadb.BINLOG_PAGE_EVENTS
+        assert _event_kind(pipeline, moved) == "Gtid"
         assert pending.nothing_to_do(connector, config.destination) is None
 
     found = pending.check(connector, config.destination)
     assert found.work and f"a change of {pipeline.source_db}.items" in found.reason, found
+    # Recorded: where the change's transaction begins, past every other database's event.
+    assert _event_kind(pipeline, _source_checked(pipeline)) == "Gtid"
+    assert _binlog_events(pipeline, _source_checked(pipeline), _binlog_end(pipeline)) == 5
     assert pending.nothing_to_do(connector, config.destination) is None
     changed = pipeline.sync()
     assert "nothing_to_do" not in changed and changed["inserts"] == 1
