@@ -69,7 +69,8 @@ def spark_provided_artifacts() -> set[str]:
 # Debezium's words for a stored position its source no longer holds: a purged binlog (MariaDB's GTID state, a log
 # file) or WAL, a replication slot gone or invalidated. The run's error then says so first (`PositionLostError`).
 _LOG_PURGED = (r"no longer available on the server|could not find (first|next) log file|binlog .* (purged|not found)|"
-               r"could not find GTID state requested|requested WAL segment .* has already been removed")
+               r"could not find GTID state requested|requested WAL segment .* has already been removed|"
+               r"log files do not contain the offset scn")
 _SLOT_LOST = r"replication slot .* does not exist|slot .* has been invalidated|can no longer get changes from replication slot"
 _POSITION_LOST = re.compile(f"{_LOG_PURGED}|{_SLOT_LOST}", re.IGNORECASE)
 

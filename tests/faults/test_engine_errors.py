@@ -33,6 +33,8 @@ def _state(pipeline) -> tuple:
     ("The connector is trying to read binlog starting at Struct{...}, but this is no longer available on the server.",
      "take a new snapshot"),
     ("ERROR: replication slot \"debezium\" does not exist", "replication slot is gone"),
+    ("Online REDO LOG files or archive log files do not contain the offset scn 2345678. Please perform a new "
+     "snapshot.", "take a new snapshot"),
     ("The db history topic or its content is fully or partially missing. Please check database schema history "
      "topic configuration and re-execute the snapshot.", "schema history"),
     ("io.debezium.DebeziumException: The db history topic is missing. You may attempt to recover it by "
