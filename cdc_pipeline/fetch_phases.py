@@ -9,8 +9,10 @@ load, then the stream (or Debezium's own data snapshot).
   phase runs to its end whatever the budget.
 - The bulk load copies the rows before any change of the stream is applied; the streamed batch that ended the
   schema snapshot waits for it. A load that does not finish within the budget ends the run.
-- The stream yields groups until the source is idle or the run's budget (`max_events_per_run`,
-  `max_seconds_per_run`) is spent, never splitting the records of one statement between runs.
+- The stream yields groups until the source is idle, paused, or the run's budget (`max_events_per_run`,
+  `max_seconds_per_run`) is spent, never splitting the records of one statement between runs, nor a group (whose
+  commit moves the applied position and Debezium's offset past its last record) between PostgreSQL changes that
+  share one LSN (`postgres.may_share_lsn_ahead`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.decode.events import same_stream_position
+from cdc_pipeline.decode.events import pg_record_follows, same_stream_position
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
 
@@ -72,6 +74,9 @@ class FetchCycle:
         self.budget_spent = False  # the run ends at the next cut between statements
         self.last_offset: dict[str, Any] | None = None  # the source offset of the last batch fetched
         self.loaded = False  # this run finished a bulk load before its stream
+        # PostgreSQL: the group's last change, which may share its LSN with changes still to come, and since when
+        # the group waits for a record past it (`_await_past_open_change`).
+        self.open_change: tuple[dict[str, Any] | None, float] | None = None
 
     @property
     def deadline(self) -> float:
@@ -193,10 +198,12 @@ class FetchCycle:
         wal_mark: int | None = None  # PostgreSQL: where its WAL ended when the idle mark was taken
         session.streaming = True
         first = True
+        halted = False  # the connector was paused: the run ends at the next cut between offsets
         while True:
             if session.stop_fetching:
                 break
-            if session.halted():
+            halted = halted or session.halted()
+            if halted and not self._last_change_open():
                 log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
                 break
             asked = time.monotonic()
@@ -210,10 +217,15 @@ class FetchCycle:
             first = False
             now = time.monotonic()
             continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
-            if self.budget_spent and not continues:
-                # The run's budget was spent at the last batch. A batch fetched now is not applied (nor marked
+            open_change = batch is None and self._last_change_open()
+            if (self.budget_spent or halted) and not continues and not open_change:
+                # The run's budget was spent at the last batch (or the connector was paused while a change that
+                # may share its LSN with the next was fetched last). A batch fetched now is not applied (nor marked
                 # complete): the engine gives it to the next run.
-                session.cycle_stats.budget_spent = True
+                if self.budget_spent:
+                    session.cycle_stats.budget_spent = True
+                else:
+                    log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
                 break
             if batch is not None:
                 faults.pause_point(faults.FETCHED)
@@ -229,6 +241,8 @@ class FetchCycle:
                         and not session.in_data_snapshot() and not self.budget_spent:
                     log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                     self.budget_spent = True
+            elif open_change:
+                self._await_past_open_change(now)
             elif self.group:
                 yield self._take_group()
                 continue
@@ -326,6 +340,37 @@ class FetchCycle:
                 self.budget_spent = True
         if self.group:
             yield self._take_group()
+
+    def _last_change_open(self) -> bool:
+        """Whether the group's last change may share its offset with changes the engine has not handed over yet (a
+        PostgreSQL insert, `postgres.may_share_lsn_ahead`) unless every batch the engine handed over was fetched
+        and a record after it was handed over (the runner's received offset): until then the group is not handed
+        on and the run does not end, whatever its budget or a pause; the next batch fetched tells whether it goes
+        on at that offset (`_continues_statement`)."""
+        if not self.group or self.connector.type != "postgres":
+            return False
+        last = self.group[-1]
+        if not last.index or not postgres.may_share_lsn_ahead(last.index[-1], self.connector):
+            return False
+        received = self.runner.received_offset()  # read before the queues: a batch queued since is seen there
+        return not (self._engine_drained() and pg_record_follows(received, last.last_offset))
+
+    def _await_past_open_change(self, now: float) -> None:
+        """The group waits for a record past its last change (`_last_change_open`): on a quiet source the heartbeat
+        row, written once per such change, is one. Fails the run, nothing of the group applied, when the engine
+        stops or none comes within `source_lost_timeout_seconds`: the next run fetches the group again."""
+        self.runner.raise_if_failed()
+        last = self.group[-1].last_offset
+        if self.open_change is None or self.open_change[0] != last:
+            self.open_change = (last, now)
+            postgres.mark_wal_end(self.connector)
+            return
+        waited = now - self.open_change[1]
+        if self.runner.state == "STOPPED" or waited >= self.connector.source_lost_timeout_seconds:
+            raise RunnerError(
+                f"the engine handed over nothing past the change at {json.dumps(last)} for {waited:.0f} s (state "
+                f"{self.runner.state}): the changes that share its LSN cannot be told complete, so the group it ends "
+                "is not applied; the next run fetches it again", connector=self.connector.name, position=last)
 
     def _linger_extra(self) -> float:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the

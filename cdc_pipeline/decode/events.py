@@ -354,6 +354,13 @@ def same_stream_position(first: dict[str, Any] | None, second: dict[str, Any] | 
     return ordered is not None and _ordered_place(second) == ordered
 
 
+def pg_record_follows(record: dict[str, Any] | None, other: dict[str, Any] | None) -> bool:
+    """Whether the PostgreSQL streamed record at offset `record` comes after the one at `other` in the stream (a
+    later LSN of its transaction, or a later transaction); False when either is no such offset."""
+    later, earlier = _pg_stream_offset(record), _pg_stream_offset(other)
+    return later is not None and earlier is not None and _pg_before(earlier, later)
+
+
 class SourceLogChangedError(CdcError):
     """A streamed record that cannot be placed after what was applied: the source's binlog is not the one the
     applied position belongs to."""

@@ -784,6 +784,18 @@ def mark_wal_end(connector: ConnectorConfig) -> int | None:
     return end
 
 
+def may_share_lsn_ahead(entry: dict[str, Any] | None, connector: ConnectorConfig) -> bool:
+    """Whether changes not handed over yet may share the LSN of this streamed change (an index entry of a batch):
+    PostgreSQL writes many rows of a COPY (or of any multi-row insert, `heap_multi_insert`) under one WAL record,
+    whose LSN each of their changes carries, so an insert of a data table may be followed by more at its LSN. Once
+    one of them is applied, the applied position and Debezium's offset say every change at that LSN is (Debezium
+    resumes after it), so a group or run must not end between them."""
+    if not entry or entry.get("op") != "c" or entry.get("table") == connector.heartbeat_table:
+        return False
+    offset = entry.get("offset") or {}
+    return "lsn" in offset and "txId" in offset and not offset.get("snapshot")
+
+
 def received_past(offset: dict[str, Any] | None, lsn: int) -> bool:
     """Whether the record Debezium handed over last (its offset) is at or past the WAL position `lsn`: a change
     written after `lsn`, or a heartbeat sent once Debezium had decoded the WAL past it, follows in the stream every

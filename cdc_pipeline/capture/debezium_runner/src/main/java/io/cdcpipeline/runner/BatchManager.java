@@ -24,6 +24,12 @@ import io.debezium.engine.RecordChangeEvent;
  * then the stream, and a batch never straddles that switch. Both halves share the engine's committer, which
  * commits the offset of the records marked so far each time a half is marked complete.
  *
+ * The streamed records at the end of an engine batch that share its last record's source offset (two or more: the
+ * rows of one PostgreSQL multi-row WAL record, a COPY's, which all carry its LSN) are handed over as a batch of their
+ * own, cut from the records before them: the pipeline never ends a group or a run between records of one offset, so
+ * a batch that ends inside such a run of records binds it to the next batch; cut there, the batch before them ends
+ * where the next record's offset differs, and a COPY's stream can be ended between any two of its WAL records.
+ *
  * What the batches queued and in flight hold is bounded by bytes too (`heldBytes`): a batch that would take them
  * past the bound waits in the engine's thread until older batches are complete, unless none is held (a single
  * batch larger than the bound goes through alone). With Debezium's own queue bounded by bytes
@@ -97,11 +103,41 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         int cut = snapshotEnd(records);
         if (cut > 0 && cut < records.size()) {
             enqueue(records.subList(0, cut), committer);
-            enqueue(records.subList(cut, records.size()), committer);
+            enqueueStreamed(records.subList(cut, records.size()), committer);
+        }
+        else {
+            enqueueStreamed(records, committer);
+        }
+    }
+
+    private void enqueueStreamed(List<RecordChangeEvent<SourceRecord>> records,
+                                 DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
+        int tail = sharedOffsetTail(records);
+        if (tail > 0) {
+            enqueue(records.subList(0, tail), committer);
+            enqueue(records.subList(tail, records.size()), committer);
         }
         else {
             enqueue(records, committer);
         }
+    }
+
+    /**
+     * The index where the streamed records at the end of `records` that share the last record's source offset begin,
+     * when there are two or more of them and other records come before them; else -1.
+     */
+    static int sharedOffsetTail(List<RecordChangeEvent<SourceRecord>> records) {
+        int last = records.size() - 1;
+        SourceRecord end = records.get(last).record();
+        if (last < 2 || end.sourceOffset() == null || EventSerializer.inSnapshot(end)) {
+            return -1;
+        }
+        int start = last;
+        while (start > 0 && end.sourceOffset().equals(records.get(start - 1).record().sourceOffset())) {
+            start--;
+        }
+        return start > 0 && start < last ? start : -1;
     }
 
     private void enqueue(List<RecordChangeEvent<SourceRecord>> records,
