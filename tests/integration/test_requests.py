@@ -289,3 +289,31 @@ def test_control_job_submits_a_typed_request(ctl):
     [request] = requests.read_requests(ctl.conn, "cdc", ctl.name)
     assert (request.id, request.kind, request.argument, request.status) == (
         result.output_for_node("submit_request"), "restart", "always", "pending")
+
+
+def test_a_sync_serves_its_connectors_pending_requests_from_psql_too(ctl):
+    """What `cdc-pipeline sync NAME` does before its cycle (`cli.serve_requests_of`): its own connector's pending
+    requests are served under the sensor's rules, whoever submitted them; another connector's wait."""
+    from cdc_pipeline.ops import cli
+
+    ctl.conn.execute("INSERT INTO cdc.requests (connector, kind, argument) VALUES (%s, 'restart', 'always')",
+                     (ctl.name,))
+    other = requests.submit_request(ctl.conn, "cdc", "other", requests.PAUSE)
+
+    [served] = cli.serve_requests_of(ctl.config, ctl.name)["requests_served"]
+
+    assert (served["kind"], served["argument"], served["status"]) == ("restart", "always", requests.DONE)
+    assert ctl.state() == control.RESTARTING
+    assert requests.read_request(ctl.conn, "cdc", other).status == requests.PENDING
+    assert cli.serve_requests_of(ctl.config, ctl.name) == {}, "nothing pending: nothing in the summary"
+
+
+def test_a_sync_on_a_destination_without_a_control_schema_serves_nothing(destination_pg, tmp_path):
+    from cdc_pipeline.ops import cli
+
+    name = f"fresh_{uuid.uuid4().hex[:8]}"
+    destination_pg.create_database(name)
+    path = tmp_path / "connectors.yaml"
+    path.write_text(yaml.safe_dump({"destination": {"dsn": destination_pg.dsn(name)}, "connectors": {name: {
+        "type": "mariadb", "hostname": "127.0.0.1", "user": "u", "password": "p", "database": "shop"}}}))
+    assert cli.serve_requests_of(load_config(path), name) == {}
