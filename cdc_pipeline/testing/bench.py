@@ -25,7 +25,9 @@ table of N rows, loaded by the bulk engine first. `--tables N` measures N small 
 rows instead: their load and a catch-up of changes spread over them (`bench_tables`). `--value-mb 1,8,64` measures
 rows of large values instead: their load and a stream updating every row, beside the copy ceiling (`bench_values`).
 `--load-only --peer-loaders` measures the initial load against pgloader (MariaDB) or pgcopydb (PostgreSQL), `--runs`
-times, each side into fresh destination databases (`peer_loaders`).
+times, each side into fresh destination databases (`peer_loaders`). `--busy-neighbour SECONDS` measures a quiet
+connector whose server's other database commits thousands of transactions a second: the latency of its one change
+after a quiet spell of SECONDS, scaled by rate (`bench_neighbour`).
 It is a command, not a test.
 """
 
@@ -885,8 +887,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep-work", type=Path, default=None,
                         help="with --freshness: work in this new directory and leave it (servers' files, the "
                              "daemon's log, the Dagster instance)")
+    parser.add_argument("--busy-neighbour", type=float, default=0, metavar="SECONDS",
+                        help="only: a quiet connector while another database of its server commits "
+                             "--neighbour-rate transactions/s for SECONDS, then one row of its own (`bench_neighbour`)")
+    parser.add_argument("--neighbour-rate", type=float, default=7000, help="with --busy-neighbour: transactions/s")
+    parser.add_argument("--time-scale", type=float, default=1,
+                        help="with --busy-neighbour: the spell S times faster and shorter, checks S times as often")
+    parser.add_argument("--neighbour-budget", type=float, default=20,
+                        help="with --busy-neighbour: the connector's max_seconds_per_run")
+    parser.add_argument("--neighbour-check-interval", type=int, default=5,
+                        help="with --busy-neighbour: the connector's check_interval_seconds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.busy_neighbour:
+        from cdc_pipeline.testing import bench_neighbour
+
+        busy = bench_neighbour.run_busy_neighbour(args.busy_neighbour, args.neighbour_rate, args.time_scale,
+                                                  args.neighbour_budget, args.neighbour_check_interval)
+        print(json.dumps(busy, indent=2) if args.json else bench_neighbour.describe(busy))
+        return 0 if busy["latency_seconds"] is not None else 1
     if args.freshness:
         from cdc_pipeline.testing import bench_freshness
 
