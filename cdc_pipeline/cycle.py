@@ -195,6 +195,8 @@ class ConnectorSession:
         self._phase: str | None = None
         self._last_transaction: Any = None
         self._state_checked_at = 0.0
+        self._awaited_checked_at = 0.0
+        self._next_run_awaited = False
         self.takes_data_snapshot = False  # Debezium's engine copies the rows (snapshot_engine: debezium) in this run
         self.snapshot_ended = False  # the last event of this run's engine snapshot was fetched
         self.bulk_load_pending = False  # a bulk snapshot is to run (or go on) before the stream is applied
@@ -589,6 +591,21 @@ class ConnectorSession:
         self._state_checked_at = now
         state = control.read_state(self.conn, self.control_schema, self.connector.name) or {}
         return state.get("state") in control.HALTED_STATES
+
+    def next_run_awaited(self, every: float = STATE_CHECK_SECONDS) -> bool:
+        """Whether a request served while this cycle runs waits for the connector's next run (a restart with a
+        snapshot mode, a snapshot of tables), which the request sensor launches once this one ended: a lingering
+        run then ends as soon as it is caught up (looked up at most once in `every` seconds)."""
+        now = time.monotonic()
+        if self.conn is None or now - self._awaited_checked_at < every:
+            return self._next_run_awaited
+        self._awaited_checked_at = now
+        state = control.read_state(self.conn, self.control_schema, self.connector.name) or {}
+        # (A run a restart launched keeps the state restarting until it ends.)
+        self._next_run_awaited = (state.get("state") == control.RESTARTING and not self._requested_mode) or (
+            not self.bulk_load_pending
+            and bulk_load.running_load(self.conn, self.control_schema, self.connector.name) is not None)
+        return self._next_run_awaited
 
     def count_transactions(self, plan: BatchPlan) -> None:
         """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches

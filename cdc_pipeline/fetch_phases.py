@@ -376,8 +376,9 @@ class FetchCycle:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the
         session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run fetched
         a batch or loaded a table, so a run goes on while changes keep coming, the JVM's start paid once; none for a
-        run that found nothing (a check's false alarm), which ends as soon as it finds the source idle."""
-        if not (self.events or self.loaded):
+        run that found nothing (a check's false alarm), which ends as soon as it finds the source idle; none once a
+        request served meanwhile awaits the next run (`ConnectorSession.next_run_awaited`)."""
+        if not (self.events or self.loaded) or self.session.next_run_awaited():
             return 0.0
         return max(0.0, self.session.linger_seconds - self.connector.idle_timeout_seconds)
 

@@ -68,3 +68,35 @@ def test_a_run_without_linger_ends_once_caught_up(pipeline):
     assert pipeline.sync()["events"] == 1
     assert time.monotonic() - started < 30, "cdc-pipeline sync without --linger does not wait for linger_seconds"
     pipeline.assert_same("items")
+
+
+def test_a_lingering_run_ends_once_caught_up_when_a_restart_awaits_the_next_run(pipeline):
+    """A restart served while a run lingers is launched once that run ended (the request sensor waits for it): the
+    run gives up the rest of its linger rather than hold the restart back for linger_seconds."""
+    from cdc_pipeline.ops import requests
+    from cdc_pipeline.ops.cli import run_sync
+
+    pipeline.write_config(linger_seconds=120)
+    pipeline.source(["CREATE TABLE items (id INT PRIMARY KEY, v INT)", "INSERT INTO items VALUES (1, 1)"])
+    pipeline.sync()
+    pipeline.source("INSERT INTO items VALUES (2, 2)")
+    asked: dict = {}
+
+    def restart_while_it_lingers() -> None:
+        _arrived(pipeline, 2)
+        with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+            requests.submit_request(conn, "cdc", pipeline.name, requests.RESTART, "always")
+            [outcome] = requests.serve_pending_requests(conn, "cdc", load_config(pipeline.config_path))
+        asked["status"], asked["at"] = outcome.status, time.monotonic()
+
+    asker = threading.Thread(target=restart_while_it_lingers)
+    asker.start()
+    assert run_sync(pipeline.name, linger=True)["events"] == 1
+    ended = time.monotonic()
+    asker.join(timeout=30)
+
+    assert asked["status"] == requests.DONE
+    assert ended - asked["at"] < 15, f"the run lingered {ended - asked['at']:.0f} s after the restart was served"
+    with psycopg.connect(pipeline.dest_dsn) as conn:
+        assert control.read_state(conn, "cdc", pipeline.name)["next_snapshot_mode"] == "always"
+    pipeline.assert_same("items")
