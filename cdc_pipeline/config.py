@@ -523,8 +523,9 @@ class ConnectorConfig:
     debezium: Properties = dataclasses.field(default_factory=lambda: MappingProxyType({}), hash=False)
     # PostgreSQL: Debezium's heartbeat writes a row of this table (`schema.table`, created if missing, in the
     # connector's publication) every heartbeat_interval_seconds while a run streams (default: half the idle
-    # timeout), so that a run confirms its slot past the WAL of tables it does not capture. SQL Server and Oracle: Debezium
-    # sends its heartbeat as often, so a quiet source's stored offset moves to the position the reader reached.
+    # timeout), so that a run confirms its slot past the WAL of tables it does not capture. SQL Server, Oracle, MariaDB
+    # and MySQL: Debezium sends its heartbeat as often, so a quiet source's stored offset moves to the position the
+    # reader reached (a binlog reader's, through other databases' events).
     heartbeat_table: Text = DEFAULT_HEARTBEAT_TABLE
     heartbeat_interval_seconds: Optional[PositiveNumber] = None
     # PostgreSQL: the change check asks for a run once the slot holds more WAL than this after its confirmed position.

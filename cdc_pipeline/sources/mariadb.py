@@ -708,9 +708,11 @@ def load_end_position(cur: Any) -> dict[str, Any]:
     return binlog_position(cur)
 
 
-def _file_order(file_name: str, pos: int) -> tuple[Any, int]:
+def _file_order(file_name: str, pos: int) -> tuple[int, str, int]:
+    """A binlog position's sort key: the file's number (a name without one, such as the empty name a binlog reader
+    started from a GTID position has before the server's first rotate event, sorts before every numbered file)."""
     suffix = file_name.rsplit(".", 1)[-1]
-    return (int(suffix) if suffix.isdigit() else file_name, pos)
+    return (int(suffix), "", pos) if suffix.isdigit() else (-1, file_name, pos)
 
 
 def parse_position(text: str | None) -> dict[str, Any] | None:
@@ -815,10 +817,28 @@ def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: 
     return BinlogScan(None, {"file": end_file, "pos": end_pos}, True, scanned)
 
 
+def check_position(offset: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """Where a streaming offset lies, so that the change check is given the engine's stored offset when it is later
+    than the last applied event's (`pending.checked_offset`): Debezium's heartbeat moves it on through other
+    databases' events, and a run's engine may have started past it (`resume_offset`)."""
+    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return None
+    return (*_file_order(str(offset["file"]), int(offset["pos"])), int(offset.get("event") or 0),
+            int(offset.get("row") or 0))
+
+
+def _between_transactions(offset: dict[str, Any] | None) -> bool:
+    """Whether an engine offset lies between transactions (no events or rows of one to skip: a heartbeat's between
+    two, or where a run's engine started), so that every change before it was applied."""
+    return bool(offset) and "file" in offset and "pos" in offset and not offset.get("event") \
+        and not offset.get("row") and "snapshot" not in offset and "snapshot_completed" not in offset
+
+
 def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
                   captured: Callable[[str], bool]) -> ChangeCheck:
     """The change check: whether the binlog holds, after `checked` (the binlog position a run that ended idle, or
-    an earlier check, recorded: every change before it was applied), a row event of a table `captured` accepts or
+    an earlier check, recorded: every change before it was applied; or `applied`, the engine's offset, when it is
+    later and between transactions), a row event of a table `captured` accepts or
     a schema change of the connector's database. It reads up to where the binlog ended when it began, for at most
     CHECK_SECONDS; the position it read up to over other tables' and databases' events only is recorded, so that
     writes elsewhere on the server launch nothing, and so that a run's engine starts there (`resume_offset`): at
@@ -829,6 +849,10 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     if not checked:
         return ChangeCheck(True, "no source position is recorded as applied yet (the last run did not end idle)")
     start = checked if isinstance(checked, dict) else json.loads(checked)
+    if _between_transactions(applied) and _file_order(str(applied["file"]), int(applied["pos"])) \
+            > _file_order(str(start["file"]), int(start["pos"])):
+        # The engine's stored offset, moved on by its heartbeats through other databases' events.
+        start = {"file": str(applied["file"]), "pos": int(applied["pos"])}
     with connect(connector) as source, source.cursor() as cur:
         end = binlog_position(cur)
         if end == {"file": str(start["file"]), "pos": int(start["pos"])}:

@@ -266,3 +266,9 @@ def test_mariadb_gtid_lists_are_read_per_domain() -> None:
 ])
 def test_mysql_gtids_purged_beyond_what_the_connector_read_are_named(purged: str, read: str, missing: str) -> None:
     assert mariadb.mysql_gtids_missing(purged, read) == missing
+
+
+def test_a_reader_without_its_binlog_file_yet_has_not_reached_a_position():
+    # A reader started from a GTID position names no file until the server's first rotate event.
+    assert not mariadb.position_reached({"file": "", "pos": 900}, {"file": "mariadb-bin.000001", "pos": 4})
+    assert mariadb.position_reached({"file": "mariadb-bin.000002", "pos": 4}, {"file": "mariadb-bin.000001", "pos": 9})
