@@ -207,6 +207,7 @@ def measure_busy_neighbour(source: MariaDbServer, destination: PostgresServer, w
             "check_seconds_max": round(max(check_seconds, default=0.0), 2),
             "checked_behind_neighbour_seconds_max": round(max(behind, default=0.0), 1),
             "runs_during_spell": len(spell_runs),
+            "runs_during_spell_failed": [run["summary"]["failed"] for run in spell_runs if "failed" in run["summary"]],
             "latency_seconds": None if arrived is None else round(arrived, 2),
             "runs_after_row": [placed(run) for run in after_runs]}
 
@@ -229,5 +230,6 @@ def describe(result: dict[str, Any]) -> str:
             f"  checks: {result['checks']} ({result['checks_caught_up']} read to the end), p50 "
             f"{result['check_seconds_p50']} s, max {result['check_seconds_max']} s; the checked position at most "
             f"{result['checked_behind_neighbour_seconds_max']} s of the neighbour behind the end; "
-            f"{result['runs_during_spell']} runs launched during the spell\n"
+            f"{result['runs_during_spell']} runs launched during the spell"
+            + "".join(f"; one failed: {error}" for error in result["runs_during_spell_failed"]) + "\n"
             f"  the row after the spell applied after {latency}, in {len(result['runs_after_row'])} run(s): {runs}")
