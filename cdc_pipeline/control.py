@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from cdc_pipeline.errors import CdcError, ConnectorBusyError
+from cdc_pipeline.errors import CdcError, ConnectorBusyError, names_lost_position
 
 if TYPE_CHECKING:
     from cdc_pipeline.config import ConnectorConfig
@@ -808,7 +808,11 @@ def failure_hold(state: dict[str, Any] | None, connector: "ConnectorConfig",
     if not state or state.get("state") != STOPPED:
         return None
     name, failures = connector.name, int(state.get("failures") or 0)
-    error = (state.get("last_error") or "unknown error").strip().splitlines()[0][:300]
+    error = (state.get("last_error") or "unknown error").strip().splitlines()[0]
+    if names_lost_position(error, name):
+        # A resume would fail the same way: the error's own words name the command that recovers.
+        return f"{error} (the connector is stopped, {failures} failed run(s) in a row)"
+    error = error[:300]
     if connector.error_strategy == EXIT:
         return (f"connector {name} is stopped after a failed run ({failures} in a row): {error}; under error_strategy "
                 f"exit it stays stopped until an operator resumes it (cdc-pipeline resume {name})")

@@ -62,6 +62,14 @@ class ConnectorPausedError(CdcError):
     """The connector is paused (or waits for review after a schema sync): no fetch cycle starts."""
 
 
+LOST_WORDS = "the source no longer holds the connector's position"
+
+
+def names_lost_position(error: str | None, connector: str) -> bool:
+    """Whether a run's error (`connector_state.last_error`) is a lost position's (`PositionLostError`)."""
+    return bool(error) and error.startswith(f"connector {connector!r}: {LOST_WORDS} ")
+
+
 class PositionLostError(CdcError):
     """The source no longer holds the connector's stored position (a purged binlog, an invalidated or dropped
     replication slot, change tables cleaned past it): its first line names the connector, the position, what the

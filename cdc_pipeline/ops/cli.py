@@ -22,7 +22,7 @@ from cdc_pipeline.mapping import objmap, rule_store
 
 from cdc_pipeline.ops import preflight, requests, stats
 from cdc_pipeline.config import SNAPSHOT_MODES, THIRD_PARTY_WARNINGS_ENV, PipelineConfig, load_config
-from cdc_pipeline.errors import CdcError
+from cdc_pipeline.errors import CdcError, names_lost_position
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         if args.verbose:
             logging.getLogger().setLevel(logging.INFO)
         held = _failure_hold(args.name)
-        if held is not None:
+        if held is not None and not names_lost_position(held, args.name):  # its own first line follows
             print(f"note: {held}; this sync, asked for by hand, tries again (its success resumes the connector)",
                   file=sys.stderr)
         summary = run_sync(args.name, start_offset=args.start_offset, linger=args.linger)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc_pipeline.errors import PositionLostError
+from cdc_pipeline.errors import LOST_WORDS, PositionLostError
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class LostPosition:
     held: str
 
     def first_line(self, connector: str) -> str:
-        return (f"connector {connector!r}: the source no longer holds the connector's position {self.position}: "
+        return (f"connector {connector!r}: {LOST_WORDS} {self.position}: "
                 f"{self.held}; recover with `cdc-pipeline restart {connector} always`")
 
     def error(self, connector: str, engine_text: str | None = None) -> PositionLostError:

@@ -28,10 +28,11 @@ def _cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 
 
 def _refused_line(capsys: pytest.CaptureFixture, name: str) -> str:
-    """The failure's first line (after a note that the connector is stopped, from the second refusal on)."""
+    """The failure's first line, also the first line the command prints (no note that the connector is stopped
+    and may be resumed, from the second refusal on: a resume would not recover)."""
     code, _, err = _cli(capsys, "sync", name)
     assert code == 1, err
-    return next(line for line in err.splitlines() if line.startswith(f"connector '{name}': "))
+    return err.splitlines()[0]
 
 
 def _state(pipeline) -> tuple:
