@@ -74,6 +74,8 @@ class FetchCycle:
         self.budget_spent = False  # the run ends at the next cut between statements
         self.last_offset: dict[str, Any] | None = None  # the source offset of the last batch fetched
         self.loaded = False  # this run finished a bulk load before its stream
+        self.last_fetched: FetchedBatch | None = None  # the last batch added (its group may be handed on already)
+        self.last_continued = False  # it went on at the offset the batch before it ended at
         # PostgreSQL: the group's last change, which may share its LSN with changes still to come, and since when
         # the group waits for a record past it (`_await_past_open_change`).
         self.open_change: tuple[dict[str, Any] | None, float] | None = None
@@ -216,7 +218,8 @@ class FetchCycle:
                                 else None)
             first = False
             now = time.monotonic()
-            continues = batch is not None and bool(self.group) and _continues_statement(self.group[-1], batch)
+            continues = batch is not None and self.last_fetched is not None \
+                and _continues_statement(self.last_fetched, batch)
             open_change = batch is None and self._last_change_open()
             if (self.budget_spent or halted) and not continues and not open_change:
                 # The run's budget was spent at the last batch (or the connector was paused while a change that
@@ -241,7 +244,7 @@ class FetchCycle:
                         and not session.in_data_snapshot() and not self.budget_spent:
                     log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                     self.budget_spent = True
-            elif open_change:
+            elif open_change and (self.budget_spent or halted or self._lsn_seen_shared()):
                 self._await_past_open_change(now)
             elif self.group:
                 yield self._take_group()
@@ -342,25 +345,35 @@ class FetchCycle:
             yield self._take_group()
 
     def _last_change_open(self) -> bool:
-        """Whether the group's last change may share its offset with changes the engine has not handed over yet (a
+        """Whether the last change fetched may share its offset with changes the engine has not handed over yet (a
         PostgreSQL insert, `postgres.may_share_lsn_ahead`) unless every batch the engine handed over was fetched
-        and a record after it was handed over (the runner's received offset): until then the group is not handed
-        on and the run does not end, whatever its budget or a pause; the next batch fetched tells whether it goes
-        on at that offset (`_continues_statement`)."""
-        if not self.group or self.connector.type != "postgres":
+        and a record after it was handed over (the runner's received offset): until then the run does not end,
+        whatever its budget or a pause; the next batch fetched tells whether it goes on at that offset
+        (`_continues_statement`)."""
+        last = self.last_fetched
+        if last is None or self.connector.type != "postgres":
             return False
-        last = self.group[-1]
         if not last.index or not postgres.may_share_lsn_ahead(last.index[-1], self.connector):
             return False
         received = self.runner.received_offset()  # read before the queues: a batch queued since is seen there
         return not (self._engine_drained() and pg_record_follows(received, last.last_offset))
+
+    def _lsn_seen_shared(self) -> bool:
+        """Whether the last change fetched shares its offset with the change before it (in its batch, or in the
+        batch it went on from): the rows of a multi-row WAL record, whose rest may still come. Only then does a
+        group wait for a record past it before it is handed on within the run (a change alone at its LSN, a
+        trickle's insert, goes on at once: the run's end still waits, `_last_change_open`)."""
+        last = self.last_fetched
+        return last is not None and (self.last_continued or len(last.index) >= 2 and same_stream_position(
+            last.index[-2].get("offset"), last.index[-1].get("offset")))
 
     def _await_past_open_change(self, now: float) -> None:
         """The group waits for a record past its last change (`_last_change_open`): on a quiet source the heartbeat
         row, written once per such change, is one. Fails the run, nothing of the group applied, when the engine
         stops or none comes within `source_lost_timeout_seconds`: the next run fetches the group again."""
         self.runner.raise_if_failed()
-        last = self.group[-1].last_offset
+        assert self.last_fetched is not None
+        last = self.last_fetched.last_offset
         if self.open_change is None or self.open_change[0] != last:
             self.open_change = (last, now)
             postgres.mark_wal_end(self.connector)
@@ -449,6 +462,8 @@ class FetchCycle:
         self.events += batch.size
         self.last_batch_at = now
         self.last_offset = batch.last_offset
+        self.last_continued = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
+        self.last_fetched = batch
         return closed
 
     def _take_group(self) -> list[FetchedBatch]:
