@@ -161,11 +161,14 @@ def _offsets(pipeline) -> list[tuple[str, str]]:
 
 
 def _rewind(pipeline, saved: list[tuple[str, str]], *, forget_applied_position: bool) -> None:
-    """As if Debezium's last offset flush had been lost: the next run gets the same events again."""
+    """As if the run had been killed before Debezium's last offset flush and before it recorded where it ended idle
+    (from where the next run's engine would start, `mariadb.resume_offset`): the next run gets the same events
+    again."""
     with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
         for key, value in saved:
             conn.execute("UPDATE cdc.debezium_offsets SET offset_value = %s WHERE connector = %s AND offset_key = %s",
                          (value, pipeline.name, key))
+        conn.execute("UPDATE cdc.connector_state SET source_checked = NULL WHERE connector = %s", (pipeline.name,))
         if forget_applied_position:
             conn.execute("DELETE FROM cdc.applied_positions WHERE connector = %s", (pipeline.name,))
 
