@@ -10,9 +10,10 @@ load, then the stream (or Debezium's own data snapshot).
 - The bulk load copies the rows before any change of the stream is applied; the streamed batch that ended the
   schema snapshot waits for it. A load that does not finish within the budget ends the run.
 - The stream yields groups until the source is idle, paused, or the run's budget (`max_events_per_run`,
-  `max_seconds_per_run`) is spent, never splitting the records of one statement between runs, nor a group (whose
-  commit moves the applied position and Debezium's offset past its last record) between PostgreSQL changes that
-  share one LSN (`postgres.may_share_lsn_ahead`).
+  `max_seconds_per_run`) is spent, never splitting the records of one statement between runs, nor ending a run
+  (whose last commit moves the applied position and Debezium's offset past its last record) between PostgreSQL
+  changes that share one LSN (`postgres.may_share_lsn_ahead`); a group within the run waits the same way after
+  an insert seen sharing its LSN (`_lsn_seen_shared`).
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class FetchCycle:
         self.loaded = False  # this run finished a bulk load before its stream
         self.last_fetched: FetchedBatch | None = None  # the last batch added (its group may be handed on already)
         self.last_continued = False  # it went on at the offset the batch before it ended at
-        # PostgreSQL: the group's last change, which may share its LSN with changes still to come, and since when
-        # the group waits for a record past it (`_await_past_open_change`).
+        # PostgreSQL: the last change fetched, which may share its LSN with changes still to come, and since when
+        # the stream waits for a record past it (`_await_past_open_change`).
         self.open_change: tuple[dict[str, Any] | None, float] | None = None
 
     @property
@@ -450,7 +451,9 @@ class FetchCycle:
         stats = self.session.cycle_stats
         stats.first_fetch_at = stats.first_fetch_at or now
         closed = None
-        continues = bool(self.group) and _continues_statement(self.group[-1], batch)
+        # The open group's last batch, when there is one, is the last batch fetched.
+        follows = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
+        continues = bool(self.group) and follows
         limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
                                                                            self.connector.apply_batch_events)
         too_big = self.group_bytes + batch.bytes > self.connector.apply_batch_mb << 20
@@ -462,8 +465,7 @@ class FetchCycle:
         self.events += batch.size
         self.last_batch_at = now
         self.last_offset = batch.last_offset
-        self.last_continued = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
-        self.last_fetched = batch
+        self.last_continued, self.last_fetched = follows, batch
         return closed
 
     def _take_group(self) -> list[FetchedBatch]:
