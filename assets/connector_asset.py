@@ -26,7 +26,7 @@ def build_connector_asset(connector: ConnectorConfig, config_path: str) -> tuple
     key = connector_asset_key(connector.name)
     spec = AssetSpec(key=key, group_name=connector.name, kinds={"postgres", connector.type},
                      description=f"The tables connector {connector.name} replicates from {connector.type} "
-                                 f"{connector.hostname}:{connector.port}/{connector.database}; each sync_{connector.name} "
+                                 f"{connector.hostname}:{connector.port}/{connector.databases_text}; each sync_{connector.name} "
                                  "run records its numbers here.")
 
     @asset_check(asset=key, name="row_counts_match", blocking=False,

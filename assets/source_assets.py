@@ -50,7 +50,7 @@ def build_source_specs(tables: Iterable[tuple[ConnectorConfig, ReplicatedTable]]
         names = sorted({reader.name for reader, _ in read_by})
         specs.append(AssetSpec(
             key=key, group_name=SOURCES_GROUP, kinds={connector.type},
-            description=f"{connector.type} table {source_table} in database {connector.database} on "
+            description=f"{connector.type} table {source_table} in database {key.path[1]} on "
                         f"{', '.join(servers)}, read by connector{'s' if len(names) > 1 else ''} {', '.join(names)}.",
             metadata={"source_table": source_table, "connectors": MetadataValue.json(names),
                       "servers": MetadataValue.json(servers)}))

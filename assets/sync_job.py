@@ -104,7 +104,7 @@ def build_sync_job(connector: ConnectorConfig, sync_assets: AssetsDefinition) ->
         name=f"sync_{connector.name}",
         selection=AssetSelection.assets(sync_assets).without_checks() | AssetSelection.checks(sync_assets),
         description=f"One fetch cycle of connector {connector.name} ({connector.type} {connector.hostname}:"
-                    f"{connector.port}/{connector.database}) into PostgreSQL.",
+                    f"{connector.port}/{connector.databases_text}) into PostgreSQL.",
         executor_def=in_process_executor,
         tags={CONNECTOR_TAG: connector.name, **run_retry_tags(connector)},
     )

@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+import functools
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -56,6 +57,10 @@ APPLY_COPIERS = ("executors", "driver")
 THIRD_PARTY_WARNINGS_ENV = "CDC_THIRD_PARTY_WARNINGS"
 TLS_MODES = ("disable", "require", "verify-ca", "verify-full")
 TLS_SOURCE_TYPES = ("mariadb", "mysql", "postgres")
+# The types one connector of which may read several databases (`databases`), and how its destination_schema names
+# the database.
+MULTI_DATABASE_TYPES = ("mariadb", "mysql")
+DATABASE_PLACEHOLDER = "{database}"
 TRIGGERS = ("changes", "schedule")
 # The change sensor's check of the source (milliseconds of CPU; docs/triggers.md): a change from a quiet source waits
 # for it, then for a run's start.
@@ -468,7 +473,10 @@ class ConnectorConfig:
     hostname: Text
     user: Text
     password: Annotated[Secret, PlainValidator(_secret)]
-    database: Text
+    # The source database; a MariaDB/MySQL connector may take `databases` instead: names and shell-style patterns
+    # (`tenant_*`), read from one binlog by one engine, each database into its own destination schema.
+    database: OptionalText = None
+    databases: Names = ()
     port: Optional[Port] = None
     tables: Names = ()
     snapshot_mode: SnapshotMode = "initial"
@@ -561,6 +569,56 @@ class ConnectorConfig:
         schema, _, table = self.heartbeat_table.partition(".")
         if not schema or not table:
             raise _invalid(f"names no table as schema.table: {self.heartbeat_table!r}", child="heartbeat_table")
+        self._check_databases()
+
+    def _check_databases(self) -> None:
+        """One of `database` and `databases`; `databases` for the binlog sources only, without commas (Debezium's
+        include list is comma-separated); a fixed `destination_schema` for one database only."""
+        if self.type not in MULTI_DATABASE_TYPES and DATABASE_PLACEHOLDER in (self.destination_schema or ""):
+            raise _invalid(f"holds {DATABASE_PLACEHOLDER}, which names a source database of a "
+                           f"{' or '.join(MULTI_DATABASE_TYPES)} connector", child="destination_schema")
+        if self.database is not None and self.databases:
+            raise _invalid("takes `database` or `databases`, not both", child="databases")
+        if not self.databases:
+            if self.database is None:
+                plural = f" (or `databases`, names and patterns, of a {self.type} source)" \
+                    if self.type in MULTI_DATABASE_TYPES else ""
+                raise _invalid(f"is required{plural}", child="database")
+            return
+        if self.type not in MULTI_DATABASE_TYPES:
+            raise _invalid(f"is for {', '.join(MULTI_DATABASE_TYPES)} sources (one binlog holds all their "
+                           f"databases); a {self.type} connector reads one `database`", child="databases")
+        for index, name in enumerate(self.databases):
+            if "," in name:
+                raise _invalid(f"holds a comma: {name!r} (Debezium's include list is comma-separated)",
+                               child=index)
+        if self.destination_schema is not None and DATABASE_PLACEHOLDER not in self.destination_schema \
+                and (len(self.databases) > 1 or _is_pattern(self.databases[0])):
+            raise _invalid(f"is one schema for the tables of several databases, whose names may clash: write "
+                           f"{DATABASE_PLACEHOLDER} in it (e.g. 'tenant_{DATABASE_PLACEHOLDER}') for a schema per "
+                           "database, or leave it out (each database's own name)", child="destination_schema")
+
+    @property
+    def database_patterns(self) -> tuple[str, ...]:
+        """The source databases as shell-style patterns: `databases`, or `database` matched as it is spelled."""
+        return self.databases or (_escape_pattern(self.database or ""),)
+
+    @property
+    def databases_text(self) -> str:
+        """The source databases as messages name them: `database`, or the `databases` given."""
+        return self.database if self.database is not None else ", ".join(self.databases)
+
+    def captures_database(self, name: str) -> bool:
+        """Whether a source database (a MariaDB/MySQL schema) is one of the connector's: the whole name matches one
+        of `databases` (or is `database`), letters compared without case as Debezium's include list does."""
+        return _database_matcher(self.database_patterns).fullmatch(name) is not None
+
+    def destination_schema_for(self, database: str) -> str | None:
+        """The `destination_schema` of a source database's tables: the setting with {database} filled in (the
+        database's name in the connector's letter casing), or None when it is not set."""
+        if self.destination_schema is None:
+            return None
+        return self.destination_schema.replace(DATABASE_PLACEHOLDER, dest_identifier(database, self.letter_casing))
 
     @property
     def bulk_snapshot(self) -> bool:
@@ -571,9 +629,14 @@ class ConnectorConfig:
         """A source table id (`db.table`, `schema.table`) as (container, table). A table's name may hold a dot
         (`db.a.b` is table `a.b` of database `db`): the connector's own database is taken off whole, and other
         ids are split at their first dot."""
-        prefix = f"{self.database}."
-        if self.type in ("mariadb", "mysql") and source_table.startswith(prefix):
-            return self.database, source_table[len(prefix):]
+        if self.type in MULTI_DATABASE_TYPES:
+            if self.database is not None and source_table.startswith(f"{self.database}."):
+                return self.database, source_table[len(self.database) + 1:]
+            if self.databases:
+                # The first dot after which the name is one of the connector's databases.
+                for index, character in enumerate(source_table):
+                    if character == "." and self.captures_database(source_table[:index]):
+                        return source_table[:index], source_table[index + 1:]
         container, _, table = source_table.partition(".")
         return container, table
 
@@ -758,7 +821,8 @@ def default_table_name(connector: ConnectorConfig, source_table: str) -> tuple[s
     letter casing. The one place this rule is written (`ObjectMap.table_name` adds the rules)."""
     container, table = connector.split_table(source_table)
     casing = connector.letter_casing
-    return connector.destination_schema or dest_identifier(container, casing), dest_identifier(table, casing)
+    return connector.destination_schema_for(container) or dest_identifier(container, casing), \
+        dest_identifier(table, casing)
 
 
 def _refuse_shared_destinations(connectors: list[ConnectorConfig], path: Path) -> None:
@@ -783,9 +847,53 @@ def destination_tables(connector: ConnectorConfig) -> tuple[frozenset[str] | Non
     if connector.tables:
         tables = frozenset(default_table_name(connector, name) for name in connector.tables)
         return frozenset(schema for schema, _ in tables), tables
-    if connector.destination_schema or connector.type in ("mariadb", "mysql"):
-        return frozenset({default_table_name(connector, f"{connector.database}.")[0]}), None
+    if connector.type in MULTI_DATABASE_TYPES:
+        if any(_is_pattern(name) for name in connector.databases):
+            return None, None  # the databases that match are the server's
+        return frozenset(default_table_name(connector, f"{database}.")[0]
+                         for database in connector.databases or (connector.database,)), None
+    if connector.destination_schema:
+        return frozenset({connector.destination_schema}), None
     return None, None
+
+
+def _is_pattern(name: str) -> bool:
+    """Whether a `databases` entry is a pattern (holds *, ? or [), not a name."""
+    return any(character in name for character in "*?[")
+
+
+def _escape_pattern(name: str) -> str:
+    """A database name as a pattern that matches only it."""
+    return "".join(f"[{character}]" if character in "*?[" else character for character in name)
+
+
+def pattern_regex(pattern: str) -> str:
+    """A shell-style pattern as a regular expression of the subset Java and Python read alike (Debezium's include
+    list): `*` any run of characters, `?` one, `[...]` one of a set (`[!...]` one not in it), the rest as it is."""
+    parts, index = [], 0
+    while index < len(pattern):
+        character = pattern[index]
+        closing = pattern.find("]", index + 2) if character == "[" else -1
+        if character == "*":
+            parts.append(".*")
+        elif character == "?":
+            parts.append(".")
+        elif closing != -1:
+            members = pattern[index + 1:closing]
+            negated = members.startswith("!")
+            members = members[1:] if negated else members
+            parts.append("[" + ("^" if negated else "") + "".join(
+                f"\\{member}" if member in "\\[]^&" else member for member in members) + "]")
+            index = closing
+        else:
+            parts.append(re.escape(character))
+        index += 1
+    return "".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _database_matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{pattern_regex(pattern)})" for pattern in patterns), re.IGNORECASE)
 
 
 def _shared_destination(first: ConnectorConfig, second: ConnectorConfig) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
+from cdc_pipeline.config import DATABASE_PLACEHOLDER
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.sources.type_choice import balanced
 from cdc_pipeline import sources
@@ -726,7 +727,7 @@ def _renamed_from(
         return None
     old_db, old_table = old
     if destination_schema:
-        schema = destination_schema
+        schema = _filled(destination_schema, old_db or table.schema, letter_casing)
     elif old_db is not None:
         schema = dest_identifier(old_db, letter_casing)
     else:
@@ -762,7 +763,7 @@ def _destination_names(
     parts: tuple[str, ...], letter_casing: str, destination_schema: str | None, connector: str, position: Any
 ) -> tuple[str, str]:
     if destination_schema:
-        schema = destination_schema
+        schema = _filled(destination_schema, parts[-2] if len(parts) >= 2 else "", letter_casing)
     elif len(parts) >= 2:
         schema = dest_identifier(parts[-2], letter_casing)
     else:
@@ -773,6 +774,12 @@ def _destination_names(
             position=position,
         )
     return schema, dest_identifier(parts[-1], letter_casing)
+
+
+def _filled(destination_schema: str, database: str, letter_casing: str) -> str:
+    """A `destination_schema` with its {database} (a connector of several databases) filled in, as
+    `ConnectorConfig.destination_schema_for` does."""
+    return destination_schema.replace(DATABASE_PLACEHOLDER, dest_identifier(database, letter_casing))
 
 
 def _source_position(payload: dict[str, Any]) -> dict[str, Any] | None:

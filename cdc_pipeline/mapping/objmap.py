@@ -277,9 +277,9 @@ def _source_object(parts: tuple[str, ...], connector: ConnectorConfig, table_par
             raise MappingRuleError(f"{'.'.join(parts)!r} names database {parts[0]!r}, not the connector's "
                                    f"{connector.database!r}")
         parts = parts[1:]
-    elif connector.type in _MYSQL_TYPES and parts[0].casefold() != connector.database.casefold():
-        raise MappingRuleError(f"{'.'.join(parts)!r} names database {parts[0]!r}, not the connector's "
-                               f"{connector.database!r}")
+    elif connector.type in _MYSQL_TYPES and not connector.captures_database(parts[0]):
+        raise MappingRuleError(f"{'.'.join(parts)!r} names database {parts[0]!r}, not one of the connector's "
+                               f"({connector.databases_text})")
     return ".".join(parts)
 
 

@@ -248,7 +248,7 @@ def _snapshot_tables(connector: ConnectorConfig, argument: str | None, state: st
     foreign = [table for table in tables if not captures(connector, table)]
     if foreign:
         raise _Rejected(f"not tables of the connector: {', '.join(foreign)} (tables are named db.table, within "
-                        f"database {connector.database!r} and the connector's include list)")
+                        f"the connector's databases ({connector.databases_text}) and its include list)")
     return tables
 
 

@@ -28,7 +28,7 @@ from urllib.parse import quote as url_quote
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.config import ConnectorConfig, pattern_regex
 from cdc_pipeline.copy_text import (ESCAPES, FIELD_BYTEA, FIELD_DATE, FIELD_PLAIN, FIELD_TEXT, NULL_TEXT, copy_escape,
                                     ewkb_hex)
 from cdc_pipeline.errors import CdcError, RunnerError
@@ -228,8 +228,9 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     return {
         "connector.class": CONNECTOR_CLASSES[connector.type],
         "database.server.id": _server_id(connector.name),
-        # A list of regular expressions: the name matched as it is spelled.
-        "database.include.list": re.escape(connector.database),
+        # A list of regular expressions, each matched against a whole database name: `databases` (shell-style
+        # patterns) in Debezium's regular expressions, or `database` as it is spelled.
+        "database.include.list": ",".join(pattern_regex(pattern) for pattern in connector.database_patterns),
         **_binlog_tls(connector),
         "connect.timeout.ms": "10000",
         # The binlog client's keep-alive thread reconnects a lost binlog connection (a source restart) at its next
@@ -304,10 +305,38 @@ def source_partition(connector: str, database: str) -> dict[str, str]:
 
 
 def replicates(connector: ConnectorConfig, source_table: str) -> bool:
-    """Whether a table (`db.table`) is one the connector may replicate: one of its database (the binlog, and so
-    Debezium's schema history, holds every database of the server)."""
+    """Whether a table (`db.table`) is one the connector may replicate: one of its databases (the binlog, and so
+    Debezium's schema history, holds every database of the server). The server's own schemas are never one."""
     container, _ = connector.split_table(source_table)
-    return container == connector.database
+    if connector.database is not None:
+        return container == connector.database
+    return container.lower() not in SYSTEM_SCHEMAS and connector.captures_database(container)
+
+
+# The server's own schemas, which no pattern of `databases` matches.
+SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
+
+
+def databases_of(cur: Any, connector: ConnectorConfig) -> list[str]:
+    """The source databases of the connector that the server has now, by name (its `database`, or the server's
+    databases that `databases` matches)."""
+    if connector.database is not None:
+        return [connector.database]
+    cur.execute("SELECT schema_name FROM information_schema.schemata ORDER BY schema_name")
+    return [str(name) for (name,) in cur.fetchall()
+            if str(name).lower() not in SYSTEM_SCHEMAS and connector.captures_database(str(name))]
+
+
+def names_database(connector: ConnectorConfig, statement: str) -> bool:
+    """Whether a statement of the binlog (`use `db`; ALTER TABLE ...`) may concern one of the connector's databases:
+    it holds the name of its `database`, or a word or quoted name `databases` matches."""
+    if connector.database is not None:
+        return connector.database in statement
+    return any(connector.captures_database(quoted.replace("``", "`") or word)
+               for quoted, word in _STATEMENT_NAMES.findall(statement))
+
+
+_STATEMENT_NAMES = re.compile(r"`((?:[^`]|``)+)`|([\w$]+)")
 
 
 def quote_mysql(identifier: str) -> str:
@@ -323,7 +352,8 @@ def qualified(database: str, table: str) -> str:
 
 
 def connect(connector: ConnectorConfig) -> Any:
-    """A PyMySQL connection to the connector's source database (the driver's planning queries, never rows).
+    """A PyMySQL connection to the connector's source database (the driver's planning queries, never rows); of a
+    connector of several `databases`, to the server with no default database (every query names its database).
 
     In autocommit: a query holds its tables' metadata locks only while it runs, so a schema change on the source
     (which waits for them, and makes every later query wait behind it) is never held up by an idle transaction.
@@ -360,7 +390,7 @@ def jdbc_url(connector: ConnectorConfig) -> str:
     """The JDBC URL Spark's readers use: MariaDB's driver (it reads MySQL servers too) under the `jdbc:mysql:` scheme,
     so that Spark applies its MySQL dialect (backquoted column names: it double-quotes them for a URL it does not
     know, which MariaDB reads as strings)."""
-    url = (f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database}?permitMysqlScheme"
+    url = (f"jdbc:mysql://{connector.hostname}:{connector.port}/{connector.database or ''}?permitMysqlScheme"
            f"&tcpKeepAlive=true&socketTimeout={int(connector.source_statement_timeout_seconds * 1000)}"
            f"&sessionVariables=lock_wait_timeout={max(1, round(connector.source_lock_timeout_seconds))}")
     if connector.tls_mode == "disable":
@@ -388,8 +418,8 @@ class SourceColumn:
 
 
 def tables_of(cur: Any, connector: ConnectorConfig) -> list[SourceTable]:
-    """The base tables of the connector's database (the include list filters them)."""
-    return list_tables(cur, connector.database)
+    """The base tables of the connector's databases (the include list filters them)."""
+    return [table for database in databases_of(cur, connector) for table in list_tables(cur, database)]
 
 
 def list_tables(cur: Any, database: str, table: str | None = None) -> list[SourceTable]:
@@ -761,10 +791,11 @@ class BinlogScan:
 
 
 def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: Callable[[str], bool],
-                database: str, seconds: float) -> BinlogScan:
+                schema_change: Callable[[str], bool], seconds: float) -> BinlogScan:
     """Reads the binlog's events from `start` up to `end` (`SHOW BINLOG EVENTS`, a page of BINLOG_PAGE_EVENTS at
     a time, until `seconds` have passed) for one that concerns the connector: a row event's table map of a table
-    `captured(name)` accepts, or a statement other than a transaction's own run in, or naming, `database` (DDL).
+    `captured(name)` accepts, or a statement other than a transaction's own that `schema_change` accepts (DDL run
+    in, or naming, one of the connector's databases).
     Events written after `end` are not read: a later check reads them. A read out of time stops inside a transaction
     as often as not; `clear_to` is then where the last transaction it read began or ended, a position an engine can
     start from (`resume_offset`)."""
@@ -802,7 +833,7 @@ def scan_binlog(cur: Any, start: dict[str, Any], end: dict[str, Any], captured: 
                                           boundary)
                 elif kind == "Query":
                     info = str(info or "")
-                    if not info.upper().startswith(_TRANSACTION_QUERIES) and database in info:
+                    if not info.upper().startswith(_TRANSACTION_QUERIES) and schema_change(info):
                         return BinlogScan(f"a schema change at {name}:{event_pos}",
                                           {"file": name, "pos": int(event_pos)}, False, scanned, boundary)
                 pos = int(next_pos)
@@ -857,7 +888,8 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         end = binlog_position(cur)
         if end == {"file": str(start["file"]), "pos": int(start["pos"])}:
             return ChangeCheck(False, f"no binlog event since {start['file']}:{start['pos']}", reached_end=True)
-        scan = scan_binlog(cur, start, end, captured, connector.database, CHECK_SECONDS)
+        scan = scan_binlog(cur, start, end, captured, lambda statement: names_database(connector, statement),
+                           CHECK_SECONDS)
     # A transaction's start (or end) when the read passed one: a run's engine may start there (`resume_offset`).
     recorded = scan.reached if scan.at_end else scan.clear_to if scan.found else scan.clear_to or scan.reached
     moved = recorded if recorded is not None and recorded != start else None
@@ -989,9 +1021,9 @@ def _binlog_lag(connector: ConnectorConfig, start: dict[str, Any]) -> SourceLag:
 
 
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
-    """The rows of each table of the connector's database that `captured` accepts (`db.table`: rows)."""
+    """The rows of each table of the connector's databases that `captured` accepts (`db.table`: rows)."""
     with connect(connector) as conn, conn.cursor() as cur:
-        tables = [table.name for table in list_tables(cur, connector.database)]
+        tables = [table.name for table in tables_of(cur, connector)]
         counts = {}
         for source_table in filter(captured, tables):
             database, table = connector.split_table(source_table)
@@ -1119,7 +1151,8 @@ CAPTURE_PRIVILEGES = {
 def preflight(connector: ConnectorConfig) -> list[Finding]:
     """What the source lacks for the connector to run: the binary log on, in ROW format with FULL row images, GTID
     mode when the connector's `debezium` properties filter GTIDs (MySQL), and the capture user's privileges (global
-    ones as Debezium's documentation lists them; SELECT on the database is enough for the reads). Each finding
+    ones as Debezium's documentation lists them; SELECT on each database is enough for the reads), and for `databases`
+    that some database matches them. Each finding
     carries the statement that fixes it. Raises CdcError when the source cannot be reached."""
     with connect(connector) as source, source.cursor() as cur:
         cur.execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image, CURRENT_USER()")
@@ -1129,6 +1162,11 @@ def preflight(connector: ConnectorConfig) -> list[Finding]:
             cur.execute("SELECT @@GLOBAL.gtid_mode")
             findings += _gtid_findings(str(cur.fetchone()[0]))
         findings += _privilege_findings(cur, connector, account)
+        if connector.databases and not databases_of(cur, connector):
+            findings.append(source_warning(
+                "databases", f"no database of the server that the capture user sees matches "
+                             f"{connector.databases_text}: the connector replicates those created later",
+                "create the databases, or grant the capture user SELECT on them"))
     return findings
 
 
@@ -1164,10 +1202,16 @@ def _privilege_findings(cur: Any, connector: ConnectorConfig, account: str) -> l
     grantee = f"'{user}'@'{host}'"
     cur.execute("SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = %s", (grantee,))
     held = {str(row[0]).upper() for row in cur.fetchall()}
-    cur.execute("SELECT 1 FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = %s AND PRIVILEGE_TYPE = 'SELECT' "
-                "AND %s LIKE TABLE_SCHEMA", (grantee, connector.database))
-    if cur.fetchone() is not None:
-        held.add("SELECT")
+    if "SELECT" not in held:
+        # SELECT on each of the connector's databases will do (a schema privilege's name may be a LIKE pattern).
+        unreadable = []
+        for database in databases_of(cur, connector):
+            cur.execute("SELECT 1 FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = %s "
+                        "AND PRIVILEGE_TYPE = 'SELECT' AND %s LIKE TABLE_SCHEMA", (grantee, database))
+            if cur.fetchone() is None:
+                unreadable.append(database)
+        if not unreadable:
+            held.add("SELECT")
     missing = [name for name, aliases in CAPTURE_PRIVILEGES.items() if not held.intersection(aliases)]
     to_user = f"TO {_account_literal(user)}@{_account_literal(host)}"
     findings = []

@@ -321,8 +321,10 @@ def test_all_missing_required_fields_are_listed() -> None:
     error = config_error(data)
 
     assert error.connector == "inventory"
-    for field_name in ("type", "hostname", "user", "password", "database"):
+    for field_name in ("type", "hostname", "user", "password"):
         assert f"'{field_name}'" in str(error)
+    data["connectors"]["inventory"] = {"type": "mariadb", "hostname": "db", "user": "u", "password": "p"}
+    assert "field 'database' is required (or `databases`" in str(config_error(data)), "then the database"
 
 
 def test_wrong_password_type_does_not_echo_the_value() -> None:
