@@ -116,6 +116,31 @@ def ddl_statements(ddl_text: str, connector_type: str) -> list[Statement]:
     return parse(ddl_text)
 
 
+# A MariaDB/MySQL statement that drops a whole database, whose schema-change event names no table.
+_DROP_DATABASE = re.compile(r"\s*DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?:`((?:[^`]|``)+)`|([\w$]+))\s*;?\s*",
+                            re.IGNORECASE)
+DROP_DATABASE = "drop_database"
+
+
+def dropped_database(payload: dict[str, Any], connector_type: str) -> str | None:
+    """The database a streamed MariaDB/MySQL schema change drops (`DROP DATABASE`), or None. Debezium's event of it
+    carries no table changes, and its snapshot's `DROP DATABASE IF EXISTS` (rebuilding its own history) is not one."""
+    if connector_type not in ("mariadb", "mysql"):
+        return None
+    if str((payload.get("source") or {}).get("snapshot") or "false").lower() != "false":
+        return None
+    match = _DROP_DATABASE.fullmatch(str(payload.get("ddl") or ""))
+    if match is None:
+        return None
+    return match.group(1).replace("``", "`") if match.group(1) is not None else match.group(2)
+
+
+def database_drop(database: str, ddl_text: str) -> DdlChange:
+    """The change that drops each destination table of the source database's tables (the applier lists them:
+    `DROP_DATABASE`), in the DDL step of the statement."""
+    return DdlChange(DROP_DATABASE, None, "", "", f"{database}.", ddl_text)
+
+
 def source_table_of(parts: tuple[str, ...]) -> str:
     """The source table of a Debezium table id as data events name it: `db.table` (MariaDB/MySQL),
     `schema.table` (PostgreSQL; SQL Server's `shop.dbo.items` and Oracle's `ORCLPDB1.DEBEZIUM.ITEMS` without their

@@ -112,6 +112,13 @@ def release_table(cur: psycopg.Cursor, schema: str, connector: str, source_table
         sql.Identifier(schema, "table_owners")), (connector, source_table))
 
 
+def owned_source_tables(cur: psycopg.Cursor, schema: str, connector: str) -> list[str]:
+    """The source tables whose destination tables the connector writes (has claimed), sorted."""
+    cur.execute(sql.SQL("SELECT source_table FROM {} WHERE connector = %s ORDER BY source_table").format(
+        sql.Identifier(schema, "table_owners")), (connector,))
+    return [row[0] for row in cur.fetchall()]
+
+
 def table_owner(conn: psycopg.Connection | psycopg.Cursor, schema: str, dest_schema: str,
                 dest_table: str) -> str | None:
     """The connector that writes the destination table, or None when none has claimed it."""

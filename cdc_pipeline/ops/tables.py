@@ -17,6 +17,7 @@ from psycopg import sql
 
 from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline.convert.ddl import DROP_DATABASE
 from cdc_pipeline.sink.plan import DML_COUNTERS, BatchPlan, DdlStep, DmlStep, TruncateStep
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ class TableChanges:
                 self.by_table.setdefault(step.source_table, Counter())["truncates"] += 1
             elif isinstance(step, DdlStep):
                 for change in step.changes:
-                    self.by_table.setdefault(change.source_table, Counter())["ddls"] += 1
+                    if change.kind != DROP_DATABASE:  # a database's drop names no table of its own
+                        self.by_table.setdefault(change.source_table, Counter())["ddls"] += 1
 
     def tables(self) -> list[str]:
         return sorted(self.by_table)

@@ -33,6 +33,7 @@ from cdc_pipeline.catalog import CatalogCache, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import copy_escape
 from cdc_pipeline.convert.ddl import (
+    DROP_DATABASE,
     DdlChange,
     alter_table_sql,
     create_table_sql,
@@ -447,7 +448,10 @@ class BatchApplier:
                     ) -> None:
         if isinstance(step, DdlStep):
             for change in step.changes:
-                self._apply_ddl(cur, change, step.ref)
+                if change.kind == DROP_DATABASE:
+                    self._drop_database(cur, change, step.ref)
+                else:
+                    self._apply_ddl(cur, change, step.ref)
         elif isinstance(step, TruncateStep):
             self._apply_truncate(cur, step)
         elif isinstance(step, SnapshotStep):
@@ -608,6 +612,18 @@ class BatchApplier:
         if (schema, table) not in self._claimed:
             rule_store.claim_table(cur, self.control_schema, self.connector.name, schema, table, source_table)
             self._claimed.add((schema, table))
+
+    def _drop_database(self, cur: psycopg.Cursor, change: DdlChange, ref: EventRef) -> None:
+        """A source database dropped: each destination table the connector writes of its tables is dropped, as a
+        DROP TABLE of each would (their schema stays)."""
+        database = change.source_table[:-1]
+        tables = [table for table in rule_store.owned_source_tables(cur, self.control_schema, self.connector.name)
+                  if self.connector.split_table(table)[0] == database]
+        for source_table in tables:
+            self._apply_ddl(cur, DdlChange("drop", None, *self._dest_names(source_table), source_table,
+                                           change.ddl_text), ref)
+        log.info("%s: database %s was dropped at %s: dropped the destination tables of its %d table(s)",
+                 self.connector.name, database, ref.position, len(tables))
 
     def _apply_ddl(self, cur: psycopg.Cursor, change: DdlChange, ref: EventRef) -> None:
         # Before any statement: another connector's table is neither altered nor dropped.

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import control
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.convert.ddl import DdlChange, changes_from_schema_event
+from cdc_pipeline.convert.ddl import DdlChange, changes_from_schema_event, database_drop, dropped_database
 from cdc_pipeline.decode.events import (
     DATA_CHANGE,
     OTHER,
@@ -190,6 +190,12 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             changes = [change for change in changes if captures(connector, change.source_table)]
             if object_map:
                 changes = [object_map.map_change(change) for change in changes]
+            dropped = dropped_database(payload, connector.type)
+            if dropped is not None and connector.captures_database(dropped):
+                changes.append(database_drop(dropped, str(payload.get("ddl"))))
+                for source_table in [table for table in open_segments
+                                     if connector.split_table(table)[0] == dropped]:
+                    close_segment(source_table)
             for change in changes:
                 close_segment(change.source_table)
             if changes:

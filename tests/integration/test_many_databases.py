@@ -1,0 +1,89 @@
+"""One MariaDB connector of several databases (`databases` with a pattern): one engine and one run for all of them,
+each database in its own destination schema; a database created while it streams is picked up, a dropped one's tables
+are dropped, and a database the pattern does not match is never read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TABLES = ("orders", "customers")
+
+
+def tenant(pipeline, index: int) -> str:
+    return f"{pipeline.source_db}_t{index}"
+
+
+def make_tenant(pipeline, database: str, rows: int) -> None:
+    pipeline.mariadb.execute(f"CREATE DATABASE `{database}`")
+    pipeline.mariadb.execute([
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(40))",
+        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40))",
+        f"INSERT INTO orders SELECT seq, seq * 1.5, CONCAT('{database}-', seq) FROM seq_1_to_{rows}",
+        f"INSERT INTO customers SELECT seq, CONCAT('c', seq) FROM seq_1_to_{rows}",
+    ], database=database)
+
+
+def assert_tenant_exact(pipeline, database: str) -> None:
+    for table in TABLES:
+        source = pipeline.mariadb.query(f"SELECT * FROM `{table}` ORDER BY 1", database=database)
+        assert pipeline.dest_rows(table, schema=database) == [tuple(row) for row in source], f"{database}.{table}"
+
+
+def dest_schemas(pipeline) -> set[str]:
+    return {name for (name,) in pipeline.dest_query(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"{pipeline.source_db}%",))}
+
+
+def cli(pipeline, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", *args], env={**pipeline.env,
+                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300)
+
+
+def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipeline):
+    first, second, third = (tenant(pipeline, index) for index in (1, 2, 3))
+    outside = f"{pipeline.source_db}_x1"  # matched by no pattern
+    for database in (first, second, outside):
+        make_tenant(pipeline, database, 300)
+    pipeline.write_config(database=None, databases=[f"{pipeline.source_db}_t*"])
+
+    pipeline.sync()
+
+    for database in (first, second):
+        assert_tenant_exact(pipeline, database)
+    assert dest_schemas(pipeline) == {first, second}, "a schema per database, none for the one outside the pattern"
+
+    pipeline.mariadb.execute(["UPDATE orders SET note = 'changed' WHERE id <= 10", "DELETE FROM customers WHERE id > 290",
+                              "INSERT INTO orders VALUES (1000, 1, 'new')"], database=first)
+    pipeline.mariadb.execute("UPDATE customers SET name = 'renamed' WHERE id = 1", database=second)
+    pipeline.mariadb.execute("INSERT INTO orders VALUES (1000, 1, 'outside')", database=outside)
+    pending = cli(pipeline, "pending", pipeline.name)
+    assert pending.returncode == 0, pending.stdout + pending.stderr
+    make_tenant(pipeline, third, 200)  # created while the connector streams
+
+    pipeline.sync()
+
+    for database in (first, second, third):
+        assert_tenant_exact(pipeline, database)
+    assert dest_schemas(pipeline) == {first, second, third}
+
+    pipeline.mariadb.execute(f"DROP DATABASE `{second}`")
+    pipeline.mariadb.execute("INSERT INTO customers VALUES (5000, 'after the drop')", database=third)
+    pipeline.sync()
+
+    assert pipeline.dest_query("SELECT to_regclass(%s), to_regclass(%s)",
+                               (f'"{second}".orders', f'"{second}".customers'))[0] == (None, None)
+    for database in (first, third):
+        assert_tenant_exact(pipeline, database)
+
+    verify = cli(pipeline, "verify", pipeline.name)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    idle = cli(pipeline, "pending", pipeline.name, "--json")
+    assert idle.returncode == 1 and json.loads(idle.stdout)[pipeline.name]["work"] is False, idle.stdout
+    pipeline.mariadb.execute("INSERT INTO orders VALUES (1001, 1, 'outside')", database=outside)
+    assert cli(pipeline, "pending", pipeline.name).returncode == 1, "a database outside the pattern asks for no run"
