@@ -173,13 +173,16 @@ class ConnectorSession:
     """
 
     def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
-                 start_offset: str | None = None, linger_seconds: float = 0.0) -> None:
+                 start_offset: str | None = None, linger_seconds: float = 0.0,
+                 linger_yields: Callable[[], bool] | None = None) -> None:
         self.connector = connector
         self.destination = destination
         self._spark = spark
         self.start_offset = start_offset
-        # A stream that applied a change ends only after this long without another (FetchCycle._linger_extra).
+        # A stream that applied a change ends only after this long without another (FetchCycle._linger_extra), unless
+        # `linger_yields` says other work waits for the machine (the Dagster layer's: other runs queued).
         self.linger_seconds = linger_seconds
+        self.linger_yields = linger_yields or (lambda: False)
         self._conn: psycopg.Connection | None = None
         self._thread_conn = threading.local()  # the run-ahead thread's own connection (`run_ahead`)
         self.runner: DebeziumRunner | None = None

@@ -391,8 +391,9 @@ class FetchCycle:
         session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run fetched
         a batch or loaded a table, so a run goes on while changes keep coming, the JVM's start paid once; none for a
         run that found nothing (a check's false alarm), which ends as soon as it finds the source idle; none once a
-        request served meanwhile awaits the next run (`ConnectorSession.next_run_awaited`)."""
-        if not (self.events or self.loaded) or self.session.next_run_awaited():
+        request served meanwhile awaits the next run (`ConnectorSession.next_run_awaited`) or while other work waits
+        for the machine (`ConnectorSession.linger_yields`)."""
+        if not (self.events or self.loaded) or self.session.next_run_awaited() or self.session.linger_yields():
             return 0.0
         return max(0.0, self.session.linger_seconds - self.connector.idle_timeout_seconds)
 
