@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import copy_text, faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
-from cdc_pipeline.sink import deferred_keys, key_builds
+from cdc_pipeline.sink import deferred_keys, key_builds, unseen_tables
 from cdc_pipeline.sink.apply import staging_table_sql
 from cdc_pipeline.catalog import DestinationTable, destination_table, destination_tables
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig, dest_identifier
@@ -496,13 +496,19 @@ class BulkLoader:
                         object_map=self.object_map,
                         on_change=lambda wanted: rule_store.record_columns(dest, self.schema, self.connector.name,
                                                                            wanted))
-                elif (table.dest_schema, table.dest_table) not in existing:
+                elif (table.dest_schema, table.dest_table) not in existing and not unseen_tables.creates_tables(
+                        self.connector):
                     raise CdcError(f"the destination table {table.dest_schema}.{table.dest_table} does not exist (a "
                                    "table the connector's schema snapshot did not see: take a new snapshot of every "
                                    f"table, cdc-pipeline restart {self.connector.name} always)",
                                    connector=self.connector.name, table=table.source_table)
                 if not definition.key:
                     self.source.require_snapshot_position(cur, self.connector, table.source_table)
+            unmade = [table.source_table for table in loads if (table.dest_schema, table.dest_table) not in existing]
+            if self.source.DDL_EVENTS and unmade:
+                # Tables the stream never created (their database came to match, or they were added to `tables`).
+                unseen_tables.create_tables(dest, self.schema, self.connector, self.object_map, self.spark._jvm, cur,
+                                            unmade)
             if loads:
                 # Emptied for their copy: only by the connector that writes them.
                 rule_store.claim_tables(dest, self.schema, self.connector.name,

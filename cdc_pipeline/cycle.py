@@ -46,6 +46,7 @@ from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.capture.spark import SparkStart, batch_dataframe, driver_death, driver_exit_code, working_on
 from cdc_pipeline.fetch_phases import FetchCycle
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
+from cdc_pipeline.sink import unseen_tables
 from cdc_pipeline.sources.lost_position import LostPosition
 
 log = logging.getLogger(__name__)
@@ -659,7 +660,34 @@ class ConnectorSession:
         """Records the stream's idle end (`checked_end`), once every batch fetched before it is applied."""
         if self.checked_end is not None:
             self.record_source_checked(self.checked_end)
+            self._load_unseen_tables()
             self.checked_end = None
+
+    def _load_unseen_tables(self) -> None:
+        """At the stream's idle end: begins a load of the source tables the stream never created (`unseen_tables`: a
+        database that came to match `databases`, a table created outside the binlog or added to `tables`), which the
+        connector's next run copies while the others keep their rows. Under the bulk snapshot engine, once its first
+        load was reconciled and no other load runs. A table created since the idle end is copied too, and its CREATE
+        and changes streamed after the load's position apply over the copy as any load's do."""
+        assert self.conn is not None
+        schema, name = self.control_schema, self.connector.name
+        if not self.connector.bulk_snapshot or not unseen_tables.creates_tables(self.connector) \
+                or bulk_load.running_load(self.conn, schema, name) is not None \
+                or bulk_load.reconciled_load(self.conn, schema, name) is None:
+            return
+        source = sources.module_for(self.connector.type)
+        try:
+            with source.connect(self.connector) as source_conn, source_conn.cursor() as cur:
+                with self.conn.cursor() as dest:
+                    unseen = unseen_tables.unseen_tables(dest, schema, self.connector, cur)
+        except CdcError as exc:
+            log.warning("%s: cannot look for source tables the stream never created: %s", name, exc.message)
+            return
+        if unseen:
+            bulk_load.begin_load(self.conn, schema, name, unseen)
+            log.info("%s: %d source table(s) the stream never created (%s): the connector's next run copies them, the "
+                     "other tables keep their rows", name, len(unseen), ", ".join(unseen[:10]) +
+                     (", ..." if len(unseen) > 10 else ""))
 
     def may_run_ahead(self) -> bool:
         """Whether the next groups may be fetched, parsed and converted while the last one is applied: in the

@@ -28,7 +28,7 @@ from cdc_pipeline import control, faults
 
 from cdc_pipeline.mapping import objmap, rule_store, transform_sql
 
-from cdc_pipeline.sink import deferred_keys, stage_copy
+from cdc_pipeline.sink import deferred_keys, stage_copy, unseen_tables
 from cdc_pipeline.catalog import CatalogCache, destination_table
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import copy_escape
@@ -164,6 +164,7 @@ class BatchApplier:
         # changed them is undone (`_forget_run_reads`).
         self._catalog = CatalogCache()
         self._claimed: set[tuple[str, str]] = set()  # the destination tables this run claimed (`_claim`)
+        self._unseen_reported: set[str] = set()  # tables whose changes were let go, said once a run
 
     def apply(self, plan: BatchPlan, *, dead_letter: int | None = None) -> control.BatchCounts:
         """Applies every step and records the batch's position, all in one transaction; returns the counts.
@@ -207,6 +208,7 @@ class BatchApplier:
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             faults.take_snapshot_early(cur)
+            plan = self._without_unseen_tables(cur, plan)
             self._apply_steps(cur, plan, skip)
             if dead_letter is not None:
                 if not control.resolve_dead_letter(cur, self.control_schema, dead_letter, control.DEAD_LETTER_RETRIED):
@@ -222,6 +224,31 @@ class BatchApplier:
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
             faults.pause_point(faults.IN_TRANSACTION)
         return plan.counts
+
+    def _without_unseen_tables(self, cur: psycopg.Cursor, plan: BatchPlan) -> BatchPlan:
+        """The plan without the row changes of tables the stream never created and no load copied (a database that
+        came to match `databases`: Debezium's history knows its tables, the destination has none): a load copies
+        them (`unseen_tables`, begun at the stream's idle end) after these changes, so they are let go, not failed."""
+        if not self.connector.bulk_snapshot or not unseen_tables.creates_tables(self.connector):
+            return plan
+        created = {change.source_table for step in plan.steps if isinstance(step, DdlStep) for change in step.changes}
+        candidates = {step.source_table for step in plan.steps if isinstance(step, (DmlStep, TruncateStep))
+                      and step.source_table not in created}
+        if not candidates:
+            return plan
+        missing = {table for table in candidates if self._catalog.table(cur, *self._dest_names(table)) is None}
+        if not missing:
+            return plan
+        unseen = missing - set(rule_store.owned_source_tables(cur, self.control_schema, self.connector.name))
+        if not unseen:
+            return plan
+        for table in sorted(unseen - self._unseen_reported):
+            log.warning("%s: changes of %s let go: the stream never created its table (its database came to match, or "
+                        "it was created outside the binlog); a load copies it once the stream is idle",
+                        self.connector.name, table)
+        self._unseen_reported |= unseen
+        return replace(plan, steps=[step for step in plan.steps if not (
+            isinstance(step, (DmlStep, TruncateStep)) and step.source_table in unseen)])
 
     def _apply_steps(self, cur: psycopg.Cursor, plan: BatchPlan, skip: bool) -> None:
         """Applies the plan's steps in order; the keyed steps staged together (`_stage_group`) are merged in rounds

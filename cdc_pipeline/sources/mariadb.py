@@ -431,6 +431,15 @@ def list_tables(cur: Any, database: str, table: str | None = None) -> list[Sourc
     return [SourceTable(f"{database}.{name}", int(rows), int(size)) for name, rows, size in cur.fetchall()]
 
 
+def create_statements(cur: Any, database: str, tables: Sequence[str]) -> list[str]:
+    """Each table's CREATE TABLE as the server writes it (`SHOW CREATE TABLE`), for a parse as the stream's DDL."""
+    statements = []
+    for table in tables:
+        cur.execute("SHOW CREATE TABLE " + qualified(database, table))
+        statements.append(str(cur.fetchone()[1]))
+    return statements
+
+
 def list_columns(cur: Any, database: str, table: str) -> list[SourceColumn]:
     cur.execute("SELECT column_name, LOWER(data_type), LOWER(column_type), is_nullable = 'YES' "
                 "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "

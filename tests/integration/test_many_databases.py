@@ -48,7 +48,8 @@ def cli(pipeline, *args: str) -> subprocess.CompletedProcess:
 def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipeline):
     first, second, third = (tenant(pipeline, index) for index in (1, 2, 3))
     outside = f"{pipeline.source_db}_x1"  # matched by no pattern
-    for database in (first, second, outside):
+    late = f"{pipeline.source_db}_late"  # matched later
+    for database in (first, second, outside, late):
         make_tenant(pipeline, database, 300)
     pipeline.write_config(database=None, databases=[f"{pipeline.source_db}_t*"])
 
@@ -71,6 +72,27 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
     for database in (first, second, third):
         assert_tenant_exact(pipeline, database)
     assert dest_schemas(pipeline) == {first, second, third}
+    pipeline.mariadb.execute("UPDATE customers SET name = 'before it matched' WHERE id = 5", database=late)
+    pipeline.sync()  # the stream passes that change of a database it does not capture
+
+    # A database that existed before it matched (a name added to `databases`), with rows the stream never carried,
+    # and a table created outside the binlog: each is copied by a load while the others stream.
+    pipeline.mariadb.execute(["SET SESSION sql_log_bin = 0", "CREATE TABLE hidden (id INT PRIMARY KEY, v TEXT)",
+                              "INSERT INTO hidden SELECT seq, REPEAT('h', seq) FROM seq_1_to_40"], database=first)
+    pipeline.write_config(database=None, databases=[f"{pipeline.source_db}_t*", late])
+    pipeline.mariadb.execute("UPDATE orders SET note = 'after it matched' WHERE id = 3", database=late)
+
+    pipeline.sync()  # streams to its idle end, and finds the tables it never created
+    pipeline.mariadb.execute("UPDATE customers SET name = 'streamed' WHERE id = 2", database=first)
+    pipeline.sync()  # copies them, and streams on
+
+    for database in (first, third, late):
+        assert_tenant_exact(pipeline, database)
+    assert pipeline.dest_rows("hidden", schema=first) == [tuple(row) for row in pipeline.mariadb.query(
+        "SELECT * FROM hidden ORDER BY 1", database=first)]
+    pipeline.mariadb.execute("INSERT INTO orders VALUES (2000, 2, 'streamed after its load')", database=late)
+    pipeline.sync()
+    assert_tenant_exact(pipeline, late)
 
     pipeline.mariadb.execute(f"DROP DATABASE `{second}`")
     pipeline.mariadb.execute("INSERT INTO customers VALUES (5000, 'after the drop')", database=third)
@@ -87,3 +109,34 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
     assert idle.returncode == 1 and json.loads(idle.stdout)[pipeline.name]["work"] is False, idle.stdout
     pipeline.mariadb.execute("INSERT INTO orders VALUES (1001, 1, 'outside')", database=outside)
     assert cli(pipeline, "pending", pipeline.name).returncode == 1, "a database outside the pattern asks for no run"
+
+
+RICH_TABLE = """CREATE TABLE {name} (
+    id INT UNSIGNED NOT NULL AUTO_INCREMENT, big BIGINT, amount DECIMAL(12,4) DEFAULT 1.5,
+    label VARCHAR(50) NOT NULL DEFAULT 'x', body TEXT, at DATETIME(3), stamp TIMESTAMP NULL, kind ENUM('a','b'),
+    flags SET('x','y'), bits BIT(3), raw BLOB, doc JSON, day DATE, span TIME(2), yr YEAR, ratio DOUBLE, f FLOAT,
+    code CHAR(3), PRIMARY KEY (id), UNIQUE KEY uk_code (code))"""
+
+
+def test_a_table_made_from_the_source_definition_is_the_table_the_streams_ddl_makes(pipeline):
+    pipeline.sync()
+    pipeline.source(RICH_TABLE.format(name="streamed"))
+    pipeline.source(["SET SESSION sql_log_bin = 0", RICH_TABLE.format(name="unseen"),
+                     "INSERT INTO unseen (big, label, code, day) VALUES (1, 'y', 'abc', '2024-02-29')"])
+
+    pipeline.sync()  # creates `streamed` from the stream; at its idle end finds `unseen`
+    pipeline.sync()  # copies `unseen`
+
+    def described(table: str) -> list[tuple]:
+        return pipeline.dest_query(
+            """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
+               FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+               WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""",
+            (f'"{pipeline.source_db}"."{table}"',))
+
+    differing = [(made, streamed) for made, streamed in zip(described("unseen"), described("streamed"))
+                 if made != streamed]
+    # The server writes a DEFAULT as it stores it (1.5000), the statement as it was typed (1.5): the same value.
+    assert differing == [(("amount", "numeric(12,4)", False, "1.5000"), ("amount", "numeric(12,4)", False, "1.5"))]
+    assert pipeline.dest_primary_key("unseen") == ["id"]
+    pipeline.assert_same("unseen")
