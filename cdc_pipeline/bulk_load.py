@@ -53,7 +53,7 @@ from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import ensure_table_matches, field_specs_of
-from cdc_pipeline.sources import captures, mariadb, module_for
+from cdc_pipeline.sources import captures, mariadb, module_for, select_tables
 from cdc_pipeline.sources.source_index import SourceIndex
 
 log = logging.getLogger(__name__)
@@ -231,9 +231,9 @@ def _load_tables(conn: psycopg.Connection, schema: str, connector: ConnectorConf
     the named ones the source does not have."""
     wanted = conn.execute(sql.SQL("SELECT tables FROM {} WHERE connector = %s").format(
         _table(schema, "bulk_loads")), (connector.name,)).fetchone()[0]
-    listed = [table for table in module_for(connector.type).tables_of(cur, connector)
-              if captures(connector, table.name) and (wanted is None or table.name in wanted)]
-    return listed, sorted(set(wanted or ()) - {table.name for table in listed})
+    listed = [table for table in module_for(connector.type).tables_of(cur, connector) if captures(connector, table.name)]
+    chosen, missing = select_tables(connector, wanted, [table.name for table in listed])
+    return [table for table in listed if table.name in set(chosen)], missing
 
 
 def tables_awaiting_creation(conn: psycopg.Connection, schema: str, connector: ConnectorConfig,

@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         if argument == "snapshot_mode":
             sub.add_argument(argument, choices=SNAPSHOT_MODES)
         elif argument == "tables":
-            sub.add_argument(argument, nargs="+", metavar="TABLE", help="db.table")
+            sub.add_argument(argument, nargs="+", metavar="TABLE", help="db.table, or db.* for every table of a database")
         elif argument:
             sub.add_argument(argument)
         sub.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
@@ -562,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare a connector's tables in the source and the destination row by row (hashes of key ranges) and "
              "name the keys that differ; exit status 0 if equal, 1 if not, 3 if the connector has changes to apply")
     verify_command.add_argument("name")
-    verify_command.add_argument("tables", nargs="*", metavar="TABLE", help="db.table (default: every table)")
+    verify_command.add_argument("tables", nargs="*", metavar="TABLE",
+                                help="db.table, or db.* for every table of a database (default: every table)")
     verify_command.add_argument("--repair", action="store_true",
                                 help="copy the differing ranges again from the source (Spark, under the run lock)")
     verify_command.add_argument("--json", action="store_true", help="print the report as JSON")

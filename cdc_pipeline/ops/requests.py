@@ -23,7 +23,7 @@ from cdc_pipeline import bulk_load, control
 from cdc_pipeline.decode import offsets
 
 from cdc_pipeline.mapping import rule_store
-from cdc_pipeline.sources import captures
+from cdc_pipeline.sources import captures, module_for
 from cdc_pipeline.config import SNAPSHOT_MODES, ConnectorConfig, PipelineConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 
@@ -244,8 +244,10 @@ def _snapshot_tables(connector: ConnectorConfig, argument: str | None, state: st
                                                          "its first cycle takes the snapshot of every table"))
     tables = list(dict.fromkeys(part for part in (argument or "").replace(",", " ").split() if part))
     if not tables:
-        raise _Rejected("snapshot needs the tables as its argument, e.g. db.table1,db.table2")
-    foreign = [table for table in tables if not captures(connector, table)]
+        raise _Rejected("snapshot needs the tables as its argument, e.g. db.table1,db.table2 or db.* (every table of "
+                        "a database)")
+    foreign = [table for table in tables if not (module_for(connector.type).replicates(connector, table)
+                                                 if table.endswith(".*") else captures(connector, table))]
     if foreign:
         raise _Rejected(f"not tables of the connector: {', '.join(foreign)} (tables are named db.table, within "
                         f"the connector's databases ({connector.databases_text}) and its include list)")

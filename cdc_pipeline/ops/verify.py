@@ -397,12 +397,12 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
         source.verify_session(cur)
         object_map = ObjectMap(connector, read_rules(conn, schema, name))
         listed = [table.name for table in source.tables_of(cur, connector) if sources.captures(connector, table.name)]
-        unknown = sorted(set(tables or ()) - set(listed))
+        chosen, unknown = sources.select_tables(connector, tables or None, listed)
         if unknown:
             raise CdcError(f"verify names tables the connector does not replicate: {', '.join(unknown)}",
                            connector=name)
         checks, missing = [], []
-        for source_table in [table for table in listed if not tables or table in tables]:
+        for source_table in chosen:
             try:
                 check = _TableCheck(source, cur, conn, connector, object_map, source_table, chunk_rows)
             except CdcError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
@@ -40,6 +40,21 @@ def captures(connector: ConnectorConfig, source_table: str) -> bool:
     if not module_for(connector.type).replicates(connector, source_table):
         return False
     return not connector.tables or source_table in connector.tables
+
+
+def select_tables(connector: ConnectorConfig, named: Sequence[str] | None,
+                  listed: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The tables of `listed` (the connector's, on the source) that `named` selects (all when None): each name a
+    table (`db.table`) or every table of one database (`db.*`); and the names that select none, sorted."""
+    if named is None:
+        return list(listed), []
+    wanted = set(named)
+    databases = {name[:-2] for name in wanted if name.endswith(".*")}
+    selected = [table for table in listed if table in wanted or connector.split_table(table)[0] in databases]
+    found = {connector.split_table(table)[0] for table in selected} & databases
+    unknown = sorted((wanted - set(selected) - {f"{database}.*" for database in databases})
+                     | {f"{database}.*" for database in databases - found})
+    return selected, unknown
 
 
 def prepare_capture(connector: ConnectorConfig) -> None:

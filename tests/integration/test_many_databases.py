@@ -105,6 +105,14 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
 
     verify = cli(pipeline, "verify", pipeline.name)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    pipeline.dest_query(f'UPDATE "{third}".orders SET note = \'damaged\' WHERE id = 7 RETURNING 1')
+    one_database = cli(pipeline, "verify", pipeline.name, f"{third}.*", "--json")
+    assert one_database.returncode == 1 and {table["source_table"] for table in json.loads(one_database.stdout)[
+        "tables"]} == {f"{third}.orders", f"{third}.customers"}, one_database.stdout
+    requested = cli(pipeline, "snapshot", pipeline.name, f"{third}.*")
+    assert requested.returncode == 0, requested.stdout + requested.stderr
+    pipeline.sync()
+    assert_tenant_exact(pipeline, third)
     idle = cli(pipeline, "pending", pipeline.name, "--json")
     assert idle.returncode == 1 and json.loads(idle.stdout)[pipeline.name]["work"] is False, idle.stdout
     pipeline.mariadb.execute("INSERT INTO orders VALUES (1001, 1, 'outside')", database=outside)

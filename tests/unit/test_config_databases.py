@@ -11,7 +11,7 @@ import pytest
 from cdc_pipeline.config import default_table_name, parse_config
 from cdc_pipeline.errors import ConfigError
 from cdc_pipeline.mapping.objmap import MappingRuleError, normalized_source
-from cdc_pipeline.sources import captures, mariadb
+from cdc_pipeline.sources import captures, mariadb, select_tables
 from tests.unit.test_config import CONFIG_PATH, config_error, valid_data
 
 
@@ -108,3 +108,13 @@ def test_rules_name_tables_of_any_of_the_databases() -> None:
     assert normalized_source(connector, "table", "tenant_4.orders") == "tenant_4.orders"
     with pytest.raises(MappingRuleError, match="not one of the connector's"):
         normalized_source(connector, "table", "other.orders")
+
+
+def test_a_database_star_selects_every_table_of_that_database() -> None:
+    connector = connector_of(tenants())
+    listed = ["tenant_1.orders", "tenant_1.items", "tenant_2.orders", "shop.items"]
+    assert select_tables(connector, ["tenant_1.*", "shop.items"], listed) == (
+        ["tenant_1.orders", "tenant_1.items", "shop.items"], [])
+    assert select_tables(connector, ["tenant_9.*", "tenant_2.gone", "tenant_2.orders"], listed) == (
+        ["tenant_2.orders"], ["tenant_2.gone", "tenant_9.*"])
+    assert select_tables(connector, None, listed) == (listed, [])
