@@ -418,8 +418,14 @@ class SourceColumn:
 
 
 def tables_of(cur: Any, connector: ConnectorConfig) -> list[SourceTable]:
-    """The base tables of the connector's databases (the include list filters them)."""
-    return [table for database in databases_of(cur, connector) for table in list_tables(cur, database)]
+    """The base tables of the connector's databases (the include list filters them); of `databases`, read in one
+    query for all the server's databases."""
+    if connector.database is not None:
+        return list_tables(cur, connector.database)
+    cur.execute("SELECT table_schema, table_name, COALESCE(table_rows, 0), COALESCE(avg_row_length, 0) "
+                "FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY table_schema, table_name")
+    return [SourceTable(f"{database}.{name}", int(rows), int(size)) for database, name, rows, size in cur.fetchall()
+            if str(database).lower() not in SYSTEM_SCHEMAS and connector.captures_database(str(database))]
 
 
 def list_tables(cur: Any, database: str, table: str | None = None) -> list[SourceTable]:
