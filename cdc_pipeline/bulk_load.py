@@ -156,9 +156,13 @@ def begin_load(conn: psycopg.Connection, schema: str, connector: str, tables: li
                  started_at = now(), finished_at = NULL, end_position = NULL, reconciled_at = NULL
                RETURNING load_id""").format(_table(schema, "bulk_loads")), (connector, tables))
         load_id = int(cur.fetchone()[0])
+        # `db.*` names every table of a database.
+        prefixes = None if tables is None else [name[:-1] for name in tables if name.endswith(".*")]
         for name in ("bulk_load_tables", "bulk_load_chunks"):
             cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND (%s::text[] IS NULL OR "
-                                "source_table = ANY(%s))").format(_table(schema, name)), (connector, tables, tables))
+                                "source_table = ANY(%s) OR EXISTS (SELECT 1 FROM unnest(%s::text[]) AS p "
+                                "WHERE starts_with(source_table, p)))").format(_table(schema, name)),
+                        (connector, tables, tables, prefixes))
         cur.execute(sql.SQL(
             """INSERT INTO {} AS s (connector, snapshot_began_at) VALUES (%s, now())
                ON CONFLICT (connector) DO UPDATE SET snapshot_began_at = now(), snapshot_ended_at = NULL""").format(

@@ -10,6 +10,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -154,6 +155,13 @@ _TABLES = (
         run_started_at timestamptz NOT NULL,
         progress jsonb NOT NULL,
         updated_at timestamptz NOT NULL DEFAULT now())""",
+    # Tables of a connector paused alone (`pause NAME TABLE...`): a source table, or `db.*` for a whole database.
+    # Their row changes are let go while the connector streams on; their resume copies them again.
+    """CREATE TABLE IF NOT EXISTS {schema}.paused_tables (
+        connector text NOT NULL,
+        source_table text NOT NULL,
+        paused_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (connector, source_table))""",
 )
 
 # Columns added after a table was first created: applied to existing control schemas.
@@ -298,7 +306,7 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
                   "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables",
-                  "run_progress")
+                  "run_progress", "paused_tables")
 # Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
 # value the destination refused, and a bulk load's next chunk begins at a key value.
 OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}
@@ -615,6 +623,26 @@ def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -
     row = conn.execute(sql.SQL("SELECT debezium_offset FROM {} WHERE connector = %s").format(
         sql.Identifier(schema, "applied_positions")), (connector,)).fetchone()
     return row[0] if row else None
+
+
+def paused_tables(conn: psycopg.Connection | psycopg.Cursor, schema: str, connector: str) -> list[str]:
+    """The connector's tables paused alone (`db.table`, or `db.*` for every table of a database), sorted."""
+    return [row[0] for row in conn.execute(sql.SQL(
+        "SELECT source_table FROM {} WHERE connector = %s ORDER BY source_table").format(
+        sql.Identifier(schema, "paused_tables")), (connector,)).fetchall()]
+
+
+def set_tables_paused(conn: psycopg.Connection, schema: str, connector: str, tables: Sequence[str],
+                      paused: bool) -> None:
+    """Pauses these tables (names or `db.*`) of the connector alone, or resumes them."""
+    table = sql.Identifier(schema, "paused_tables")
+    with conn.cursor() as cur:
+        if paused:
+            cur.executemany(sql.SQL("INSERT INTO {} (connector, source_table) VALUES (%s, %s) ON CONFLICT DO NOTHING")
+                            .format(table), [(connector, name) for name in tables])
+        else:
+            cur.execute(sql.SQL("DELETE FROM {} WHERE connector = %s AND source_table = ANY(%s)").format(table),
+                        (connector, list(tables)))
 
 
 def read_states(conn: psycopg.Connection, schema: str, connector: str | None = None) -> list[dict[str, Any]]:

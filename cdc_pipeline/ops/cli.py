@@ -219,6 +219,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
         progress = bulk_load.read_progress(conn, config.destination.control_schema, args.name)
         for row in rows:
             row["run_progress"] = run_progress.read_live(conn, config.destination.control_schema, row["connector"])
+            row["paused_tables"] = control.paused_tables(conn, config.destination.control_schema, row["connector"])
     for row in rows:
         row["bulk_snapshot"] = [{key: value for key, value in table.items() if key != "connector"}
                                 for table in progress if table["connector"] == row["connector"]]
@@ -246,6 +247,8 @@ def _cmd_state(args: argparse.Namespace) -> int:
             if row.get(key) is not None and not (key == "failures" and not row[key]):
                 value = row[key] if isinstance(row[key], str) else json.dumps(row[key], default=str)
                 print(f"  {label}: {value}")
+        if row.get("paused_tables"):
+            print(f"  paused tables (their changes let go): {', '.join(row['paused_tables'])}")
         slot = row.get("source_slot")
         if slot and "retained_wal_bytes" in slot:
             print(f"  replication slot: {slot['slot']} retains {slot['retained_wal_bytes'] >> 20} MB of WAL "
@@ -329,8 +332,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request_argument(value: str | list[str]) -> str:
-    return ",".join(value) if isinstance(value, list) else value
+def _request_argument(value: str | list[str]) -> str | None:
+    return (",".join(value) or None) if isinstance(value, list) else value
 
 
 def _submit(args: argparse.Namespace, kind: str, argument: str | None = None) -> int:
@@ -505,8 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     stats_command.add_argument("--reset", action="store_true", help="zero the named connector's stats")
     stats_command.set_defaults(handler=_cmd_stats)
     request_commands = (
-        ("pause", requests.PAUSE, "stop the connector's cycles (a running one ends at its next batch)", None),
-        ("resume", requests.RESUME, "resume a paused connector", None),
+        ("pause", requests.PAUSE, "stop the connector's cycles (a running one ends at its next batch); with tables, "
+                                  "let go of their changes alone while the others stream", "paused_tables"),
+        ("resume", requests.RESUME, "resume a paused connector; with tables, copy them again and stream them",
+         "paused_tables"),
         ("set-offset", requests.SET_OFFSET, "move a paused connector's Debezium offset (JSON)", "offset"),
         ("restart", requests.RESTART, "start the connector's engine again with a snapshot mode", "snapshot_mode"),
         ("reload-objmap", requests.RELOAD_OBJMAP, "re-read the connectors file and apply the mapping rules (renames, retypes)", None),
@@ -520,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument(argument, choices=SNAPSHOT_MODES)
         elif argument == "tables":
             sub.add_argument(argument, nargs="+", metavar="TABLE", help="db.table, or db.* for every table of a database")
+        elif argument == "paused_tables":
+            sub.add_argument(argument, nargs="*", metavar="TABLE",
+                             help="db.table, or db.* for every table of a database (default: the whole connector)")
         elif argument:
             sub.add_argument(argument)
         sub.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",

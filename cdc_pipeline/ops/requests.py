@@ -168,6 +168,8 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
     def set_state(new_state: str) -> None:
         control.set_state(conn, schema, name, connector.type, new_state)
 
+    if kind in (PAUSE, RESUME) and argument:
+        return _pause_tables(conn, schema, connector, kind == PAUSE, argument, state)
     if kind == PAUSE:
         if state in _PAUSED:
             raise _Rejected(f"the connector is already {state}")
@@ -211,6 +213,9 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         return f"{state} -> restarting; its next cycle starts the engine with snapshot mode {argument}", True
     if kind == SNAPSHOT:
         tables = _snapshot_tables(connector, argument, state)
+        paused = set(control.paused_tables(conn, schema, name)) & set(tables)
+        if paused:
+            raise _Rejected(f"{', '.join(sorted(paused))} paused: resume them instead (their resume copies them)")
         if bulk_load.running_load(conn, schema, name) is not None:
             raise _Rejected("a bulk snapshot of the connector is still running; ask again when it is done "
                             f"(cdc-pipeline state {name})")
@@ -234,6 +239,50 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
             "type changes); the next cycle uses them"), False
 
 
+def _pause_tables(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, pause: bool, argument: str,
+                  state: str) -> tuple[str, bool]:
+    """Pauses tables (`db.table`, `db.*`) of the connector alone: their row changes are let go while it streams on.
+    Their resume copies them again with the bulk snapshot engine (their destination rows then match the source), so
+    it needs that engine and no other bulk snapshot running."""
+    name = connector.name
+    tables = _named_tables(connector, argument, PAUSE if pause else RESUME)
+    paused = set(control.paused_tables(conn, schema, name))
+    if pause:
+        if state == NEVER_RUN:
+            raise _Rejected("the connector never ran: its first cycle copies every table; pause tables once it ran")
+        if not connector.bulk_snapshot:
+            raise _Rejected(f"pausing single tables needs the bulk snapshot engine (snapshot_engine: spark), which "
+                            f"copies them on their resume; this connector takes Debezium's snapshot")
+        control.set_tables_paused(conn, schema, name, tables, True)
+        return (f"{', '.join(tables)} paused: their changes are let go while the other tables stream; resume them "
+                f"with cdc-pipeline resume {name} {' '.join(tables)}"), False
+    not_paused = [table for table in tables if table not in paused]
+    if not_paused:
+        raise _Rejected(f"not paused: {', '.join(not_paused)} (paused: {', '.join(sorted(paused)) or 'none'})")
+    if bulk_load.running_load(conn, schema, name) is not None:
+        raise _Rejected("a bulk snapshot of the connector is still running; ask again when it is done "
+                        f"(cdc-pipeline state {name})")
+    control.set_tables_paused(conn, schema, name, tables, False)
+    bulk_load.begin_load(conn, schema, name, tables)
+    return (f"{', '.join(tables)} resumed: the connector's next cycle copies them again (their changes were let go "
+            "while they were paused)"), True
+
+
+def _named_tables(connector: ConnectorConfig, argument: str | None, kind: str) -> list[str]:
+    """The tables a request names (`db.table`, or `db.*` for every table of a database, separated by commas or
+    spaces), each one of the connector's."""
+    tables = list(dict.fromkeys(part for part in (argument or "").replace(",", " ").split() if part))
+    if not tables:
+        raise _Rejected(f"{kind} needs the tables as its argument, e.g. db.table1,db.table2 or db.* (every table of "
+                        "a database)")
+    foreign = [table for table in tables if not (module_for(connector.type).replicates(connector, table)
+                                                 if table.endswith(".*") else captures(connector, table))]
+    if foreign:
+        raise _Rejected(f"not tables of the connector: {', '.join(foreign)} (tables are named db.table, within "
+                        f"the connector's databases ({connector.databases_text}) and its include list)")
+    return tables
+
+
 def _snapshot_tables(connector: ConnectorConfig, argument: str | None, state: str) -> list[str]:
     """The tables a snapshot request names (`db.table`, separated by commas or spaces), checked."""
     if not connector.bulk_snapshot:
@@ -242,16 +291,7 @@ def _snapshot_tables(connector: ConnectorConfig, argument: str | None, state: st
     if state in _PAUSED or state == NEVER_RUN:
         raise _Rejected(f"the connector is {state}: " + ("resume it first" if state in _PAUSED else
                                                          "its first cycle takes the snapshot of every table"))
-    tables = list(dict.fromkeys(part for part in (argument or "").replace(",", " ").split() if part))
-    if not tables:
-        raise _Rejected("snapshot needs the tables as its argument, e.g. db.table1,db.table2 or db.* (every table of "
-                        "a database)")
-    foreign = [table for table in tables if not (module_for(connector.type).replicates(connector, table)
-                                                 if table.endswith(".*") else captures(connector, table))]
-    if foreign:
-        raise _Rejected(f"not tables of the connector: {', '.join(foreign)} (tables are named db.table, within "
-                        f"the connector's databases ({connector.databases_text}) and its include list)")
-    return tables
+    return _named_tables(connector, argument, SNAPSHOT)
 
 
 def _require_no_running_cycle(conn: psycopg.Connection, connector: str) -> None:

@@ -208,7 +208,7 @@ class BatchApplier:
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
             faults.take_snapshot_early(cur)
-            plan = self._without_unseen_tables(cur, plan)
+            plan = self._without_paused_tables(cur, self._without_unseen_tables(cur, plan))
             self._apply_steps(cur, plan, skip)
             if dead_letter is not None:
                 if not control.resolve_dead_letter(cur, self.control_schema, dead_letter, control.DEAD_LETTER_RETRIED):
@@ -224,6 +224,23 @@ class BatchApplier:
                 source_position=last.position if last else {}, debezium_offset=plan.parsed.batch.last_offset)
             faults.pause_point(faults.IN_TRANSACTION)
         return plan.counts
+
+    def _without_paused_tables(self, cur: psycopg.Cursor, plan: BatchPlan) -> BatchPlan:
+        """The plan without the row changes of the connector's tables paused alone (`pause NAME TABLE...`): they are
+        let go, and the table's resume copies it again. Their schema changes still apply: the copy needs the table's
+        definition."""
+        paused = control.paused_tables(cur, self.control_schema, self.connector.name)
+        if not paused:
+            return plan
+        names = set(paused)
+        databases = {name[:-2] for name in paused if name.endswith(".*")}
+
+        def let_go(step: Any) -> bool:
+            return isinstance(step, (DmlStep, TruncateStep)) and (
+                step.source_table in names or self.connector.split_table(step.source_table)[0] in databases)
+
+        kept = [step for step in plan.steps if not let_go(step)]
+        return plan if len(kept) == len(plan.steps) else replace(plan, steps=kept)
 
     def _without_unseen_tables(self, cur: psycopg.Cursor, plan: BatchPlan) -> BatchPlan:
         """The plan without the row changes of tables the stream never created and no load copied (a database that

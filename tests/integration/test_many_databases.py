@@ -94,6 +94,19 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
     pipeline.sync()
     assert_tenant_exact(pipeline, late)
 
+    # One database paused alone: its changes are let go while the others stream; its resume copies it again.
+    assert cli(pipeline, "pause", pipeline.name, f"{first}.*").returncode == 0
+    pipeline.mariadb.execute("UPDATE orders SET note = 'while paused' WHERE id <= 5", database=first)
+    pipeline.mariadb.execute("UPDATE orders SET note = 'streams on' WHERE id <= 5", database=third)
+    pipeline.sync()
+    assert_tenant_exact(pipeline, third)
+    assert [row[2] for row in pipeline.dest_rows("orders", schema=first)[:5]] != ["while paused"] * 5
+    state = json.loads(cli(pipeline, "state", pipeline.name, "--json").stdout)
+    assert state[0]["paused_tables"] == [f"{first}.*"] and state[0]["state"] == "syncing", state
+    assert cli(pipeline, "resume", pipeline.name, f"{first}.*").returncode == 0
+    pipeline.sync()
+    assert_tenant_exact(pipeline, first)
+
     pipeline.mariadb.execute(f"DROP DATABASE `{second}`")
     pipeline.mariadb.execute("INSERT INTO customers VALUES (5000, 'after the drop')", database=third)
     pipeline.sync()
