@@ -58,6 +58,8 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
     for database in (first, second):
         assert_tenant_exact(pipeline, database)
     assert dest_schemas(pipeline) == {first, second}, "a schema per database, none for the one outside the pattern"
+    check = cli(pipeline, "check", pipeline.name)
+    assert check.returncode == 0 and "databases" not in check.stdout, check.stdout + check.stderr
 
     pipeline.mariadb.execute(["UPDATE orders SET note = 'changed' WHERE id <= 10", "DELETE FROM customers WHERE id > 290",
                               "INSERT INTO orders VALUES (1000, 1, 'new')"], database=first)
