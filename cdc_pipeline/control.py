@@ -155,6 +155,18 @@ _TABLES = (
         run_started_at timestamptz NOT NULL,
         progress jsonb NOT NULL,
         updated_at timestamptz NOT NULL DEFAULT now())""",
+    # Per source table: the changes applied to it (the stats' counts of the connector, table by table).
+    """CREATE TABLE IF NOT EXISTS {schema}.table_stats (
+        connector text NOT NULL,
+        source_table text NOT NULL,
+        snapshot_rows bigint NOT NULL DEFAULT 0,
+        inserts bigint NOT NULL DEFAULT 0,
+        updates bigint NOT NULL DEFAULT 0,
+        deletes bigint NOT NULL DEFAULT 0,
+        truncates bigint NOT NULL DEFAULT 0,
+        ddls bigint NOT NULL DEFAULT 0,
+        last_applied_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (connector, source_table))""",
     # Tables of a connector paused alone (`pause NAME TABLE...`): a source table, or `db.*` for a whole database.
     # Their row changes are let go while the connector streams on; their resume copies them again.
     """CREATE TABLE IF NOT EXISTS {schema}.paused_tables (
@@ -306,7 +318,7 @@ def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
                   "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables",
-                  "run_progress", "paused_tables")
+                  "run_progress", "paused_tables", "table_stats")
 # Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
 # value the destination refused, and a bulk load's next chunk begins at a key value.
 OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}
@@ -623,6 +635,26 @@ def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -
     row = conn.execute(sql.SQL("SELECT debezium_offset FROM {} WHERE connector = %s").format(
         sql.Identifier(schema, "applied_positions")), (connector,)).fetchone()
     return row[0] if row else None
+
+
+TABLE_STAT_COUNTERS = ("snapshot_rows", "inserts", "updates", "deletes", "truncates", "ddls")
+
+
+def record_table_counts(cur: psycopg.Cursor, schema: str, connector: str,
+                        counts: dict[str, dict[str, int]]) -> None:
+    """Adds a batch's changes per source table to `table_stats`, in the batch's transaction (one statement)."""
+    if not counts:
+        return
+    rows = [(connector, table, *(int(by_kind.get(name, 0)) for name in TABLE_STAT_COUNTERS))
+            for table, by_kind in sorted(counts.items())]
+    names = sql.SQL(", ").join(sql.Identifier(name) for name in TABLE_STAT_COUNTERS)
+    added = sql.SQL(", ").join(sql.SQL("{name} = t.{name} + EXCLUDED.{name}").format(name=sql.Identifier(name))
+                               for name in TABLE_STAT_COUNTERS)
+    cur.executemany(sql.SQL(
+        "INSERT INTO {table} AS t (connector, source_table, {names}) VALUES (%s, %s, {values}) "
+        "ON CONFLICT (connector, source_table) DO UPDATE SET {added}, last_applied_at = now()").format(
+        table=sql.Identifier(schema, "table_stats"), names=names, added=added,
+        values=sql.SQL(", ").join(sql.Placeholder() for _ in TABLE_STAT_COUNTERS)), rows)
 
 
 def paused_tables(conn: psycopg.Connection | psycopg.Cursor, schema: str, connector: str) -> list[str]:

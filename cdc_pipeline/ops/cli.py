@@ -311,9 +311,22 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     schema = config.destination.control_schema
     if args.name:
         config.connector(args.name)
-    elif args.reset:
-        raise CdcError("stats --reset needs the connector's name")
+    elif args.reset or args.tables or args.databases:
+        raise CdcError("stats --reset, --tables and --databases need the connector's name")
     with _control_connection(config) as conn:
+        if args.tables or args.databases:
+            control.ensure_control_schema(conn, schema)
+            per = stats.read_table_stats(conn, schema, config.connector(args.name), by_database=args.databases)
+            if args.json:
+                _print_json(per)
+                return 0
+            for row in per:
+                counts = ", ".join(f"{name} {row[name]}" for name in control.TABLE_STAT_COUNTERS if row[name])
+                what = f"{row['database']} ({row['tables']} tables)" if args.databases else row["source_table"]
+                print(f"{what}: {counts or 'no changes'}; last applied {row['last_applied_at']}")
+            if not per:
+                print(f"no changes applied per table yet for connector {args.name}")
+            return 0
         if args.reset:
             had_stats = stats.reset_stats(conn, schema, args.name)
             print(f"stats of connector {args.name} reset" if had_stats else f"connector {args.name} has no stats yet")
@@ -506,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats_command.add_argument("name", nargs="?")
     stats_command.add_argument("--json", action="store_true")
     stats_command.add_argument("--reset", action="store_true", help="zero the named connector's stats")
+    stats_command.add_argument("--tables", action="store_true", help="the named connector's changes per source table")
+    stats_command.add_argument("--databases", action="store_true",
+                               help="the named connector's changes per source database (schema)")
     stats_command.set_defaults(handler=_cmd_stats)
     request_commands = (
         ("pause", requests.PAUSE, "stop the connector's cycles (a running one ends at its next batch); with tables, "

@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from cdc_pipeline import control
+from cdc_pipeline.config import ConnectorConfig
 
 # What `cdc-pipeline stats` shows, in order, with the label of its text form.
 FIELDS = (
@@ -53,6 +54,30 @@ def read_stats(conn: psycopg.Connection, schema: str, connector: str | None = No
         return list(cur.execute(query, {"connector": connector}))
 
 
+def read_table_stats(conn: psycopg.Connection, schema: str, connector: ConnectorConfig,
+                     by_database: bool = False) -> list[dict[str, Any]]:
+    """The connector's changes applied per source table (`table_stats`), or added up per source database (the
+    tables' containers: a MariaDB/MySQL database, a PostgreSQL schema), with the last time each got one."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = list(cur.execute(sql.SQL(
+            "SELECT source_table, {counters}, last_applied_at FROM {table} WHERE connector = %s "
+            "ORDER BY source_table").format(
+            counters=sql.SQL(", ").join(sql.Identifier(name) for name in control.TABLE_STAT_COUNTERS),
+            table=sql.Identifier(schema, "table_stats")), (connector.name,)))
+    if not by_database:
+        return rows
+    databases: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        database = connector.split_table(row["source_table"])[0]
+        total = databases.setdefault(database, {"database": database, "tables": 0, **dict.fromkeys(
+            control.TABLE_STAT_COUNTERS, 0), "last_applied_at": row["last_applied_at"]})
+        total["tables"] += 1
+        for name in control.TABLE_STAT_COUNTERS:
+            total[name] += row[name]
+        total["last_applied_at"] = max(total["last_applied_at"], row["last_applied_at"])
+    return list(databases.values())
+
+
 def reset_stats(conn: psycopg.Connection, schema: str, connector: str) -> bool:
     """Zeroes the connector's counts and times (the snapshot's per-table counts too, not its bookkeeping of which
     tables a running snapshot replaced); returns whether it had any."""
@@ -67,5 +92,7 @@ def reset_stats(conn: psycopg.Connection, schema: str, connector: str) -> bool:
             (connector,)).rowcount
         conn.execute(sql.SQL("UPDATE {} SET events = 0, ddls = 0, snapshot_rows = 0, other_events = 0 "
                              "WHERE connector = %s").format(sql.Identifier(schema, "snapshot_progress")),
+                     (connector,))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(sql.Identifier(schema, "table_stats")),
                      (connector,))
     return updated > 0

@@ -17,8 +17,7 @@ from psycopg import sql
 
 from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.convert.ddl import DROP_DATABASE
-from cdc_pipeline.sink.plan import DML_COUNTERS, BatchPlan, DdlStep, DmlStep, TruncateStep
+from cdc_pipeline.sink.plan import TABLE_COUNTERS, BatchPlan, table_counts
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +48,15 @@ class TableChanges:
     by_table: dict[str, Counter] = field(default_factory=dict)
 
     def add(self, plan: BatchPlan) -> None:
-        for step in plan.steps:
-            if isinstance(step, DmlStep):
-                counter = self.by_table.setdefault(step.source_table, Counter())
-                for op, count in step.ops.items():
-                    counter[DML_COUNTERS[op]] += count
-            elif isinstance(step, TruncateStep):
-                self.by_table.setdefault(step.source_table, Counter())["truncates"] += 1
-            elif isinstance(step, DdlStep):
-                for change in step.changes:
-                    if change.kind != DROP_DATABASE:  # a database's drop names no table of its own
-                        self.by_table.setdefault(change.source_table, Counter())["ddls"] += 1
+        for table, counts in table_counts(plan).items():
+            self.by_table.setdefault(table, Counter()).update(counts)
 
     def tables(self) -> list[str]:
         return sorted(self.by_table)
 
     def counts(self, source_table: str) -> dict[str, int]:
         counter = self.by_table.get(source_table, Counter())
-        return {name: int(counter[name]) for name in ("snapshot_rows", "inserts", "updates", "deletes", "truncates",
-                                                      "ddls")}
+        return {name: int(counter[name]) for name in TABLE_COUNTERS}
 
 
 def count_applied(plans: Iterable[BatchPlan], changes: TableChanges) -> Iterator[BatchPlan]:

@@ -76,6 +76,7 @@ from cdc_pipeline.sink.plan import (
     SnapshotStep,
     TruncateStep,
     snapshot_reads,
+    table_counts,
     with_frame,
 )
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
@@ -210,6 +211,7 @@ class BatchApplier:
             faults.take_snapshot_early(cur)
             plan = self._without_paused_tables(cur, self._without_unseen_tables(cur, plan))
             self._apply_steps(cur, plan, skip)
+            control.record_table_counts(cur, self.control_schema, self.connector.name, table_counts(plan))
             if dead_letter is not None:
                 if not control.resolve_dead_letter(cur, self.control_schema, dead_letter, control.DEAD_LETTER_RETRIED):
                     raise CdcError(f"dead letter {dead_letter} is no longer pending", connector=self.connector.name)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import control
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.convert.ddl import DdlChange, changes_from_schema_event, database_drop, dropped_database
+from cdc_pipeline.convert.ddl import DROP_DATABASE, DdlChange, changes_from_schema_event, database_drop, dropped_database
 from cdc_pipeline.decode.events import (
     DATA_CHANGE,
     OTHER,
@@ -252,6 +252,26 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
 
 
 DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}
+# What `table_counts` counts per table.
+TABLE_COUNTERS = control.TABLE_STAT_COUNTERS
+
+
+def table_counts(plan: "BatchPlan") -> dict[str, Counter]:
+    """The plan's changes per source table: row changes by kind, truncates and schema changes (a database's drop
+    names no table of its own)."""
+    by_table: dict[str, Counter] = {}
+    for step in plan.steps:
+        if isinstance(step, DmlStep):
+            counter = by_table.setdefault(step.source_table, Counter())
+            for op, count in step.ops.items():
+                counter[DML_COUNTERS[op]] += count
+        elif isinstance(step, TruncateStep):
+            by_table.setdefault(step.source_table, Counter())["truncates"] += 1
+        elif isinstance(step, DdlStep):
+            for change in step.changes:
+                if change.kind != DROP_DATABASE:
+                    by_table.setdefault(change.source_table, Counter())["ddls"] += 1
+    return by_table
 
 
 def _read_by_bulk_snapshot(ref: EventRef, positions: dict[str, dict] | None) -> bool:

@@ -120,6 +120,10 @@ def test_one_connector_loads_streams_and_follows_databases_that_come_and_go(pipe
 
     verify = cli(pipeline, "verify", pipeline.name)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    per_database = {row["database"]: row for row in json.loads(
+        cli(pipeline, "stats", pipeline.name, "--databases", "--json").stdout)}
+    assert per_database[third]["inserts"] == 401 and per_database[third]["tables"] == 2, per_database[third]
+    assert per_database[first]["updates"] >= 10 and outside not in per_database
     pipeline.dest_query(f'UPDATE "{third}".orders SET note = \'damaged\' WHERE id = 7 RETURNING 1')
     one_database = cli(pipeline, "verify", pipeline.name, f"{third}.*", "--json")
     assert one_database.returncode == 1 and {table["source_table"] for table in json.loads(one_database.stdout)[
