@@ -46,14 +46,13 @@ from assets.table_assets import (
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ops.tables import ReplicatedTable, count_applied
-from resources.debezium_runner import DebeziumRunnerResource
+from resources.debezium_runner import CONNECTOR_TAG, DebeziumRunnerResource
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-CONNECTOR_TAG = "cdc/connector"
 # Dagster's run retry tags (read by the daemon when the instance has run_retries enabled).
 MAX_RETRIES_TAG = "dagster/max_retries"
 RETRY_STRATEGY_TAG = "dagster/retry_strategy"

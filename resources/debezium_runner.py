@@ -2,10 +2,12 @@
 stopped after the run."""
 
 
+import time
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, DagsterInstance, DagsterRunStatus, InitResourceContext, RunsFilter
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from pydantic import Field, PrivateAttr
 
 from cdc_pipeline.config import load_config
@@ -15,6 +17,43 @@ from cdc_pipeline.ops import preflight
 from cdc_pipeline.ops.tables import TableChanges
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
+
+# The run tag naming a sync run's connector (the run queue allows one run per value).
+CONNECTOR_TAG = "cdc/connector"
+# How often a lingering run asks the instance about its run queue (counts of its runs).
+QUEUE_CHECK_SECONDS = 2.0
+
+
+class RunQueueWait:
+    """Whether runs wait in the instance's run queue for the slot a lingering run of `connector` holds: a queued run of
+    the same connector (one run per connector at a time), or any queued run while the runs in progress fill
+    `run_queue.max_concurrent_runs`. The session's `linger_yields`: such a run then ends as soon as it is caught up,
+    so a change of another connector does not wait behind it. Asked of the instance at most once in
+    QUEUE_CHECK_SECONDS."""
+
+    def __init__(self, instance: DagsterInstance, connector: str) -> None:
+        self.instance = instance
+        self.connector = connector
+        self.max_concurrent_runs = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        self._checked_at = float("-inf")
+        self._waiting = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked_at >= QUEUE_CHECK_SECONDS:
+            self._checked_at = now
+            self._waiting = self._runs_wait()
+        return self._waiting
+
+    def _runs_wait(self) -> bool:
+        if not self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED])):
+            return False
+        if self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED],
+                                                           tags={CONNECTOR_TAG: self.connector})):
+            return True
+        limit = self.max_concurrent_runs
+        return limit is not None and 0 <= limit <= self.instance.get_runs_count(
+            filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
 
 
 class DebeziumRunnerResource(ConfigurableResource):
@@ -35,8 +74,12 @@ class DebeziumRunnerResource(ConfigurableResource):
     replay: ReplayResource
 
     _sessions: dict[str, ConnectorSession] = PrivateAttr(default_factory=dict)
+    _instance: Optional[DagsterInstance] = PrivateAttr(default=None)
     _errors: dict[str, BaseException] = PrivateAttr(default_factory=dict)
     _table_changes: dict[str, TableChanges] = PrivateAttr(default_factory=dict)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._instance = context.instance
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         sessions, self._sessions = self._sessions, {}
@@ -52,10 +95,13 @@ class DebeziumRunnerResource(ConfigurableResource):
             config = load_config(self.config_path)
             connector_config = config.connector(connector)
             preflight.require_ready(connector_config, config.destination)
-            # A Dagster run streams on while changes keep coming (linger_seconds), the sensor launching the next.
+            # A Dagster run streams on while changes keep coming (linger_seconds), the sensor launching the next,
+            # unless runs wait in the queue for its slot.
             session = ConnectorSession(connector_config, config.destination, self.spark.get_session(),
                                        start_offset=self.replay.start_offset,
-                                       linger_seconds=connector_config.linger_seconds)
+                                       linger_seconds=connector_config.linger_seconds,
+                                       linger_yields=RunQueueWait(self._instance, connector)
+                                       if self._instance is not None else None)
             try:
                 session.open()
             except BaseException as exc:

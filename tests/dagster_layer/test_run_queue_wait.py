@@ -1,0 +1,53 @@
+"""`RunQueueWait`, a lingering run's `linger_yields`: true only while a run waits in the queue for its slot (a queued
+run of its own connector, or any queued run while the runs in progress fill `max_concurrent_runs`)."""
+
+from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, instance_for_test
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from resources import debezium_runner
+from resources.debezium_runner import CONNECTOR_TAG, RunQueueWait
+
+
+def _add_run(instance, connector: str, status: DagsterRunStatus) -> None:
+    # A queued run carries where the daemon launches it from.
+    origin = RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(
+        code_location_origin=InProcessCodeLocationOrigin(loadable_target_origin=LoadableTargetOrigin(
+            python_file=__file__)), repository_name="__repository__"), job_name=f"sync_{connector}")
+    run = instance.add_run(DagsterRun(job_name=f"sync_{connector}", status=DagsterRunStatus.NOT_STARTED,
+                                      tags={CONNECTOR_TAG: connector}, remote_job_origin=origin))
+    event = {DagsterRunStatus.QUEUED: DagsterEventType.RUN_ENQUEUED,
+             DagsterRunStatus.STARTED: DagsterEventType.RUN_START}[status]
+    instance.run_storage.handle_run_event(run.run_id, DagsterEvent(event.value, run.job_name))
+
+
+def test_linger_yields_only_to_runs_queued_for_its_slot(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 2}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        waits = RunQueueWait(instance, "alpha")
+        assert not waits()
+        # A slot is free: the queued run of another connector starts without this one ending.
+        _add_run(instance, "beta", DagsterRunStatus.QUEUED)
+        assert not waits()
+        _add_run(instance, "gamma", DagsterRunStatus.STARTED)
+        assert waits()
+        assert RunQueueWait(instance, "gamma")()
+
+
+def test_linger_yields_to_a_queued_run_of_its_own_connector(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 10}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        _add_run(instance, "alpha", DagsterRunStatus.QUEUED)
+        assert RunQueueWait(instance, "alpha")()
+        assert not RunQueueWait(instance, "beta")()
+
+
+def test_the_queue_is_asked_at_most_once_per_interval():
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 1}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        waits = RunQueueWait(instance, "alpha")
+        assert not waits()
+        _add_run(instance, "beta", DagsterRunStatus.QUEUED)
+        assert not waits()  # the answer of less than QUEUE_CHECK_SECONDS ago
