@@ -679,7 +679,7 @@ class ConnectorSession:
         try:
             with source.connect(self.connector) as source_conn, source_conn.cursor() as cur:
                 with self.conn.cursor() as dest:
-                    unseen = unseen_tables.unseen_tables(dest, schema, self.connector, cur)
+                    unseen = unseen_tables.unseen_tables(dest, schema, self.connector, self.object_map, cur)
         except CdcError as exc:
             log.warning("%s: cannot look for source tables the stream never created: %s", name, exc.message)
             return

@@ -119,6 +119,13 @@ def owned_source_tables(cur: psycopg.Cursor, schema: str, connector: str) -> lis
     return [row[0] for row in cur.fetchall()]
 
 
+def owned_tables(cur: psycopg.Cursor, schema: str, connector: str) -> list[tuple[str, str]]:
+    """The destination tables (schema, name) the connector writes (has claimed)."""
+    cur.execute(sql.SQL("SELECT dest_schema, dest_table FROM {} WHERE connector = %s").format(
+        sql.Identifier(schema, "table_owners")), (connector,))
+    return [(row[0], row[1]) for row in cur.fetchall()]
+
+
 def table_owner(conn: psycopg.Connection | psycopg.Cursor, schema: str, dest_schema: str,
                 dest_table: str) -> str | None:
     """The connector that writes the destination table, or None when none has claimed it."""

@@ -31,14 +31,16 @@ def creates_tables(connector: ConnectorConfig) -> bool:
     return hasattr(module_for(connector.type), "create_statements")
 
 
-def unseen_tables(cur: psycopg.Cursor, schema: str, connector: ConnectorConfig, source_cur: Any) -> list[str]:
-    """The source tables of the connector (captured, on the source now) whose destination table it does not write:
-    none of its loads copied them and its stream created none of them."""
+def unseen_tables(cur: psycopg.Cursor, schema: str, connector: ConnectorConfig, object_map: objmap.ObjectMap,
+                  source_cur: Any) -> list[str]:
+    """The source tables of the connector (captured, on the source now) whose destination table (as the rules name
+    it) the connector does not write: none of its loads copied them and its stream created none of them. A table
+    that a rule merges into another's destination table is seen once that table is the connector's."""
     if not creates_tables(connector):
         return []
-    owned = set(rule_store.owned_source_tables(cur, schema, connector.name))
+    owned = set(rule_store.owned_tables(cur, schema, connector.name))
     return [table.name for table in module_for(connector.type).tables_of(source_cur, connector)
-            if captures(connector, table.name) and table.name not in owned]
+            if captures(connector, table.name) and object_map.table_name(table.name) not in owned]
 
 
 def create_tables(cur: psycopg.Cursor, schema: str, connector: ConnectorConfig, object_map: objmap.ObjectMap,
