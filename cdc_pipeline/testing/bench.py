@@ -27,7 +27,9 @@ rows of large values instead: their load and a stream updating every row, beside
 `--load-only --peer-loaders` measures the initial load against pgloader (MariaDB) or pgcopydb (PostgreSQL), `--runs`
 times, each side into fresh destination databases (`peer_loaders`). `--busy-neighbour SECONDS` measures a quiet
 connector whose server's other database commits thousands of transactions a second: the latency of its one change
-after a quiet spell of SECONDS, scaled by rate (`bench_neighbour`).
+after a quiet spell of SECONDS, scaled by rate (`bench_neighbour`). `--databases N` measures a MariaDB server of N
+tenant databases under Dagster's daemon, as one connector or (`--connector-per-database`) N: the time until every
+tenant table is exact, peak memory, a trickle's latency across tenants and the runs (`bench_tenants`).
 It is a command, not a test.
 """
 
@@ -878,15 +880,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--linger", type=lambda text: [None if v == "default" else float(v) for v in text.split(",")],
                         default=[None], help="with --freshness: a round per linger_seconds (e.g. default,1,10,30)")
     parser.add_argument("--quiet-seconds", type=float, default=60, help="with --freshness")
-    parser.add_argument("--trickle-seconds", type=float, default=120, help="with --freshness")
-    parser.add_argument("--trickle-interval", type=float, default=3, help="with --freshness: s between rows")
+    parser.add_argument("--trickle-seconds", type=float, default=None,
+                        help="with --freshness (default 120) or --databases (default 60)")
+    parser.add_argument("--trickle-interval", type=float, default=None,
+                        help="with --freshness (default 3) or --databases (default 2): s between rows")
     parser.add_argument("--busy-seconds", type=float, default=30, help="with --freshness")
     parser.add_argument("--busy-rate", type=float, default=50, help="with --freshness: rows/s")
     parser.add_argument("--fresh-check-interval", type=int, default=None,
                         help="with --freshness: the connector's check_interval_seconds (default: its default)")
     parser.add_argument("--keep-work", type=Path, default=None,
-                        help="with --freshness: work in this new directory and leave it (servers' files, the "
-                             "daemon's log, the Dagster instance)")
+                        help="with --freshness or --databases: work in this new directory and leave it (servers' "
+                             "files, the daemon's log, the Dagster instance)")
     parser.add_argument("--busy-neighbour", type=float, default=0, metavar="SECONDS",
                         help="only: a quiet connector while another database of its server commits "
                              "--neighbour-rate transactions/s for SECONDS, then one row of its own (`bench_neighbour`)")
@@ -897,8 +901,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --busy-neighbour: the connector's max_seconds_per_run")
     parser.add_argument("--neighbour-check-interval", type=int, default=5,
                         help="with --busy-neighbour: the connector's check_interval_seconds")
+    parser.add_argument("--databases", type=int, default=0, metavar="N",
+                        help="only: a MariaDB server of N tenant databases under Dagster's daemon, one connector "
+                             "of them all (`bench_tenants`; from a checkout)")
+    parser.add_argument("--tenant-tables", type=int, default=5, help="with --databases: tables per database")
+    parser.add_argument("--connector-per-database", action="store_true",
+                        help="with --databases: N connectors of one database each instead of one")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.databases:
+        from cdc_pipeline.testing import bench_tenants
+
+        tenants = bench_tenants.run_tenants(args.databases, args.tenant_tables, args.trickle_seconds or 60,
+                                            args.trickle_interval or 2, args.connector_per_database,
+                                            keep=args.keep_work)
+        print(json.dumps(tenants, indent=2) if args.json else bench_tenants.describe(tenants))
+        return 0 if tenants["exact_seconds"] is not None and not tenants["trickle"]["not_applied"] else 1
     if args.busy_neighbour:
         from cdc_pipeline.testing import bench_neighbour
 
@@ -909,8 +927,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.freshness:
         from cdc_pipeline.testing import bench_freshness
 
-        fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds,
-                                              args.trickle_interval, args.busy_seconds, args.busy_rate,
+        fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds or 120,
+                                              args.trickle_interval or 3, args.busy_seconds, args.busy_rate,
                                               args.fresh_check_interval, args.keep_work, args.load_source)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0

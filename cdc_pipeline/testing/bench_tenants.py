@@ -1,0 +1,390 @@
+"""A server of many tenant databases under Dagster's daemon (`cdc-pipeline bench --databases N`): one throwaway
+MariaDB server holding `tenant_001` ... `tenant_N`, each of `tables` small tables, replicated into one destination
+PostgreSQL database by the checkout's Dagster layer (`dagster-daemon run` on its workspace.yaml and a fresh instance
+with its dagster_home/dagster.yaml), the change sensors launching every run, the connectors with their defaults.
+
+Two shapes: one connector covering every tenant (`databases: ["tenant_*"]`, each database into its own destination
+schema), or a connector per database (`per_database`, `database: tenant_001`, ...). It measures
+- exact: seconds from the daemon's start until every tenant table's rows in the destination equal the source's;
+- trickle: one row every `trickle_interval` seconds into a random table of a random tenant for `trickle_seconds`,
+  each row's latency from just after its commit to when a poll of the destination (every 0.1 s) first sees it, and
+  the rows not there `tail_seconds` after the last one;
+- new tenant (one connector only): a database `tenant_<N+1>` created, its tables and rows committed, a third into the
+  trickle, and the seconds from its rows' commit until its tables are exact;
+- peak memory: the highest sum of the resident set sizes of the daemon's process tree (its code server, the run
+  workers and their driver JVMs), sampled every 0.5 s from /proc;
+- the runs the instance recorded: launched, failed, and how long they queued and ran.
+The daemon and both servers are stopped at the end, also after an error, Ctrl-C or SIGTERM. It is a command, not a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg
+from psycopg import sql
+
+from cdc_pipeline.testing.bench import percentile
+from cdc_pipeline.testing.bench_freshness import CAPTURE_PASSWORD, CAPTURE_USER, _percentiles, checkout
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+
+TENANT_PATTERN = "tenant_*"
+TABLE_ROWS = 3
+DESTINATION_DATABASE = "tenants"
+EXACT_TIMEOUT_SECONDS = 900.0
+TAIL_SECONDS = 120.0
+POLL_SECONDS = 0.1
+EXACT_POLL_SECONDS = 0.5
+MEMORY_SAMPLE_SECONDS = 0.5
+# Trickled rows' keys start here, past every table's first rows.
+TRICKLE_FIRST_ID = 1000
+DAEMON_STOP_SECONDS = 30
+
+
+def tenant_name(number: int) -> str:
+    return f"tenant_{number:03d}"
+
+
+def _row(key: int) -> tuple[int, int, str]:
+    return key, key * 7, f"row {key}"
+
+
+def create_tenant(source: MariaDbServer, database: str, tables: int, rows: int) -> dict[tuple[str, str], set]:
+    """Creates `database` with `tables` tables `t1`... of `rows` rows each; returns each table's rows, keyed by
+    (database, table): what its destination table (schema: the database's name) is to hold."""
+    source.execute(f"CREATE DATABASE {database}")
+    expected: dict[tuple[str, str], set] = {}
+    statements = []
+    for number in range(1, tables + 1):
+        table = f"t{number}"
+        statements.append(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(40))")
+        values = [_row(key) for key in range(1, rows + 1)]
+        statements.append(f"INSERT INTO {table} VALUES " + ", ".join(f"({k}, {v}, '{n}')" for k, v, n in values))
+        expected[(database, table)] = set(values)
+    source.execute(statements, database=database)
+    return expected
+
+
+def connectors_file(source: MariaDbServer, databases: list[str], per_database: bool) -> dict[str, Any]:
+    """The connectors file: a connector per database (named as it), or one, `tenants`, of every `tenant_*`."""
+    common = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER,
+              "password": "${TENANTS_SOURCE_PASSWORD}"}
+    connectors = ({database: {**common, "database": database} for database in databases} if per_database
+                  else {"tenants": {**common, "databases": [TENANT_PATTERN]}})
+    return {"destination": {"dsn": "${TENANTS_DEST_DSN}"}, "connectors": connectors}
+
+
+def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_interval: float, per_database: bool,
+                rows: int = TABLE_ROWS, tail_seconds: float = TAIL_SECONDS,
+                exact_timeout: float = EXACT_TIMEOUT_SECONDS, keep: Path | None = None) -> dict[str, Any]:
+    """One round on fresh servers and a fresh instance (`keep`: in that new directory, left behind with the servers'
+    files, the daemon's log and the instance)."""
+    from cdc_pipeline.capture.runner import build_runner
+
+    build_runner()
+    with contextlib.ExitStack() as stack:
+        if threading.current_thread() is threading.main_thread():
+            # A SIGTERM ends the round as Ctrl-C does: the daemon and both servers are stopped on the way out.
+            previous = signal.signal(signal.SIGTERM, _interrupt)
+            stack.callback(signal.signal, signal.SIGTERM, previous)
+        work = Path(str(keep) if keep else stack.enter_context(tempfile.TemporaryDirectory(prefix="cdc-tenants-")))
+        work.mkdir(parents=True, exist_ok=True)
+        source = stack.enter_context(start_mariadb(work))
+        destination = stack.enter_context(start_postgres(work))
+        source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+        names = [tenant_name(number) for number in range(1, databases + 1)]
+        watcher = _Watcher(destination.dsn(DESTINATION_DATABASE))
+        for name in names:
+            watcher.expect(create_tenant(source, name, tables, rows))
+        destination.create_database(DESTINATION_DATABASE)
+        config = work / "connectors.yaml"
+        config.write_text(json.dumps(connectors_file(source, names, per_database)))
+        home = work / "dagster_home"
+        home.mkdir()
+        root = checkout()
+        shutil.copy(root / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+        env = {**os.environ, "CDC_PIPELINE_CONFIG": str(config), "DAGSTER_HOME": str(home),
+               "TENANTS_DEST_DSN": destination.dsn(DESTINATION_DATABASE),
+               "TENANTS_SOURCE_PASSWORD": CAPTURE_PASSWORD}
+        result: dict[str, Any] = {"databases": databases, "tables_per_database": tables, "rows_per_table": rows,
+                                  "connectors": databases if per_database else 1,
+                                  "mode": "connector per database" if per_database else "one connector"}
+        with _daemon(root, env, work / "daemon.log") as daemon:
+            started = time.monotonic()
+            sampler = _MemorySampler(daemon.pid)
+            sampler.start()
+            watcher.start()
+            try:
+                result.update(_measure(source, watcher, started, names, tables, rows, trickle_seconds,
+                                       trickle_interval, per_database, tail_seconds, exact_timeout))
+                # Read while the daemon runs: stopping it fails the runs still lingering.
+                result["runs"] = _runs(home)
+            finally:
+                watcher.stop.set()
+                sampler.stop.set()
+                watcher.join()
+                sampler.join()
+            result["peak_rss_mb"] = round(sampler.peak / 2**20)
+            result["peak_processes"] = sampler.peak_processes
+    return result
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _measure(source: MariaDbServer, watcher: _Watcher, started: float, names: list[str], tables: int, rows: int,
+             trickle_seconds: float, trickle_interval: float, per_database: bool, tail_seconds: float,
+             exact_timeout: float) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    tenant_tables = list(watcher.expected)
+    exact_at = watcher.wait_exact(tenant_tables, started + exact_timeout)
+    result["exact_seconds"] = round(exact_at - started, 1) if exact_at is not None else None
+    result["tables_exact"] = sum(1 for table in tenant_tables if table in watcher.exact_at)
+    result["tables"] = len(tenant_tables)
+    new_tenant = None if per_database else tenant_name(len(names) + 1)
+    new_tables: list[tuple[str, str]] = []
+    created_at = None
+    chooser = random.Random(50)
+    key = TRICKLE_FIRST_ID
+    connections: dict[str, Any] = {}
+    with contextlib.ExitStack() as closing:
+        began = time.monotonic()
+        while time.monotonic() - began < trickle_seconds:
+            if new_tenant is not None and created_at is None and time.monotonic() - began >= trickle_seconds / 3:
+                expected = create_tenant(source, new_tenant, tables, rows)
+                created_at = time.monotonic()
+                new_tables = list(expected)
+                watcher.expect(expected)
+            database, table = chooser.choice(tenant_tables)
+            if database not in connections:
+                connections[database] = closing.enter_context(source.connect(database))
+            connection = connections[database]
+            row = _row(key)
+            with connection.cursor() as cursor:
+                cursor.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)", row)
+            connection.commit()
+            watcher.trickled(database, table, row)
+            key += 1
+            time.sleep(max(0.0, began + (key - TRICKLE_FIRST_ID) * trickle_interval - time.monotonic()))
+    last_row_at = time.monotonic()
+    deadline = last_row_at + tail_seconds
+    while time.monotonic() < deadline and not (
+            watcher.all_arrived() and all(table in watcher.exact_at for table in new_tables)):
+        time.sleep(0.2)
+    latencies = watcher.latencies()
+    result["trickle"] = {"rows": key - TRICKLE_FIRST_ID, "arrived": len(latencies),
+                         "not_applied": key - TRICKLE_FIRST_ID - len(latencies), **_percentiles(latencies),
+                         "interval_seconds": trickle_interval, "seconds": trickle_seconds}
+    if new_tenant is not None:
+        exact = [watcher.exact_at.get(table) for table in new_tables]
+        result["new_tenant"] = {"database": new_tenant, "exact_seconds": (
+            round(max(exact) - created_at, 1) if created_at is not None and exact and None not in exact else None)}
+    return result
+
+
+class _Watcher(threading.Thread):
+    """Polls the destination: when each expected table first held exactly its source rows, and when each trickled row
+    first arrived."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.expected: dict[tuple[str, str], set] = {}
+        self.exact_at: dict[tuple[str, str], float] = {}
+        self.written: dict[int, tuple[str, str, float]] = {}
+        self.arrived: dict[int, float] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def expect(self, tables: dict[tuple[str, str], set]) -> None:
+        with self.lock:
+            self.expected.update(tables)
+
+    def trickled(self, database: str, table: str, row: tuple[int, int, str]) -> None:
+        with self.lock:
+            self.written[row[0]] = (database, table, time.time())
+
+    def wait_exact(self, tables: list[tuple[str, str]], deadline: float) -> float | None:
+        """The monotonic time at which the last of `tables` became exact, or None at `deadline`."""
+        while time.monotonic() < deadline and self.is_alive():
+            with self.lock:
+                if all(table in self.exact_at for table in tables):
+                    return max(self.exact_at[table] for table in tables)
+            time.sleep(0.2)
+        return None
+
+    def all_arrived(self) -> bool:
+        with self.lock:
+            return len(self.arrived) == len(self.written)
+
+    def latencies(self) -> list[float]:
+        with self.lock:
+            return [self.arrived[key] - at for key, (_, _, at) in self.written.items() if key in self.arrived]
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            exact_checked = 0.0
+            while not self.stop.is_set():
+                if time.monotonic() - exact_checked >= EXACT_POLL_SECONDS:
+                    exact_checked = time.monotonic()
+                    self._check_exact(conn)
+                self._check_trickle(conn)
+                time.sleep(POLL_SECONDS)
+
+    def _check_exact(self, conn: psycopg.Connection) -> None:
+        with self.lock:
+            waiting = {table: rows for table, rows in self.expected.items() if table not in self.exact_at}
+        if not waiting:
+            return
+        present = {tuple(row) for row in conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema = ANY(%s)",
+            (sorted({schema for schema, _ in waiting}),)).fetchall()}
+        for table, rows in waiting.items():
+            if table in present and set(map(tuple, conn.execute(
+                    sql.SQL("SELECT id, v, note FROM {}").format(sql.Identifier(*table))).fetchall())) == rows:
+                with self.lock:
+                    self.exact_at[table] = time.monotonic()
+
+    def _check_trickle(self, conn: psycopg.Connection) -> None:
+        with self.lock:
+            pending: dict[tuple[str, str], list[int]] = {}
+            for key, (database, table, _) in self.written.items():
+                if key not in self.arrived:
+                    pending.setdefault((database, table), []).append(key)
+        for table, keys in pending.items():
+            try:
+                found = conn.execute(sql.SQL("SELECT id FROM {} WHERE id = ANY(%s)").format(sql.Identifier(*table)),
+                                     (keys,)).fetchall()
+            except psycopg.errors.UndefinedTable:
+                continue
+            now = time.time()
+            with self.lock:
+                for (key,) in found:
+                    self.arrived.setdefault(int(key), now)
+
+
+class _MemorySampler(threading.Thread):
+    """Samples the summed resident set size of a process and all its descendants (read from /proc)."""
+
+    def __init__(self, root_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.peak = 0
+        self.peak_processes = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            rss, processes = tree_rss(self.root_pid)
+            if rss > self.peak:
+                self.peak, self.peak_processes = rss, processes
+            self.stop.wait(MEMORY_SAMPLE_SECONDS)
+
+
+def tree_rss(root_pid: int) -> tuple[int, int]:
+    """The summed resident bytes of `root_pid` and its descendants, and how many processes they are."""
+    children: dict[int, list[int]] = {}
+    resident: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            pages = int(Path(entry.path, "statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+        resident[int(entry.name)] = pages * page
+    total, count, stack = 0, 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        if pid in resident:
+            total += resident[pid]
+            count += 1
+        stack.extend(children.get(pid, ()))
+    return total, count
+
+
+@contextlib.contextmanager
+def _daemon(root: Path, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
+    """`dagster-daemon run` on the checkout's workspace, in a session of its own; stopped with everything it started
+    (SIGTERM to its process group, then SIGKILL) however the block ends."""
+    with log_path.open("w") as log:
+        daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
+                                   str(root / "workspace.yaml")], env=env, cwd=root, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield daemon
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=DAEMON_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+            with contextlib.suppress(ProcessLookupError):
+                # Run workers the daemon left behind (they are in its process group).
+                os.killpg(daemon.pid, signal.SIGKILL)
+
+
+def _runs(home: Path) -> dict[str, Any]:
+    """The runs the instance in `home` recorded: launched, failed (with the first failures' messages), and their
+    seconds queued and running."""
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        records = instance.get_run_records()
+        failed = [record for record in records if record.dagster_run.status == DagsterRunStatus.FAILURE]
+        failures = [event.message for record in failed[:3] for event in instance.all_logs(
+            record.dagster_run.run_id, of_type={DagsterEventType.RUN_FAILURE, DagsterEventType.STEP_FAILURE})][:3]
+    queued = [record.start_time - record.create_timestamp.timestamp() for record in records if record.start_time]
+    ran = [record.end_time - record.start_time for record in records if record.start_time and record.end_time]
+    return {"launched": len(records), "failed": len(failed), "failures": [message[:400] for message in failures],
+            "queued_p50": _rounded(percentile(queued, 0.5)), "queued_max": _rounded(max(queued, default=None)),
+            "run_p50": _rounded(percentile(ran, 0.5)), "run_max": _rounded(max(ran, default=None)),
+            "not_ended": sum(1 for record in records if record.dagster_run.status not in (
+                DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED))}
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """Seconds to a tenth, None for no value (no run started or ended: JSON has no NaN)."""
+    return None if seconds is None or seconds != seconds else round(seconds, 1)
+
+
+def describe(result: dict[str, Any]) -> str:
+    trickle, runs = result["trickle"], result["runs"]
+    lines = [
+        f"{result['databases']} tenant databases x {result['tables_per_database']} tables ({result['mode']}, "
+        f"{result['connectors']} connector(s)) under Dagster's daemon:",
+        f"  exact: {result['tables_exact']}/{result['tables']} tables, "
+        f"{result['exact_seconds'] if result['exact_seconds'] is not None else 'not'} s after the daemon's start",
+        f"  trickle (a row every {trickle['interval_seconds']} s for {trickle['seconds']} s): p50 / p90 / max "
+        f"{trickle['p50']} / {trickle['p90']} / {trickle['max']} s; {trickle['arrived']}/{trickle['rows']} rows "
+        f"applied, {trickle['not_applied']} not applied within the tail",
+    ]
+    if "new_tenant" in result:
+        seconds = result["new_tenant"]["exact_seconds"]
+        lines.append(f"  new tenant {result['new_tenant']['database']}: "
+                     f"{f'exact {seconds} s after its rows were committed' if seconds is not None else 'not exact'}")
+    lines.append(f"  peak memory (the daemon's process tree, summed RSS): {result['peak_rss_mb']} MB in "
+                 f"{result['peak_processes']} processes")
+    lines.append(f"  runs: {runs['launched']} launched, {runs['failed']} failed, {runs['not_ended']} still going at the "
+                 f"end; queued p50 {runs['queued_p50']} s, max {runs['queued_max']} s; ran p50 {runs['run_p50']} s, "
+                 f"max {runs['run_max']} s")
+    return "\n".join(lines)
