@@ -34,7 +34,9 @@ class RunQueueWait:
     def __init__(self, instance: DagsterInstance, connector: str) -> None:
         self.instance = instance
         self.connector = connector
-        self.max_concurrent_runs = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        # None without a run queue (an in-process or ephemeral instance): only the connector's own queued run counts.
+        queue = instance.get_concurrency_config().run_queue_config
+        self.max_concurrent_runs = queue.max_concurrent_runs if queue is not None else None
         self._checked_at = float("-inf")
         self._waiting = False
 

@@ -1,7 +1,7 @@
 """`RunQueueWait`, a lingering run's `linger_yields`: true only while a run waits in the queue for its slot (a queued
 run of its own connector, or any queued run while the runs in progress fill `max_concurrent_runs`)."""
 
-from dagster import DagsterEvent, DagsterEventType, DagsterRun, DagsterRunStatus, instance_for_test
+from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, instance_for_test
 from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
@@ -51,3 +51,12 @@ def test_the_queue_is_asked_at_most_once_per_interval():
         assert not waits()
         _add_run(instance, "beta", DagsterRunStatus.QUEUED)
         assert not waits()  # the answer of less than QUEUE_CHECK_SECONDS ago
+
+
+def test_an_instance_without_a_run_queue_yields_only_to_its_own_connector(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    instance = DagsterInstance.ephemeral()  # what execute_in_process runs on
+    _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+    _add_run(instance, "beta", DagsterRunStatus.QUEUED)
+    assert not RunQueueWait(instance, "alpha")()
+    assert RunQueueWait(instance, "beta")()
