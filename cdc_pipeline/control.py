@@ -304,21 +304,46 @@ def _lock_key(connector: str) -> sql.Composed:
     return sql.SQL("hashtextextended({}, 0)").format(sql.Literal(f"cdc-pipeline:{connector}"))
 
 
+# A digest of every statement that makes the control schema: a schema made by these statements is not made again.
+_CONTROL_DIGEST = hashlib.sha256("\n".join((*_TABLES, *_MIGRATIONS, *_OBJMAP_TABLES)).encode()).hexdigest()
+
+
 def ensure_control_schema(conn: psycopg.Connection, schema: str) -> None:
-    """Creates the control schema and its tables; does nothing for what already exists."""
+    """Creates the control schema and its tables, and migrates them; does nothing when this version of the pipeline
+    made them already (one read: `control_version` holds the digest of the statements that made them). A run that
+    finds them made takes no lock on them: ALTER TABLE ... IF NOT EXISTS locks its table whether or not it alters it,
+    and connectors whose runs start together deadlocked on those locks with each other's first statements."""
+    if _control_schema_current(conn, schema):
+        return
     with conn.transaction(), conn.cursor() as cur:
-        # Concurrent first runs would race on CREATE ... IF NOT EXISTS; serialise them.
+        # Concurrent first runs would race on CREATE ... IF NOT EXISTS; serialise them, and the second finds it made.
         cur.execute(sql.SQL("SELECT pg_advisory_xact_lock({})").format(_lock_key("control-schema")))
+        if _control_schema_current(cur, schema):
+            return
         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in (*_TABLES, *_MIGRATIONS, *_OBJMAP_TABLES):
             cur.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+        version = sql.Identifier(schema, "control_version")
+        cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (digest text PRIMARY KEY, made_at timestamptz NOT NULL "
+                            "DEFAULT now())").format(version))
+        cur.execute(sql.SQL("DELETE FROM {}").format(version))
+        cur.execute(sql.SQL("INSERT INTO {} (digest) VALUES (%s)").format(version), (_CONTROL_DIGEST,))
+
+
+def _control_schema_current(conn: psycopg.Connection | psycopg.Cursor, schema: str) -> bool:
+    """Whether this version's statements made the control schema already."""
+    version = sql.Identifier(schema, "control_version")
+    if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (version.as_string(conn),)).fetchone()[0] is not True:
+        return False
+    return conn.execute(sql.SQL("SELECT 1 FROM {} WHERE digest = %s").format(version),
+                        (_CONTROL_DIGEST,)).fetchone() is not None
 
 
 # What the operator role may read: the state and the numbers, never replicated rows (dead letters hold some) nor
 # the engine's offsets and schema history.
 OPERATOR_READS = ("connector_state", "applied_positions", "stats", "requests", "snapshot_progress", "objmap",
                   "objmap_columns", "objmap_attributes", "table_owners", "bulk_loads", "bulk_load_tables",
-                  "run_progress", "paused_tables", "table_stats")
+                  "run_progress", "paused_tables", "table_stats", "control_version")
 # Columns of those that may hold replicated values, which the operator does not read: an error's text may quote the
 # value the destination refused, and a bulk load's next chunk begins at a key value.
 OPERATOR_HIDDEN_COLUMNS = {"connector_state": ("last_error",), "bulk_load_tables": ("next_lower",)}
