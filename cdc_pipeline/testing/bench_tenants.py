@@ -343,23 +343,36 @@ def _daemon(root: Path, env: dict[str, str], log_path: Path) -> Iterator[subproc
                 os.killpg(daemon.pid, signal.SIGKILL)
 
 
+# Read by a Python of its own: the engine's package imports no Dagster (the bench reads the instance as a user's
+# script would). It prints each run's status and times as JSON, and the first failures' messages.
+_READ_RUNS = """
+import json, sys
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+with DagsterInstance.from_config(sys.argv[1]) as instance:
+    records = instance.get_run_records()
+    failed = [r for r in records if r.dagster_run.status == DagsterRunStatus.FAILURE]
+    failures = [event.message for r in failed[:3] for event in instance.all_logs(
+        r.dagster_run.run_id, of_type={DagsterEventType.RUN_FAILURE, DagsterEventType.STEP_FAILURE})][:3]
+    print(json.dumps({"runs": [{"status": r.dagster_run.status.value, "created": r.create_timestamp.timestamp(),
+                                "start": r.start_time, "end": r.end_time} for r in records],
+                      "failures": [message[:400] for message in failures]}))
+"""
+
+
 def _runs(home: Path) -> dict[str, Any]:
     """The runs the instance in `home` recorded: launched, failed (with the first failures' messages), and their
     seconds queued and running."""
-    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-
-    with DagsterInstance.from_config(str(home)) as instance:
-        records = instance.get_run_records()
-        failed = [record for record in records if record.dagster_run.status == DagsterRunStatus.FAILURE]
-        failures = [event.message for record in failed[:3] for event in instance.all_logs(
-            record.dagster_run.run_id, of_type={DagsterEventType.RUN_FAILURE, DagsterEventType.STEP_FAILURE})][:3]
-    queued = [record.start_time - record.create_timestamp.timestamp() for record in records if record.start_time]
-    ran = [record.end_time - record.start_time for record in records if record.start_time and record.end_time]
-    return {"launched": len(records), "failed": len(failed), "failures": [message[:400] for message in failures],
+    read = subprocess.run([sys.executable, "-c", _READ_RUNS, str(home)], capture_output=True, text=True, check=True,
+                          timeout=300)
+    found = json.loads(read.stdout.strip().splitlines()[-1])
+    records = found["runs"]
+    queued = [run["start"] - run["created"] for run in records if run["start"]]
+    ran = [run["end"] - run["start"] for run in records if run["start"] and run["end"]]
+    return {"launched": len(records), "failed": sum(1 for run in records if run["status"] == "FAILURE"),
+            "failures": found["failures"],
             "queued_p50": _rounded(percentile(queued, 0.5)), "queued_max": _rounded(max(queued, default=None)),
             "run_p50": _rounded(percentile(ran, 0.5)), "run_max": _rounded(max(ran, default=None)),
-            "not_ended": sum(1 for record in records if record.dagster_run.status not in (
-                DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED))}
+            "not_ended": sum(1 for run in records if run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"))}
 
 
 def _rounded(seconds: float | None) -> float | None:
