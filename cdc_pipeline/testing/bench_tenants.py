@@ -343,26 +343,12 @@ def _daemon(root: Path, env: dict[str, str], log_path: Path) -> Iterator[subproc
                 os.killpg(daemon.pid, signal.SIGKILL)
 
 
-# Read by a Python of its own: the engine's package imports no Dagster (the bench reads the instance as a user's
-# script would). It prints each run's status and times as JSON, and the first failures' messages.
-_READ_RUNS = """
-import json, sys
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-with DagsterInstance.from_config(sys.argv[1]) as instance:
-    records = instance.get_run_records()
-    failed = [r for r in records if r.dagster_run.status == DagsterRunStatus.FAILURE]
-    failures = [event.message for r in failed[:3] for event in instance.all_logs(
-        r.dagster_run.run_id, of_type={DagsterEventType.RUN_FAILURE, DagsterEventType.STEP_FAILURE})][:3]
-    print(json.dumps({"runs": [{"status": r.dagster_run.status.value, "created": r.create_timestamp.timestamp(),
-                                "start": r.start_time, "end": r.end_time} for r in records],
-                      "failures": [message[:400] for message in failures]}))
-"""
-
-
 def _runs(home: Path) -> dict[str, Any]:
     """The runs the instance in `home` recorded: launched, failed (with the first failures' messages), and their
     seconds queued and running."""
-    read = subprocess.run([sys.executable, "-c", _READ_RUNS, str(home)], capture_output=True, text=True, check=True,
+    # Read by the Dagster layer's `resources.run_records` in a Python of its own: the engine imports no Dagster.
+    read = subprocess.run([sys.executable, "-m", "resources.run_records", str(home)], cwd=checkout(),
+                          capture_output=True, text=True, check=True,
                           timeout=300)
     found = json.loads(read.stdout.strip().splitlines()[-1])
     records = found["runs"]
