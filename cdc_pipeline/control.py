@@ -389,18 +389,22 @@ def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
     conn.execute(sql.SQL("SELECT pg_advisory_unlock({})").format(_lock_key(connector)))
 
 
-def run_lock_held(conn: psycopg.Connection, connector: str) -> bool:
-    """Whether a fetch cycle of the connector runs now (a session holds its run lock), whoever started it: a sync
-    run, a materialization of its assets, the CLI. Read in `pg_locks`, without taking the lock: a cycle starting at
-    that moment is never refused for it (a bigint key's lock shows as its high and low 32 bits)."""
+def run_lock_holder(conn: psycopg.Connection, connector: str) -> int | None:
+    """The backend pid of the session that holds the connector's run lock (a fetch cycle running now, whoever started
+    it: a sync run, a materialization of its assets, the CLI), or None. Read in `pg_locks`, without taking the lock:
+    a cycle starting at that moment is never refused for it (a bigint key's lock shows as its high and low 32 bits)."""
     row = conn.execute(sql.SQL(
-        """SELECT EXISTS (SELECT FROM pg_catalog.pg_locks
-                          WHERE locktype = 'advisory' AND granted AND objsubid = 1
-                            AND database = (SELECT oid FROM pg_catalog.pg_database
-                                            WHERE datname = pg_catalog.current_database())
-                            AND ((classid::bigint << 32) | objid::bigint) = {})""").format(
-        _lock_key(connector))).fetchone()
-    return bool(row and row[0])
+        """SELECT pid FROM pg_catalog.pg_locks
+           WHERE locktype = 'advisory' AND granted AND objsubid = 1
+             AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+             AND ((classid::bigint << 32) | objid::bigint) = {}
+           LIMIT 1""").format(_lock_key(connector))).fetchone()
+    return None if row is None else int(row[0])
+
+
+def run_lock_held(conn: psycopg.Connection, connector: str) -> bool:
+    """Whether a fetch cycle of the connector runs now (`run_lock_holder`)."""
+    return run_lock_holder(conn, connector) is not None
 
 
 def set_state(conn: psycopg.Connection, schema: str, connector: str, connector_type: str, state: str, *,
@@ -802,7 +806,8 @@ def record_run_progress(conn: psycopg.Connection, schema: str, connector: str, r
 
 
 def clear_run_progress(conn: psycopg.Connection, schema: str, connector: str) -> None:
-    """Forgets the progress an earlier cycle left: a cycle that has just taken the run lock has sampled none yet."""
+    """Forgets the connector's progress row: a cycle clears it when it takes the run lock (an earlier cycle killed
+    left one) and before it releases the lock."""
     conn.execute(sql.SQL("DELETE FROM {} WHERE connector = %s").format(sql.Identifier(schema, "run_progress")),
                  (connector,))
 

@@ -307,7 +307,8 @@ class ConnectorSession:
                                      held_bytes=held_bytes(self.connector), failure_error=self.engine_error)
         self.runner.start()
         self.progress = run_progress.ProgressReporter(self.destination, name, self.stage_counters,
-                                                      self.runner.progress, lambda: self.streaming)
+                                                      self.runner.progress, lambda: self.streaming,
+                                                      self.conn.info.backend_pid)
         self.progress.start()
         # Timed from here; keys and indexes made above (a load reconciled by an earlier run's stream) stay counted.
         self.cycle_stats = CycleStats(phase_seconds=self.cycle_stats.phase_seconds)
@@ -541,6 +542,7 @@ class ConnectorSession:
                     else:
                         self._set_state(control.STOPPED, last_error=str(error), unless_in=keep)
                         control.record_failure(self.conn, self.control_schema, self.connector, str(error))
+                    control.clear_run_progress(self.conn, self.control_schema, self.connector.name)
                     control.release_run_lock(self.conn, self.connector.name)
                     self._locked = False
             finally:

@@ -109,11 +109,14 @@ class ProgressReporter:
     the run's end (`start`, `stop`); `summary` gives their peaks.
 
     `jvm_sample` is the runner's `progress` (None when the JVM cannot be read), `streaming` tells whether the run
-    is in its stream (only then is a line logged)."""
+    is in its stream (only then is a line logged); `session_pid` is the backend pid of the session holding the run
+    lock, written with each sample so that a reader tells this run's row from one an earlier run left."""
 
     def __init__(self, destination: DestinationConfig, connector: str, counters: StageCounters,
-                 jvm_sample: Callable[[], dict[str, Any] | None], streaming: Callable[[], bool]) -> None:
+                 jvm_sample: Callable[[], dict[str, Any] | None], streaming: Callable[[], bool],
+                 session_pid: int) -> None:
         self._destination = destination
+        self._session_pid = session_pid
         self._connector = connector
         self._counters = counters
         self._jvm_sample = jvm_sample
@@ -162,7 +165,8 @@ class ProgressReporter:
         with self._lock:
             now = time.monotonic()
             jvm = self._jvm_sample() or {}
-            sample = {**jvm, **self._counters.snapshot(time.time()), "streaming": self._streaming()}
+            sample = {**jvm, **self._counters.snapshot(time.time()), "streaming": self._streaming(),
+                      "session_pid": self._session_pid}
             self._samples.append((now, sample))
             while self._samples and self._samples[0][0] < now - RATE_SECONDS - SAMPLE_SECONDS:
                 self._samples.popleft()
@@ -197,10 +201,14 @@ class ProgressReporter:
 
 def read_live(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
     """The connector's running cycle's latest progress (`control.read_run_progress`), or None when no cycle runs
-    now (nobody holds its run lock): the row a finished run left says nothing of now."""
-    if not control.run_lock_held(conn, connector):
+    now or the one running has sampled none yet: the row is the running cycle's only when the session that wrote it
+    as its lock's holder holds the run lock now (a row an earlier run left says nothing of now, also in the moment
+    between a new run taking the lock and clearing it)."""
+    holder = control.run_lock_holder(conn, connector)
+    if holder is None:
         return None
-    return control.read_run_progress(conn, schema, connector)
+    progress = control.read_run_progress(conn, schema, connector)
+    return progress if progress is not None and progress.get("session_pid") == holder else None
 
 
 def _count(value: Any, unit: str, units: str | None = None) -> str:

@@ -10,8 +10,10 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
 import pytest
 
+from cdc_pipeline import control
 from cdc_pipeline.ops.cli import main
 from tests.helpers.mariadb_source import Pipeline
 
@@ -67,3 +69,22 @@ def test_state_shows_the_queues_of_a_streaming_run(pipeline: Pipeline, capsys: p
     assert summary["queue_peak_debezium_events"] + summary["queue_peak_runner_events"] > 0
     assert summary["rate_peak_applied_events_per_second"] > 0
     pipeline.assert_same("items")
+
+
+def test_state_never_shows_a_row_an_earlier_run_left_as_the_running_one(pipeline: Pipeline,
+                                                                       capsys: pytest.CaptureFixture[str]):
+    # A run killed leaves its progress row; the next run takes the lock a moment before it clears the row.
+    pipeline.source("CREATE TABLE items (id INT PRIMARY KEY)")
+    pipeline.sync()
+    schema = "cdc"
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as earlier, \
+            psycopg.connect(pipeline.dest_dsn, autocommit=True) as running:
+        control.record_run_progress(earlier, schema, pipeline.name, datetime.now(timezone.utc),
+                                    {"session_pid": earlier.info.backend_pid, "applied_events": 7})
+        control.acquire_run_lock(running, pipeline.name)
+        assert _state(pipeline, capsys).get("run_progress") is None
+        control.record_run_progress(running, schema, pipeline.name, datetime.now(timezone.utc),
+                                    {"session_pid": running.info.backend_pid, "applied_events": 9})
+        assert _state(pipeline, capsys)["run_progress"]["applied_events"] == 9
+        control.release_run_lock(running, pipeline.name)
+        assert _state(pipeline, capsys).get("run_progress") is None

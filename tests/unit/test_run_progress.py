@@ -45,7 +45,7 @@ def test_rates_are_taken_over_the_last_window_only():
 def test_the_summary_gives_the_peaks_of_the_samples():
     jvm = iter([JVM, {**JVM, "engine_queue": None, "queued_events": 9000}])
     reporter = ProgressReporter(DestinationConfig(dsn="postgresql://unused/db"), "c", StageCounters(),
-                                lambda: next(jvm, None), lambda: True)
+                                lambda: next(jvm, None), lambda: True, session_pid=1)
 
     reporter.sample()
     peaks = reporter.summary()
