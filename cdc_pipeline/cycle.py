@@ -31,7 +31,7 @@ from cdc_pipeline.sink.apply import BatchApplier
 from cdc_pipeline.sink.plan import BatchPlan, DmlStep, attach_dml_frames, plan_batch, snapshot_marker
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError, ConnectorPausedError, RunnerError
-from cdc_pipeline.decode.events import (EventRef, ParsedBatch, has_data_changes, parse_index, row_events,
+from cdc_pipeline.decode.events import (TRANSACTION, EventRef, ParsedBatch, has_data_changes, parse_index, row_events,
                                          StreamRedeliveries)
 from cdc_pipeline.capture.runner import (
     NON_STREAMING_MODES,
@@ -156,6 +156,37 @@ def queue_capacity(connector: ConnectorConfig) -> int:
 
 # A group whose rows hold this many bytes is let go of at once once applied (`_apply_all`).
 LARGE_GROUP_BYTES = 32 << 20
+
+
+class TransactionSpan:
+    """A destination transaction that spans groups: the groups of one source transaction larger than a group's
+    bounds, from its first to the one its END is in (`fetch_phases`). Each group applies in a savepoint inside it
+    (`BatchApplier.apply`'s transaction nests), the applied position with it; the runner lets go of each group's
+    rows (`DebeziumRunner.release`) but marks none complete until the span commits, so a kill anywhere inside it
+    leaves the destination at the previous source commit and the engine gives the whole transaction again."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self._transaction = conn.transaction()
+        self._transaction.__enter__()
+        self.groups = 0
+        self.events = 0
+        self.batch_ids: list[int] = []
+        self.started = time.monotonic()
+
+    def add(self, batch: FetchedBatch) -> None:
+        self.groups += 1
+        self.events += batch.size
+        self.batch_ids.extend(batch.batch_ids)
+
+    def commit(self) -> None:
+        self._transaction.__exit__(None, None, None)
+
+    def rollback(self) -> None:
+        """Undoes every group of the span (nothing of it was marked complete); a broken connection has undone it."""
+        if self.conn.closed or self.conn.broken:
+            return
+        self._transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
 # Groups' worth of bytes the runner holds at most (queued and in flight): the group applied, the next one run ahead,
 # and the one being gathered.
 HELD_GROUPS = 3
@@ -215,6 +246,7 @@ class ConnectorSession:
         self.streaming = False  # the fetch step is in its stream phase
         self.stage_counters = run_progress.StageCounters()  # groups parsed and applied, for `progress`
         self.progress: run_progress.ProgressReporter | None = None  # samples the queues while the engine runs
+        self.span: TransactionSpan | None = None  # the destination transaction of a source one spanning groups
 
     @property
     def conn(self) -> psycopg.Connection | None:
@@ -469,6 +501,30 @@ class ConnectorSession:
                 self._completed_batch_ids.add(batch_id)
         return events
 
+    def rollback_span(self) -> None:
+        """Rolls back the destination transaction of a source transaction whose END did not come in this run: its
+        batches, applied but never marked complete, are the engine's to give again."""
+        span, self.span = self.span, None
+        if span is None:
+            return
+        try:
+            span.rollback()
+        except psycopg.Error as exc:
+            log.warning("%s: rolling back the groups of an unfinished source transaction failed: %s",
+                        self.connector.name, exc)
+        dropped = set(span.batch_ids)
+        self.applied_batch_ids = [batch_id for batch_id in self.applied_batch_ids if batch_id not in dropped]
+        if self._staging is not None:
+            self._staging.held = False
+        log.info("%s: rolled back %d group(s) (%d events) of a source transaction whose end this run did not "
+                 "fetch; the next run applies it again from its start", self.connector.name, span.groups, span.events)
+
+    def writes_state(self) -> bool:
+        """Whether the calling thread may write the connector's state row now: not on the run's own connection
+        while a span is open (its lock would hold the run-ahead thread's phase writes, and that thread is what
+        brings the span's end)."""
+        return self.span is None or getattr(self._thread_conn, "conn", None) is not None
+
     def _refuse_if_halted(self, state: str | None) -> None:
         if state in control.HALTED_STATES:
             assert self.conn is not None
@@ -494,6 +550,7 @@ class ConnectorSession:
         that came while the cycle ran is kept.
         """
         stop_error: BaseException | None = None
+        self.rollback_span()
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
@@ -583,7 +640,7 @@ class ConnectorSession:
     @contextmanager
     def phase(self, phase: str, timed_as: str) -> Iterator[None]:
         """Records what the cycle does now (when it changes) and times it as `timed_as`."""
-        if phase != self._phase and self.conn is not None:
+        if phase != self._phase and self.conn is not None and self.writes_state():
             control.set_phase(self.conn, self.control_schema, self.connector.name, phase)
             self._phase = phase
         with self.cycle_stats.timed(timed_as):
@@ -617,6 +674,8 @@ class ConnectorSession:
         """Adds to the plan's counts the source transactions its streamed events begin (one spanning batches
         counts once; re-delivered events count none)."""
         for ref in plan.parsed.refs:
+            if ref.kind == TRANSACTION:
+                continue
             key = _transaction_key(ref)
             if key is None or key == self._last_transaction:
                 continue
@@ -627,7 +686,7 @@ class ConnectorSession:
 
     def record_stage(self, plan: BatchPlan) -> None:
         """The connector's stage after an applied batch: its last event tells snapshot from streaming."""
-        if self.snapshot_mode == "schemasync" or plan.last_ref is None or self.conn is None:
+        if self.snapshot_mode == "schemasync" or plan.last_ref is None or self.conn is None or not self.writes_state():
             return
         stage = control.STAGE_SNAPSHOT if snapshot_marker(plan.last_ref) else control.STAGE_CDC
         control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=stage)
@@ -706,7 +765,7 @@ class ConnectorSession:
 
     def record_streaming(self) -> None:
         """The engine streams from the source's log: the connector's stage is change data capture."""
-        if self.conn is not None:
+        if self.conn is not None and self.writes_state():
             control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=control.STAGE_CDC)
 
     def memory_report(self) -> dict[str, int]:
@@ -825,6 +884,12 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         _apply_all(session, applier, ahead, applied)
     finally:
         ahead.close()  # a failed apply stops the thread running ahead now, not when the traceback is freed
+        if session.span is not None:
+            # The stream ended (or failed) inside a source transaction: none of it stays applied.
+            dropped = set(session.span.batch_ids)
+            applied[:] = [batch_id for batch_id in applied if batch_id not in dropped]
+            session.rollback_span()
+            applier.forget_run_reads()
     session.record_checked_end()
     return applied
 
@@ -834,6 +899,10 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
     """Applies the plans (`apply_batches`), adding their runner batch ids to `applied`."""
     stats = session.cycle_stats
     for plan in plans:
+        batch = plan.parsed.batch
+        if batch.transaction_open and session.span is None:
+            assert applier.conn is session.conn
+            session.span = TransactionSpan(applier.conn)
         session.stage_counters.applying(plan.parsed.batch.size)
         with session.phase(control.PHASE_EXECUTING, "apply"), working_on(_group_work(plan)):
             try:
@@ -857,6 +926,19 @@ def _apply_all(session: ConnectorSession, applier: BatchApplier, plans: Iterable
             session.snapshot_positions.pop(table, None)
         applied.extend(plan.parsed.batch.batch_ids)
         session.applied_batch_ids.extend(plan.parsed.batch.batch_ids)
+        if session.span is not None:
+            span = session.span
+            span.add(batch)
+            if batch.transaction_open:
+                # Its rows go, its offset waits for the span's commit.
+                assert session.runner is not None
+                for batch_id in batch.batch_ids:
+                    session.runner.release(batch_id)
+                continue
+            span.commit()
+            session.span = None
+            log.info("%s: a source transaction of %d events spanned %d groups, committed as one in %.1f s",
+                     session.connector.name, span.events, span.groups, time.monotonic() - span.started)
         if session.takes_data_snapshot and plan.last_ref is not None and snapshot_marker(plan.last_ref):
             # Debezium's snapshot of a large table outlasts any budget: its batches are let go as they are applied,
             # so the runner holds one group, not the whole table.

@@ -14,6 +14,14 @@ load, then the stream (or Debezium's own data snapshot).
   (whose last commit moves the applied position and Debezium's offset past its last record) between PostgreSQL
   changes that share one LSN (`postgres.may_share_lsn_ahead`); a group within the run waits the same way after
   an insert seen sharing its LSN (`_lsn_seen_shared`).
+
+Groups and runs end only at source commits. Debezium's transaction metadata brackets each source transaction's
+changes with a BEGIN and an END record, and the runner cuts an engine batch after its last END, so a commit falls
+between two batches (`FetchedBatch.transaction_open`: a transaction is open after the batch). A group that reaches
+its bounds closes at the last commit inside it, the batches after it going on into the next group
+(`_take_group`); a group all inside one transaction (one larger than a group's bounds) is handed on whole, and
+applied in a destination transaction that spans groups until the group its END is in (`cycle.TransactionSpan`). No
+budget or pause ends a run inside a transaction: the run waits for its END (`_await_transaction_end`).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.decode.events import pg_record_follows, same_stream_position
+from cdc_pipeline.decode.events import pg_record_follows, same_stream_position, transaction_open_after
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
 
@@ -46,6 +54,10 @@ SCHEMA_SNAPSHOT_SETTLE_SECONDS = 0.5
 SETTLE_POLL_SECONDS = 0.05  # the fetch's wait while the schema snapshot may have settled
 # How long the load waits, once the schema snapshot settled, for the CREATE TABLE event of a table it copies.
 SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS = 30.0
+# How long a group all inside one source transaction waits for more of it before it goes downstream all the same,
+# as a part of a destination transaction that spans groups (a transaction's changes come together: its END is
+# usually in the next engine batch, at once).
+OPEN_TRANSACTION_GROUP_WAIT_SECONDS = 1.0
 
 
 class FetchCycle:
@@ -80,6 +92,9 @@ class FetchCycle:
         # PostgreSQL: the last change fetched, which may share its LSN with changes still to come, and since when
         # the stream waits for a record past it (`_await_past_open_change`).
         self.open_change: tuple[dict[str, Any] | None, float] | None = None
+        self.open_transaction = False  # a source transaction is open after the last batch fetched (no END yet)
+        # Since when the stream, drained, waits for more of the open transaction (`_await_transaction_end`).
+        self.transaction_wait: float | None = None
 
     @property
     def deadline(self) -> float:
@@ -206,7 +221,7 @@ class FetchCycle:
             if session.stop_fetching:
                 break
             halted = halted or session.halted()
-            if halted and not self._last_change_open():
+            if halted and not self._last_change_open() and not self.open_transaction:
                 log.info("%s: paused; the cycle ends after the batches it fetched", connector.name)
                 break
             asked = time.monotonic()
@@ -222,7 +237,7 @@ class FetchCycle:
             continues = batch is not None and self.last_fetched is not None \
                 and _continues_statement(self.last_fetched, batch)
             open_change = batch is None and self._last_change_open()
-            if (self.budget_spent or halted) and not continues and not open_change:
+            if (self.budget_spent or halted) and not continues and not open_change and not self.open_transaction:
                 # The run's budget was spent at the last batch (or the connector was paused while a change that
                 # may share its LSN with the next was fetched last). A batch fetched now is not applied (nor marked
                 # complete): the engine gives it to the next run.
@@ -245,6 +260,18 @@ class FetchCycle:
                         and not session.in_data_snapshot() and not self.budget_spent:
                     log.info("%s: reached max_events_per_run (%d)", connector.name, connector.max_events_per_run)
                     self.budget_spent = True
+            elif self.open_transaction:
+                # Nothing more yet of a source transaction open after the last batch: the group goes on up to
+                # its last commit, and whole once it waited long enough (it then spans groups); else the stream
+                # waits for the rest, never idle inside a transaction.
+                if self.group and self._last_source_commit():
+                    yield self._take_group(whole=False)
+                    continue
+                if self.group and (self.runner.handing_over() or now - self.last_batch_at
+                                   >= OPEN_TRANSACTION_GROUP_WAIT_SECONDS):
+                    yield self._take_group()
+                    continue
+                self._await_transaction_end(now)
             elif open_change and (self.budget_spent or halted or self._lsn_seen_shared()):
                 self._await_past_open_change(now)
             elif self.group:
@@ -386,6 +413,23 @@ class FetchCycle:
                 f"{self.runner.state}): the changes that share its LSN cannot be told complete, so the group it ends "
                 "is not applied; the next run fetches it again", connector=self.connector.name, position=last)
 
+    def _await_transaction_end(self, now: float) -> None:
+        """The stream waits for the rest of the source transaction open after its last batch. Fails the run, the
+        transaction's groups rolled back, when the engine stops or hands over nothing more of it for
+        `source_lost_timeout_seconds` while it has nothing on its way (the wait does not count while the engine's
+        thread hands a batch over or waits for room): the next run fetches the transaction again from its start."""
+        self.runner.raise_if_failed()
+        if self.transaction_wait is None or not self._engine_drained():
+            self.transaction_wait = now
+            return
+        waited = now - self.transaction_wait
+        if self.runner.state == "STOPPED" or waited >= self.connector.source_lost_timeout_seconds:
+            raise RunnerError(
+                "the engine handed over nothing more of the source transaction open after "
+                f"{json.dumps(self.last_offset)} for {waited:.0f} s (state {self.runner.state}), and no END of it: what "
+                "of it was applied is rolled back; the next run applies it again from its start", connector=self.connector.name,
+                position=self.last_offset)
+
     def _linger_extra(self) -> float:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the
         session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run fetched
@@ -455,11 +499,17 @@ class FetchCycle:
         # The open group's last batch, when there is one, is the last batch fetched.
         follows = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
         continues = bool(self.group) and follows
-        limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
-                                                                           self.connector.apply_batch_events)
-        too_big = self.group_bytes + batch.bytes > self.connector.apply_batch_mb << 20
-        if self.group and (self.group_events + batch.size > limit or too_big) and not continues:
-            closed = self._take_group()
+        batch.transaction_open = transaction_open_after(batch.index, self.open_transaction)
+        self.open_transaction = batch.transaction_open
+        self.transaction_wait = None
+        if self.group and self._over_bounds(self.group_events, self.group_bytes, batch) and not continues:
+            # Closed at its last source commit, the batches after it going on with this one, unless those would not
+            # fit either (or it has none: all inside one transaction): then whole, a part of a spanning transaction.
+            cut = self._last_source_commit()
+            rest = self.group[cut:]
+            whole = not 0 < cut < len(self.group) or self._over_bounds(
+                sum(member.size for member in rest), sum(member.bytes for member in rest), batch)
+            closed = self._take_group(whole=whole)
         self.group.append(batch)
         self.group_events += batch.size
         self.group_bytes += batch.bytes
@@ -469,8 +519,29 @@ class FetchCycle:
         self.last_continued, self.last_fetched = follows, batch
         return closed
 
-    def _take_group(self) -> list[FetchedBatch]:
-        group, self.group, self.group_events, self.group_bytes = self.group, [], 0, 0
+    def _over_bounds(self, events: int, size: int, batch: FetchedBatch) -> bool:
+        """Whether a group of `events` and `size` bytes would pass its bounds with `batch` (a run's first group holds
+        `batch_size` events: see the class)."""
+        limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
+                                                                           self.connector.apply_batch_events)
+        return events + batch.size > limit or size + batch.bytes > self.connector.apply_batch_mb << 20
+
+    def _last_source_commit(self) -> int:
+        """How many of the open group's batches end at a source commit or outside any transaction: the index after
+        the last batch after which no source transaction is open and whose statement the next does not go on; 0
+        when there is none."""
+        for cut in range(len(self.group), 0, -1):
+            if not self.group[cut - 1].transaction_open and (
+                    cut == len(self.group) or not _continues_statement(self.group[cut - 1], self.group[cut])):
+                return cut
+        return 0
+
+    def _take_group(self, whole: bool = True) -> list[FetchedBatch]:
+        """Hands on the open group, or (not `whole`) its batches up to its last source commit, the rest staying."""
+        cut = len(self.group) if whole else self._last_source_commit()
+        group, self.group = self.group[:cut], self.group[cut:]
+        self.group_events = sum(batch.size for batch in self.group)
+        self.group_bytes = sum(batch.bytes for batch in self.group)
         self.groups += 1
         return group
 

@@ -201,6 +201,9 @@ def debezium_properties(connector: ConnectorConfig, destination: DestinationConf
         "max.queue.size.in.bytes": str(connector.apply_batch_mb << 20),
         "poll.interval.ms": "100",
         "include.schema.changes": "true",
+        # BEGIN and END records around each source transaction's changes: a group closes only at a source commit,
+        # and a transaction larger than a group is applied in one destination transaction (`fetch_phases`).
+        "provide.transaction.metadata": "true",
         "tombstones.on.delete": "false",
         "skipped.operations": "none",
         "decimal.handling.mode": "precise",
@@ -269,6 +272,8 @@ class FetchedBatch:
     java_data_rows: Any = None
     members: tuple["FetchedBatch", ...] = ()  # the runner batches a merged batch joins, in order
     bytes: int = 0  # about what its rows hold in the JVM (`ChangeBatch.bytes`)
+    # A source transaction is open after its last event: its BEGIN came (in it or before it) and its END did not.
+    transaction_open: bool = False
 
     @property
     def batch_ids(self) -> tuple[int, ...]:
@@ -320,7 +325,7 @@ def merge_batches(batches: list[FetchedBatch], jvm: Any) -> FetchedBatch:
         last_offset=batches[-1].last_offset, last_partition=batches[-1].last_partition,
         index=[entry for batch in batches for entry in batch.index], java_data_rows=rows,
         members=tuple(member for batch in batches for member in batch.members or (batch,)),
-        bytes=sum(batch.bytes for batch in batches))
+        bytes=sum(batch.bytes for batch in batches), transaction_open=batches[-1].transaction_open)
 
 
 class DebeziumRunner:
@@ -444,6 +449,11 @@ class DebeziumRunner:
     def mark_complete(self, batch_id: int) -> int:
         """Marks the batch processed so the engine's offset moves past it; returns its event count."""
         return int(self._java.markBatchComplete(batch_id))
+
+    def release(self, batch_id: int) -> None:
+        """Lets go of an applied batch's rows and of its hold on the runner's bytes, the batch staying in flight
+        (marked complete later): a part of a source transaction whose destination transaction spans groups."""
+        self._java.releaseBatch(batch_id)
 
     def memory_report(self) -> dict[str, int]:
         return json.loads(self._java.memoryReport())

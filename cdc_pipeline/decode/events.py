@@ -47,6 +47,9 @@ SCHEMA_CHANGE = "schema_change"
 DATA_CHANGE = "data_change"
 TRUNCATE = "truncate"
 OTHER = "other"
+TRANSACTION = "transaction"  # a source transaction's BEGIN or END record (Debezium's transaction metadata)
+BEGIN, END = "BEGIN", "END"
+_TRANSACTION_OFFSET_PREFIX = "transaction_"  # the offset keys the metadata adds (`EventSerializer.publicOffset`)
 
 _POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "event_serial_no", "scn",
                   "commit_scn", "snapshot")
@@ -236,7 +239,12 @@ def index_entry(line: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"seq": event["seq"]}
     value = event.get("value")
     kind = OTHER
-    if isinstance(value, dict) and event.get("schema") is not None:
+    if isinstance(value, dict) and _is_transaction_marker(value):
+        kind = TRANSACTION
+        entry["status"], entry["id"] = value["status"], value["id"]
+        if value.get("event_count") is not None:
+            entry["event_count"] = value["event_count"]
+    elif isinstance(value, dict) and event.get("schema") is not None:
         entry["schema"] = event["schema"]
         source = value.get("source")
         if source is not None:
@@ -255,8 +263,31 @@ def index_entry(line: str) -> dict[str, Any]:
                 container = source.get("schema") if "schema" in source else source.get("db")
                 entry["table"] = source["table"] if container is None else f"{container}.{source['table']}"
     entry["kind"] = kind
-    entry["offset"] = event.get("offset")
+    entry["offset"] = public_offset(event.get("offset"))
     return entry
+
+
+def _is_transaction_marker(value: dict[str, Any]) -> bool:
+    """Whether an event's value is a transaction's BEGIN or END record (`EventSerializer.isTransactionMarker`)."""
+    return "status" in value and "id" in value and "event_count" in value and "op" not in value \
+        and "source" not in value
+
+
+def public_offset(offset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A source offset without the keys transaction metadata adds (`EventSerializer.publicOffset`)."""
+    if not offset or not any(key.startswith(_TRANSACTION_OFFSET_PREFIX) for key in offset):
+        return offset
+    return {key: value for key, value in offset.items() if not key.startswith(_TRANSACTION_OFFSET_PREFIX)}
+
+
+def transaction_open_after(entries: list[dict[str, Any]], open_before: bool) -> bool:
+    """Whether a source transaction is open after these index entries (in stream order), given whether one was
+    before them: its BEGIN came and its END did not. A snapshot's records, heartbeats and schema changes carry no
+    markers and leave it as it was."""
+    for entry in reversed(entries):
+        if entry.get("kind") == TRANSACTION:
+            return entry.get("status") == BEGIN
+    return open_before
 
 
 def index_entry_of(ref: EventRef) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
@@ -162,7 +163,7 @@ class BatchApplier:
         self._batch_refs: list[EventRef] = []
         self._set_aside_seqs: set[int] = set()
         # The run's reads of the destination: forgotten at a schema change and when a transaction that may have
-        # changed them is undone (`_forget_run_reads`).
+        # changed them is undone (`forget_run_reads`).
         self._catalog = CatalogCache()
         self._claimed: set[tuple[str, str]] = set()  # the destination tables this run claimed (`_claim`)
         self._unseen_reported: set[str] = set()  # tables whose changes were let go, said once a run
@@ -177,19 +178,22 @@ class BatchApplier:
         """
         self._batch_refs = plan.parsed.refs
         self._set_aside_seqs = set()
+        # Inside a transaction that spans groups (`cycle.TransactionSpan`), which holds the staging table read.
+        held = self.conn.info.transaction_status != TransactionStatus.IDLE
         if self.staging is not None:
+            self.staging.held = held
             self.staging.clear()
             # Widened before the transaction: once a step of it read the staging table, its lock would hold an
             # ALTER up.
             self.staging.ensure_width(max((len(step.fields) for step in plan.steps if isinstance(step, DmlStep)),
                                           default=0))
         try:
-            return self._apply_in_transaction(plan, dead_letter)
+            return self._apply_in_transaction(plan, dead_letter, held)
         except BaseException:
-            self._forget_run_reads()
+            self.forget_run_reads()
             raise
 
-    def _forget_run_reads(self) -> None:
+    def forget_run_reads(self) -> None:
         """Forgets the catalog facts and claims read in this run: a transaction that wrote them was undone."""
         self._catalog.forget()
         self._claimed.clear()
@@ -202,13 +206,14 @@ class BatchApplier:
             with self.conn.transaction():
                 yield
         except BaseException:
-            self._forget_run_reads()
+            self.forget_run_reads()
             raise
 
-    def _apply_in_transaction(self, plan: BatchPlan, dead_letter: int | None) -> control.BatchCounts:
+    def _apply_in_transaction(self, plan: BatchPlan, dead_letter: int | None, held: bool) -> control.BatchCounts:
         skip = self.connector.error_strategy == SKIP and dead_letter is None
         with self.conn.transaction(), self.conn.cursor() as cur:
-            faults.take_snapshot_early(cur)
+            if not held:  # (a savepoint's isolation is its transaction's)
+                faults.take_snapshot_early(cur)
             plan = self._without_paused_tables(cur, self._without_unseen_tables(cur, plan))
             self._apply_steps(cur, plan, skip)
             control.record_table_counts(cur, self.control_schema, self.connector.name, table_counts(plan))

@@ -22,6 +22,7 @@ from cdc_pipeline.convert.ddl import DROP_DATABASE, DdlChange, changes_from_sche
 from cdc_pipeline.decode.events import (
     DATA_CHANGE,
     OTHER,
+    TRANSACTION,
     SCHEMA_CHANGE,
     TRUNCATE,
     EventRef,
@@ -154,7 +155,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             steps.append(segment)
 
     for ref in parsed.refs:
-        if is_heartbeat(connector, ref):
+        if is_heartbeat(connector, ref) or ref.kind == TRANSACTION:
+            # A transaction's BEGIN and END records only say where its changes start and end (`fetch_phases`).
             continue
         change = (ref.op, ref.source_table) if ref.kind == DATA_CHANGE else None
         if redelivered(ref.offset, change) or _read_by_bulk_snapshot(ref, snapshot_positions):
@@ -247,7 +249,7 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     steps.extend(step for table, step in snapshot_steps.items() if table not in placed_snapshot_steps)
     if counts.redelivered:
         log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
-    last_ref = parsed.refs[-1] if parsed.refs else None
+    last_ref = next((ref for ref in reversed(parsed.refs) if ref.kind != TRANSACTION), None)
     return BatchPlan(parsed, steps, counts, last_ref, retired_positions, redelivered_seqs)
 
 

@@ -15,6 +15,11 @@ changing) and never locks a target.
 Staged rows are committed by the tasks before the merge reads them, outside the batch's transaction, so they are
 scratch: the staging table is emptied when a session first uses it and again before each batch, and a crashed
 run's rows are never merged. The data and the applied position still commit together, in the batch's transaction.
+
+While a destination transaction spans groups (`cycle.TransactionSpan`) it holds the staging table read until its
+commit: the table is then `held` and neither emptied nor altered (a TRUNCATE or ALTER on the staging connection
+would wait for that transaction for ever). Step numbers keep each merge to its own rows; a step wider than the
+table goes to a new staging table (`<name>_<n>`), and the tables left behind are dropped at the next emptying.
 """
 
 from __future__ import annotations
@@ -51,8 +56,12 @@ class ExecutorStaging:
         self.control_schema = control_schema
         self.connector = connector
         digest = hashlib.sha256(json.dumps([connector]).encode()).hexdigest()[:24]
-        self._name = f"_stage_{digest}"
+        self._base = f"_stage_{digest}"
+        self._name = self._base
         self.table = sql.Identifier(control_schema, self._name)
+        self.held = False  # a spanning destination transaction read the table: no TRUNCATE, no ALTER now
+        self._generation = 0  # the staging tables made in this session beside the first (`held`)
+        self._retired: list[sql.Identifier] = []  # staging tables left behind, dropped at the next emptying
         self._conn: psycopg.Connection | None = None
         self._width = 0  # value columns the table has had this session (0: not yet made and emptied)
         self._written = False  # written since it was last emptied
@@ -76,7 +85,17 @@ class ExecutorStaging:
         if width <= self._width and self._width:
             return
         statements = []
+        if self._width and self.held:
+            # A spanning transaction holds the table read: the wider step goes to a new one.
+            self._retired.append(self.table)
+            self._generation += 1
+            self._name = f"{self._base}_{self._generation}"
+            self.table = sql.Identifier(self.control_schema, self._name)
+            width, self._width = max(width, self._width), 0
         if not self._width:
+            if not self._generation:
+                statements += [sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.control_schema, name))
+                               for name in self._leftovers()]
             header = [sql.SQL("{} bigint NOT NULL").format(sql.Identifier(STEP)),
                       sql.SQL("{} integer NOT NULL").format(sql.Identifier(PARTITION)),
                       sql.SQL("{} text NOT NULL").format(sql.Identifier(OP)),
@@ -151,13 +170,26 @@ class ExecutorStaging:
         counts = [int(count) for count in str(writer.stagedCounts()).split(",")]
         return list(zip(numbers, counts))
 
+    def _leftovers(self) -> list[str]:
+        """The staging tables an earlier session of the connector made beside its first (`held`) and left."""
+        rows = self._connection().execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname ~ %s",
+            (self.control_schema, f"^{self._base}_[0-9]+$")).fetchall()
+        return [row[0] for row in rows]
+
     def clear(self) -> None:
-        """Empties the staging table if it was written since the last time; between batches only (a batch's
-        transaction that read it would hold the TRUNCATE up)."""
-        if not self._written:
+        """Empties the staging table if it was written since the last time, and drops the tables left behind;
+        between batches only (a batch's transaction that read it would hold the TRUNCATE up), and not while
+        `held`."""
+        if self.held or not (self._written or self._retired):
             return
-        self._connection().execute(sql.SQL("TRUNCATE {}").format(self.table))
+        statements = [sql.SQL("DROP TABLE IF EXISTS {}").format(table) for table in self._retired]
+        if self._written:
+            statements.append(sql.SQL("TRUNCATE {}").format(self.table))
+        self._connection().execute(sql.SQL("; ").join(statements))
         self._written = False
+        self._retired = []
 
     def close(self, jvm: Any = None) -> None:
         """Empties the staging table and closes the session's connection; with the driver's `jvm`, also the
@@ -168,6 +200,7 @@ class ExecutorStaging:
             except Py4JError as exc:  # a JVM already gone has closed them
                 log.debug("%s: could not close the tasks' idle connections: %s", self.connector, exc)
         if self._conn is not None:
+            self.held = False
             try:
                 if not self._conn.closed and not self._conn.broken:
                     self.clear()

@@ -65,3 +65,51 @@ def test_a_statement_is_never_split_even_past_the_byte_bound():
     rest = _batch(2, 4, 300, 6)
     rest.index[0]["offset"] = dict(second.last_offset or {})
     assert _groups(cycle, [first, second, rest, _batch(3, 4, 400, 1)]) == [[0], [1, 2], [3]]
+
+
+def _in_transaction(batch: FetchedBatch, begins: bool = False, ends: bool = False) -> FetchedBatch:
+    """The batch with a source transaction's BEGIN record before its events and/or its END after them."""
+    offset = batch.index[0]["offset"]
+    if begins:
+        batch.index.insert(0, {"seq": batch.index[0]["seq"] - 1, "kind": "transaction", "status": "BEGIN",
+                               "id": "t", "offset": offset})
+    if ends:
+        batch.index.append({"seq": batch.index[-1]["seq"] + 1, "kind": "transaction", "status": "END", "id": "t",
+                            "event_count": 0, "offset": batch.last_offset})
+    return batch
+
+
+def test_a_group_closes_at_its_last_source_commit_and_the_open_transaction_goes_on_in_the_next():
+    cycle = _cycle(batch_size=4, apply_batch_events=12)
+    batches = [_batch(0, 4, 0),  # the first group: one runner batch
+               _in_transaction(_batch(1, 4, 10), begins=True, ends=True),
+               _in_transaction(_batch(2, 4, 20), begins=True),  # a transaction that goes on ...
+               _batch(3, 4, 30),  # ... past the group's bound (12 events) ...
+               _in_transaction(_batch(4, 4, 40), ends=True)]  # ... and ends here
+    # Not [1, 2, 3] then [4]: that would commit half of the transaction 2-4.
+    assert _groups(cycle, batches) == [[0], [1], [2, 3, 4]]
+
+
+def test_a_group_all_inside_one_transaction_goes_whole_and_says_the_transaction_is_open():
+    cycle = _cycle(batch_size=4, apply_batch_events=8)
+    batches = [_in_transaction(_batch(0, 4, 0), begins=True), _batch(1, 4, 10), _batch(2, 4, 20),
+               _batch(3, 4, 30), _in_transaction(_batch(4, 4, 40), ends=True), _batch(5, 4, 50)]
+    groups = [closed for batch in batches if (closed := cycle._add(batch, 0.0)) is not None]
+    groups.append(cycle._take_group())
+    assert [[batch.batch_id for batch in group] for group in groups] == [[0], [1, 2], [3, 4], [5]]
+    # The first two groups are parts of a transaction that spans groups; the third ends it.
+    assert [group[-1].transaction_open for group in groups] == [True, True, False, False]
+    assert [batch.transaction_open for batch in groups[2]] == [True, False]
+
+
+def test_a_rest_that_cannot_take_the_next_batch_goes_whole_with_the_group():
+    cycle = _cycle(batch_size=4, apply_batch_events=12)
+    batches = [_batch(0, 4, 0), _in_transaction(_batch(1, 4, 10), begins=True, ends=True),
+               _in_transaction(_batch(2, 4, 20), begins=True), _batch(3, 4, 30), _batch(4, 8, 40),
+               _batch(5, 4, 50), _in_transaction(_batch(6, 4, 60), ends=True)]
+    # Cut at batch 1's commit, the rest (2, 3) and 4 would be 16 events: [1, 2, 3] goes whole, and the transaction
+    # spans the groups after it up to its END.
+    groups = [closed for batch in batches if (closed := cycle._add(batch, 0.0)) is not None]
+    groups.append(cycle._take_group())
+    assert [[batch.batch_id for batch in group] for group in groups] == [[0], [1, 2, 3], [4, 5], [6]]
+    assert [group[-1].transaction_open for group in groups] == [False, True, True, False]

@@ -35,13 +35,19 @@ import io.debezium.engine.RecordChangeEvent;
  * batch larger than the bound goes through alone). With Debezium's own queue bounded by bytes
  * (`max.queue.size.in.bytes`), a stream of multi-MB values holds a bounded heap whatever the counts allow.
  *
- * A batch of heartbeats only (Debezium's heartbeat topic, and the table its heartbeat writes to) that arrives while
+ * An engine batch that ends inside a source transaction whose END marker (`provide.transaction.metadata`) it also
+ * holds is cut after that END: a group closes only at a source commit, and only between two batches.
+ *
+ * A batch of heartbeats only (Debezium's heartbeat topic, and the table its heartbeat writes to, with the BEGIN and
+ * END records of that write's transaction) that arrives while
  * no batch is queued or in flight is committed here at once and never handed over: it carries no data, and
  * committing its offset is what confirms a PostgreSQL slot past the WAL of tables the connector does not capture.
  */
 final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEvent<SourceRecord>> {
     private final BlockingQueue<ChangeBatch> queue;
     private final Map<Long, ChangeBatch> inFlight = new LinkedHashMap<>();
+    /** Batches in flight whose rows and bytes' hold were let go (`release`). */
+    private final Set<Long> released = new java.util.HashSet<>();
     private final EventSerializer serializer = new EventSerializer();
     private final Set<String> heartbeatTopics;
     private final boolean keepRecords;
@@ -113,6 +119,33 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private void enqueueStreamed(List<RecordChangeEvent<SourceRecord>> records,
                                  DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
             throws InterruptedException {
+        int end = afterLastTransactionEnd(records);
+        if (end > 0 && end < records.size()) {
+            enqueueCut(records.subList(0, end), committer);
+            enqueueCut(records.subList(end, records.size()), committer);
+        }
+        else {
+            enqueueCut(records, committer);
+        }
+    }
+
+    /**
+     * The index after the last source transaction's END marker in `records`, or -1 when there is none: an engine
+     * batch that ends inside a transaction is cut there, so a group can close at that commit, which falls between
+     * two batches.
+     */
+    static int afterLastTransactionEnd(List<RecordChangeEvent<SourceRecord>> records) {
+        for (int i = records.size() - 1; i >= 0; i--) {
+            if (EventSerializer.isTransactionEnd(records.get(i).record())) {
+                return i + 1;
+            }
+        }
+        return -1;
+    }
+
+    private void enqueueCut(List<RecordChangeEvent<SourceRecord>> records,
+                            DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer)
+            throws InterruptedException {
         int tail = sharedOffsetTail(records);
         if (tail > 0) {
             enqueue(records.subList(0, tail), committer);
@@ -134,7 +167,8 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             return -1;
         }
         int start = last;
-        while (start > 0 && end.sourceOffset().equals(records.get(start - 1).record().sourceOffset())) {
+        Map<String, ?> offset = EventSerializer.publicOffset(end.sourceOffset());
+        while (start > 0 && offset.equals(EventSerializer.publicOffset(records.get(start - 1).record().sourceOffset()))) {
             start--;
         }
         return start > 0 && start < last ? start : -1;
@@ -210,19 +244,53 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         batch.markProcessed();
         synchronized (this) {
             outstanding--;
-            heldBytes -= batch.bytes();
+            if (!released.remove(batchId)) {
+                heldBytes -= batch.bytes();
+            }
             notifyAll();
         }
         return batch.size();
     }
 
+    /**
+     * Lets go of an in-flight batch's rows and of its bytes' hold, the batch staying in flight (its offset is
+     * committed by `complete`, later): the part of a source transaction that spans groups, applied in a destination
+     * transaction still open. The engine may then hand over the next batches of that transaction.
+     */
+    synchronized void release(long batchId) {
+        ChangeBatch batch = inFlight.get(batchId);
+        if (batch == null) {
+            throw new IllegalArgumentException("batch " + batchId + " is not in flight (already complete, or never popped)");
+        }
+        if (released.add(batchId)) {
+            batch.releaseRows();
+            heldBytes -= batch.bytes();
+            notifyAll();
+        }
+    }
+
+    /**
+     * Whether the records are heartbeats only: of the heartbeat topics, or the BEGIN and END records of the
+     * transactions of a heartbeat table's writes (PostgreSQL's), at least one a heartbeat, and the last not a BEGIN
+     * (whose changes, in the next batch, may be data).
+     */
     private boolean heartbeatsOnly(List<RecordChangeEvent<SourceRecord>> records) {
+        boolean heartbeat = false;
         for (RecordChangeEvent<SourceRecord> record : records) {
-            if (!heartbeatTopics.contains(record.record().topic())) {
+            if (heartbeatTopics.contains(record.record().topic())) {
+                heartbeat = true;
+            }
+            else if (!isTransactionMarker(record.record())) {
                 return false;
             }
         }
-        return true;
+        SourceRecord last = records.get(records.size() - 1).record();
+        return heartbeat && !(isTransactionMarker(last) && !EventSerializer.isTransactionEnd(last));
+    }
+
+    private static boolean isTransactionMarker(SourceRecord record) {
+        return record.value() instanceof org.apache.kafka.connect.data.Struct && record.valueSchema() != null
+                && EventSerializer.isTransactionMarker(record.valueSchema());
     }
 
     synchronized long heartbeatsCommitted() {

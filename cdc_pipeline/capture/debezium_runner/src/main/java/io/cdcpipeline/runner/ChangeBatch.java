@@ -46,7 +46,8 @@ public final class ChangeBatch {
     private final DebeziumEngine.RecordCommitter<RecordChangeEvent<SourceRecord>> committer;
     private final EventSerializer serializer;
     private final long firstSeq;
-    private final List<UnsafeRow> dataRows;
+    /** Emptied once the pipeline let go of them before the batch is complete (`releaseRows`). */
+    private volatile List<UnsafeRow> dataRows;
     /** The index entries of the events, as one JSON array in the same order (see EventSerializer#indexEntry). */
     private final String index;
     /** A JSON object from schema id to the value schema, for the ids these events use. */
@@ -104,7 +105,7 @@ public final class ChangeBatch {
         this.index = indexJson.append(']').toString();
         // Records kept whole weigh about what their rows do.
         this.bytes = rowBytes * (keepRecords ? 2 : 1) + index.length() + schemas.length();
-        this.lastOffset = last == null ? "null" : serializer.json(last.sourceOffset());
+        this.lastOffset = last == null ? "null" : serializer.json(EventSerializer.publicOffset(last.sourceOffset()));
         this.lastPartition = last == null ? "null" : serializer.json(last.sourcePartition());
         if (!keepRecords) {
             dropImages(this.records);
@@ -193,6 +194,14 @@ public final class ChangeBatch {
      */
     public List<UnsafeRow> dataRows() {
         return dataRows;
+    }
+
+    /**
+     * Lets go of the rows of a batch applied but not yet complete (a part of a source transaction that spans groups,
+     * whose destination transaction is still open): what it kept to commit its offset stays.
+     */
+    void releaseRows() {
+        dataRows = Collections.emptyList();
     }
 
     /** The type of {@link #dataRows}. */

@@ -88,7 +88,8 @@ public final class DebeziumRunner {
                             throws InterruptedException {
                         batches.handleBatch(records, committer);
                         if (!records.isEmpty()) {
-                            receivedOffset = records.get(records.size() - 1).record().sourceOffset();
+                            receivedOffset = EventSerializer.publicOffset(
+                                    records.get(records.size() - 1).record().sourceOffset());
                         }
                     }
 
@@ -114,6 +115,14 @@ public final class DebeziumRunner {
     /** Marks every record of the batch processed, so the engine's offset moves past it. */
     public int markBatchComplete(long batchId) throws InterruptedException {
         return batches.complete(batchId);
+    }
+
+    /**
+     * Lets go of an applied batch's rows and of its bytes' hold while it stays in flight, not complete: a part of a
+     * source transaction whose destination transaction spans groups and is committed with a later batch.
+     */
+    public void releaseBatch(long batchId) {
+        batches.release(batchId);
     }
 
     public synchronized void stop(long timeoutMs) throws Exception {

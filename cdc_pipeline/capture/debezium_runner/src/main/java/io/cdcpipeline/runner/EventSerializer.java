@@ -63,6 +63,13 @@ final class EventSerializer {
     static final String KIND_SCHEMA_CHANGE = "schema_change";
     static final String KIND_TRUNCATE = "truncate";
     static final String KIND_OTHER = "other";
+    /**
+     * A source transaction's BEGIN or END marker (`provide.transaction.metadata`): its entry holds `status` and the
+     * transaction's `id` (and, for an END, its `event_count`).
+     */
+    static final String KIND_TRANSACTION = "transaction";
+    /** The offset keys Debezium's transaction metadata adds (the transaction's id, each table's order in it). */
+    private static final String TRANSACTION_OFFSET_PREFIX = "transaction_";
     private static final Set<String> DATA_OPS = Set.of("c", "r", "u", "d");
     private static final Set<String> UNINDEXED_SOURCE_FIELDS = Set.of("version", "connector", "name", "ts_us", "ts_ns");
     /** The row of a data change that Spark reads: what parsing its JSON line with the pipeline's fixed schema gives. */
@@ -260,7 +267,7 @@ final class EventSerializer {
                 .append(",\"key\":").append(payload(record.topic(), record.keySchema(), record.key()))
                 .append(",\"value\":").append(payload(record.topic(), record.valueSchema(), record.value()))
                 .append(",\"partition\":").append(json(record.sourcePartition()))
-                .append(",\"offset\":").append(json(record.sourceOffset()))
+                .append(",\"offset\":").append(json(publicOffset(record.sourceOffset())))
                 .append('}');
         return out.toString();
     }
@@ -300,7 +307,17 @@ final class EventSerializer {
         entry.put("seq", seq);
         String kind = KIND_OTHER;
         Schema schema = record.valueSchema();
-        if (record.value() instanceof Struct && schema != null && schema.type() == Schema.Type.STRUCT) {
+        if (record.value() instanceof Struct && schema != null && isTransactionMarker(schema)) {
+            Struct value = (Struct) record.value();
+            kind = KIND_TRANSACTION;
+            entry.put("status", value.getString("status"));
+            entry.put("id", value.getString("id"));
+            Object count = value.get("event_count");
+            if (count != null) {
+                entry.put("event_count", ((Number) count).longValue());
+            }
+        }
+        else if (record.value() instanceof Struct && schema != null && schema.type() == Schema.Type.STRUCT) {
             Struct value = (Struct) record.value();
             entry.put("schema", schemaId(schema, record.keySchema()));
             Struct source = schema.field("source") == null ? null : value.getStruct("source");
@@ -331,8 +348,52 @@ final class EventSerializer {
             }
         }
         entry.put("kind", kind);
-        entry.set("offset", mapper.valueToTree(record.sourceOffset()));
+        entry.set("offset", mapper.valueToTree(publicOffset(record.sourceOffset())));
         return entry;
+    }
+
+    /**
+     * Whether a value schema is Debezium's transaction metadata (the BEGIN and END records of
+     * `provide.transaction.metadata`): status, id and event_count, and neither an op nor a source block.
+     */
+    static boolean isTransactionMarker(Schema schema) {
+        return schema.type() == Schema.Type.STRUCT && schema.field("status") != null && schema.field("id") != null
+                && schema.field("event_count") != null && schema.field("op") == null && schema.field("source") == null;
+    }
+
+    /**
+     * A source offset without the keys transaction metadata adds to it (`transaction_id`, each table's order in the
+     * transaction): the position the pipeline compares, records, and hands to a `set offset`. Two records of one
+     * statement then share one offset again, as they do without the metadata. The same map when it has none.
+     */
+    static Map<String, ?> publicOffset(Map<String, ?> offset) {
+        if (offset == null) {
+            return null;
+        }
+        boolean has = false;
+        for (String key : offset.keySet()) {
+            if (key.startsWith(TRANSACTION_OFFSET_PREFIX)) {
+                has = true;
+                break;
+            }
+        }
+        if (!has) {
+            return offset;
+        }
+        Map<String, Object> kept = new java.util.LinkedHashMap<>();
+        for (Map.Entry<String, ?> item : offset.entrySet()) {
+            if (!item.getKey().startsWith(TRANSACTION_OFFSET_PREFIX)) {
+                kept.put(item.getKey(), item.getValue());
+            }
+        }
+        return kept;
+    }
+
+    /** Whether a record is a source transaction's END marker. */
+    static boolean isTransactionEnd(SourceRecord record) {
+        Schema schema = record.valueSchema();
+        return record.value() instanceof Struct && schema != null && isTransactionMarker(schema)
+                && "END".equals(((Struct) record.value()).getString("status"));
     }
 
     private ObjectNode sourceNode(Struct source) {
