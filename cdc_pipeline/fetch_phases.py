@@ -36,7 +36,8 @@ from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.decode.events import pg_record_follows, same_stream_position, transaction_open_after
+from cdc_pipeline.decode.events import (OTHER, TRANSACTION, TRANSACTION_OPEN, pg_record_follows,
+                                         same_stream_position, transaction_state_after)
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
 
@@ -92,7 +93,8 @@ class FetchCycle:
         # PostgreSQL: the last change fetched, which may share its LSN with changes still to come, and since when
         # the stream waits for a record past it (`_await_past_open_change`).
         self.open_change: tuple[dict[str, Any] | None, float] | None = None
-        self.open_transaction = False  # a source transaction is open after the last batch fetched (no END yet)
+        # Where the stream stands after the last batch fetched (`events.transaction_state_after`).
+        self.transaction_state = ""
         # Since when the stream, drained, waits for more of the open transaction (`_await_transaction_end`).
         self.transaction_wait: float | None = None
 
@@ -413,6 +415,11 @@ class FetchCycle:
                 f"{self.runner.state}): the changes that share its LSN cannot be told complete, so the group it ends "
                 "is not applied; the next run fetches it again", connector=self.connector.name, position=last)
 
+    @property
+    def open_transaction(self) -> bool:
+        """Whether a source transaction with changes is open after the last batch fetched (its END not yet)."""
+        return self.transaction_state == TRANSACTION_OPEN
+
     def _await_transaction_end(self, now: float) -> None:
         """The stream waits for the rest of the source transaction open after its last batch. Fails the run, the
         transaction's groups rolled back, when the engine stops or hands over nothing more of it for
@@ -499,9 +506,10 @@ class FetchCycle:
         # The open group's last batch, when there is one, is the last batch fetched.
         follows = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
         continues = bool(self.group) and follows
-        batch.transaction_open = transaction_open_after(batch.index, self.open_transaction)
-        self.open_transaction = batch.transaction_open
-        self.transaction_wait = None
+        self.transaction_state = transaction_state_after(batch.index, self.transaction_state)
+        batch.transaction_open = self.open_transaction
+        if not self._heartbeats_only(batch):
+            self.transaction_wait = None
         if self.group and self._over_bounds(self.group_events, self.group_bytes, batch) and not continues:
             # Closed at its last source commit, the batches after it going on with this one, unless those would not
             # fit either (or it has none: all inside one transaction): then whole, a part of a spanning transaction.
@@ -513,11 +521,20 @@ class FetchCycle:
         self.group.append(batch)
         self.group_events += batch.size
         self.group_bytes += batch.bytes
-        self.events += batch.size
+        # A transaction's BEGIN and END records are no events of the run's budget (nor of what it says it fetched).
+        self.events += batch.size - sum(1 for entry in batch.index if entry.get("kind") == TRANSACTION)
         self.last_batch_at = now
         self.last_offset = batch.last_offset
         self.last_continued, self.last_fetched = follows, batch
         return closed
+
+    def _heartbeats_only(self, batch: FetchedBatch) -> bool:
+        """Whether the batch holds only heartbeats (Debezium's records with neither op nor table, and PostgreSQL's
+        heartbeat table's writes with their BEGIN and END): no sign that an open transaction goes on."""
+        heartbeat_table = getattr(self.connector, "heartbeat_table", None)
+        beats = [entry for entry in batch.index if entry.get("kind") != TRANSACTION]
+        return bool(beats) and all(entry.get("kind") == OTHER or entry.get("table") == heartbeat_table
+                                   for entry in beats)
 
     def _over_bounds(self, events: int, size: int, batch: FetchedBatch) -> bool:
         """Whether a group of `events` and `size` bytes would pass its bounds with `batch` (a run's first group holds

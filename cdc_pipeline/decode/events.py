@@ -280,14 +280,25 @@ def public_offset(offset: dict[str, Any] | None) -> dict[str, Any] | None:
     return {key: value for key, value in offset.items() if not key.startswith(_TRANSACTION_OFFSET_PREFIX)}
 
 
-def transaction_open_after(entries: list[dict[str, Any]], open_before: bool) -> bool:
-    """Whether a source transaction is open after these index entries (in stream order), given whether one was
-    before them: its BEGIN came and its END did not. A snapshot's records, heartbeats and schema changes carry no
-    markers and leave it as it was."""
-    for entry in reversed(entries):
-        if entry.get("kind") == TRANSACTION:
-            return entry.get("status") == BEGIN
-    return open_before
+TRANSACTION_BEGUN, TRANSACTION_OPEN = "begun", "open"  # `transaction_state_after`; "" when none
+
+
+def transaction_state_after(entries: list[dict[str, Any]], state: str) -> str:
+    """Where the stream stands after these index entries (in stream order), given where it stood before them: inside
+    a source transaction that has changes (TRANSACTION_OPEN: its BEGIN and a streamed row change came, its END did
+    not), after a BEGIN only (TRANSACTION_BEGUN: Debezium also gives one before a MySQL DDL, whose END comes only
+    with the next transaction's BEGIN), or outside any (""). A schema change ends a transaction (MySQL's DDL
+    commits implicitly; no other source's schema change is inside one); a snapshot's reads, heartbeats and changes
+    seen without their BEGIN leave the state as it was."""
+    for entry in entries:
+        kind = entry.get("kind")
+        if kind == TRANSACTION:
+            state = TRANSACTION_BEGUN if entry.get("status") == BEGIN else ""
+        elif kind == SCHEMA_CHANGE:
+            state = ""
+        elif kind == DATA_CHANGE and state and entry.get("op") in STREAMED_OPS:
+            state = TRANSACTION_OPEN
+    return state
 
 
 def index_entry_of(ref: EventRef) -> dict[str, Any]:

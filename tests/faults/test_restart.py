@@ -62,8 +62,11 @@ def test_run_killed_mid_stream_is_completed_by_the_next_run(pipeline):
     assert (stats["inserts"], stats["updates"], stats["deletes"]) == (
         inserts + late + logged, doubled + log_updates, deleted + log_deletes), "every change is counted once"
     assert stats["events"] - baseline["events"] == stream_events
-    # Each group is marked complete once committed: a kill right after a commit may come before its marking.
-    assert 0 <= stats["redelivered"] - baseline["redelivered"] <= 10_000, "at most the group in flight came again"
+    # Each destination transaction is marked complete once committed: a kill right after a commit may come before
+    # its marking. It is a group, or the groups of one source transaction larger than a group (the 26,000-row
+    # INSERT spans three), which are committed as one.
+    assert 0 <= stats["redelivered"] - baseline["redelivered"] <= max(10_000, inserts), \
+        "at most the destination transaction in flight came again"
     _assert_ended_cleanly(pipeline)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
-from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE
+from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRANSACTION
 from tests.helpers.scripted_source import ScriptedPipeline, new_scripted_pipeline, sqlserver_column
 
 pytestmark = pytest.mark.integration
@@ -22,9 +22,10 @@ SQLSERVER_ITEMS = [sqlserver_column("id", "int", 10, 0, optional=False), sqlserv
 SQLSERVER_NOTES = [sqlserver_column("note", "varchar", 50)]
 
 
-def fetched(pipe: ScriptedPipeline, spark) -> list[dict[str, Any]]:
+def fetched(pipe: ScriptedPipeline, spark, markers: bool = False) -> list[dict[str, Any]]:
     """The index entries the runner's EventSerializer made of everything one fetch cycle pops (after the script is
-    written); each batch is marked complete, which stores its offset as a run does."""
+    written), a transaction's BEGIN and END records only with `markers`; each batch is marked complete, which
+    stores its offset as a run does."""
     pipe.script.write()
     config = load_config()
     entries = []
@@ -33,14 +34,34 @@ def fetched(pipe: ScriptedPipeline, spark) -> list[dict[str, Any]]:
             for batch in group:
                 entries.extend(batch.index)
                 session.runner.mark_complete(batch.batch_id)
-    return entries
+    return [entry for entry in entries if markers or entry["kind"] != TRANSACTION]
 
 
 def changes(entries: list[dict[str, Any]]) -> list[tuple]:
-    """Each entry as (kind, table, op or the schema change's type)."""
+    """Each entry but a transaction's BEGIN and END as (kind, table, op or the schema change's type)."""
     return [(entry["kind"], entry["source"]["table"],
              entry["op"] if entry["kind"] == DATA_CHANGE else entry["change"]["tableChanges"][0]["type"])
             for entry in entries]
+
+
+def transactions(entries: list[dict[str, Any]]) -> list[int]:
+    """The data changes of each source transaction, as its BEGIN and END records bracket them; asserts that every
+    data change is inside one and that each END counts its transaction's changes."""
+    sizes: list[int] = []
+    open_changes: int | None = None
+    for entry in entries:
+        if entry["kind"] == TRANSACTION and entry["status"] == "BEGIN":
+            assert open_changes is None, f"a BEGIN inside a transaction: {entry}"
+            open_changes = 0
+        elif entry["kind"] == TRANSACTION:
+            assert open_changes is not None and entry["event_count"] == open_changes, entry
+            sizes.append(open_changes)
+            open_changes = None
+        elif entry["kind"] == DATA_CHANGE:
+            assert open_changes is not None, f"a change outside any transaction: {entry}"
+            open_changes += 1
+    assert open_changes is None, "the last transaction has its END"
+    return sizes
 
 
 def sqlserver_changes(script) -> None:
@@ -58,7 +79,10 @@ def test_sqlserver_events_are_the_connectors_and_a_run_resumes_after_its_offset(
                                                                                   monkeypatch):
     pipe = new_scripted_pipeline("sqlserver", destination_pg, tmp_path, monkeypatch, tables=["dbo.items", "dbo.notes"])
     sqlserver_changes(pipe.script)
-    entries = fetched(pipe, spark)
+    bracketed = fetched(pipe, spark, markers=True)
+    # The script's transaction of two inserts, then one change each, as the connector brackets them.
+    assert transactions(bracketed) == [2, 1, 1, 1]
+    entries = [entry for entry in bracketed if entry["kind"] != TRANSACTION]
     assert changes(entries) == [(SCHEMA_CHANGE, "items", "CREATE"), (SCHEMA_CHANGE, "notes", "CREATE"),
                                 (DATA_CHANGE, "items", "c"), (DATA_CHANGE, "notes", "c"), (DATA_CHANGE, "items", "c"),
                                 (DATA_CHANGE, "items", "u"), (DATA_CHANGE, "items", "d")]
@@ -106,7 +130,10 @@ def test_oracle_events_are_the_connectors_and_a_run_resumes_after_its_offset(des
     pipe = new_scripted_pipeline("oracle", destination_pg, tmp_path, monkeypatch,
                                  tables=["DEBEZIUM.ITEMS", "DEBEZIUM.NOTES"])
     oracle_changes(pipe.script)
-    entries = fetched(pipe, spark)
+    bracketed = fetched(pipe, spark, markers=True)
+    # The script's transaction of two inserts, then one change each, as the connector brackets them.
+    assert transactions(bracketed) == [2, 1, 1, 1]
+    entries = [entry for entry in bracketed if entry["kind"] != TRANSACTION]
     assert changes(entries) == [(SCHEMA_CHANGE, "ITEMS", "CREATE"), (SCHEMA_CHANGE, "NOTES", "CREATE"),
                                 (DATA_CHANGE, "ITEMS", "c"), (DATA_CHANGE, "NOTES", "c"), (DATA_CHANGE, "ITEMS", "c"),
                                 (DATA_CHANGE, "ITEMS", "u"), (DATA_CHANGE, "ITEMS", "d")]

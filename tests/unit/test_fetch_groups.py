@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.decode.events import transaction_state_after
 from cdc_pipeline.fetch_phases import FetchCycle
 
 
@@ -18,8 +21,8 @@ def _cycle(batch_size: int, apply_batch_events: int, apply_batch_mb: int = 64) -
 def _batch(number: int, size: int, pos: int, mb: float = 0.0) -> FetchedBatch:
     """A streamed batch of `size` events of one statement each, at binlog positions from `pos`, its rows holding
     `mb` MB."""
-    index = [{"seq": number * 1000 + n, "offset": {"file": "bin.000001", "pos": pos + n, "row": 0}}
-             for n in range(size)]
+    index = [{"seq": number * 1000 + n, "kind": "data_change", "op": "u",
+              "offset": {"file": "bin.000001", "pos": pos + n, "row": 0}} for n in range(size)]
     return FetchedBatch(batch_id=number, size=size, java_batch=None, schemas={}, last_offset=index[-1]["offset"],
                         last_partition=None, index=index, bytes=int(mb * (1 << 20)))
 
@@ -113,3 +116,20 @@ def test_a_rest_that_cannot_take_the_next_batch_goes_whole_with_the_group():
     groups.append(cycle._take_group())
     assert [[batch.batch_id for batch in group] for group in groups] == [[0], [1, 2, 3], [4, 5], [6]]
     assert [group[-1].transaction_open for group in groups] == [False, True, True, False]
+
+
+@pytest.mark.parametrize("kinds, before, after", [
+    ([("transaction", "BEGIN"), ("data_change", "u")], "", "open"),
+    ([("transaction", "BEGIN"), ("data_change", "u"), ("transaction", "END")], "", ""),
+    # Debezium's MySQL connector gives a BEGIN before a DDL, and its END only with the next transaction's BEGIN.
+    ([("transaction", "BEGIN"), ("schema_change", None)], "", ""),
+    ([("transaction", "BEGIN")], "", "begun"),
+    ([("data_change", "u")], "begun", "open"),
+    ([("data_change", "r")], "begun", "begun"),  # a snapshot's read is in no transaction
+    ([("data_change", "c")], "", ""),  # a change seen without its BEGIN
+    ([("other", None)], "open", "open"),  # a heartbeat
+])
+def test_where_the_stream_stands_after_a_transactions_records(kinds, before, after):
+    entries = [{"kind": kind, "status": status} if kind == "transaction" else {"kind": kind, "op": status}
+               for kind, status in kinds]
+    assert transaction_state_after(entries, before) == after

@@ -284,4 +284,9 @@ final class OracleScript extends ScriptedSource<OraclePartition> {
             return CharacterSet.make(CharacterSet.AL16UTF16_CHARSET);
         }
     }
+
+    @Override
+    Object transactionOf(JsonNode step) {
+        return step.has("redo") ? txid(step) : null;
+    }
 }

@@ -83,6 +83,14 @@ abstract class ScriptedSource<P extends Partition> {
     abstract void close();
 
     /**
+     * The source transaction whose change the step is (its commit LSN, its transaction id), or null for a step that
+     * is no data change: after the last step of a transaction the replay dispatches its commit, as the connector's
+     * streaming source does once the transaction ended, which gives its END record under
+     * {@code provide.transaction.metadata}.
+     */
+    abstract Object transactionOf(JsonNode step);
+
+    /**
      * Decides where the replay starts: after the last step the stored offset covers, less {@code redeliver} steps.
      * Without re-delivery the connector goes on from its stored offset, and the schema steps before it only rebuild
      * the in-memory schema. With re-delivery it is a connector restarted from an older offset: a new offset context
@@ -143,6 +151,11 @@ abstract class ScriptedSource<P extends Partition> {
         for (int index = firstPlayed; index < steps.size(); index++) {
             try {
                 play(index, true);
+                Object transaction = transactionOf(steps.get(index));
+                if (transaction != null && (index + 1 == steps.size()
+                        || !transaction.equals(transactionOf(steps.get(index + 1))))) {
+                    dispatcher.dispatchTransactionCommittedEvent(partition(), offsetContext(), changeTime(steps.get(index)));
+                }
             }
             catch (RuntimeException e) {
                 throw new DebeziumException("scripted " + getClass().getSimpleName() + " of connector '" + name

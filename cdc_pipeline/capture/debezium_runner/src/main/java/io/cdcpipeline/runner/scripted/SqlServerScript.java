@@ -217,4 +217,9 @@ final class SqlServerScript extends ScriptedSource<SqlServerPartition> {
         });
         return data;
     }
+
+    @Override
+    Object transactionOf(JsonNode step) {
+        return step.has("op") && step.hasNonNull("commit_lsn") ? step.get("commit_lsn").asText() : null;
+    }
 }
