@@ -24,7 +24,7 @@ from dagster import (
 )
 
 from assets.source_assets import source_keys
-from cdc_pipeline import cycle
+from cdc_pipeline import control, cycle
 from cdc_pipeline.config import ConnectorConfig, PipelineConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, read_replicated_tables, read_table_status
@@ -101,10 +101,22 @@ def connector_metadata(session: cycle.ConnectorSession, summary: dict[str, Any])
         metadata[f"{prefix}/rows_done"] = MetadataValue.int(int(table["rows_done"]))
         metadata[f"{prefix}/rows_total"] = MetadataValue.int(int(table["rows_total"]))
         metadata[f"{prefix}/rows_per_second"] = MetadataValue.float(float(table["rows_per_second"]))
+    assert session.conn is not None
+    consistent = control.consistent_as_of(session.conn, session.destination.control_schema, session.connector.name)
+    if consistent is not None:
+        metadata.update(consistency_metadata(consistent))
     slot = session.source_slot()
     if slot is not None:
         # A PostgreSQL source keeps the WAL after the slot's position: plotted, so that a growing one shows.
         metadata["source_slot/retained_wal_mb"] = MetadataValue.float(round(slot["retained_wal_bytes"] / 2**20, 1))
+    return metadata
+
+
+def consistency_metadata(consistent: dict[str, Any]) -> dict[str, Any]:
+    """The source commit the destination is consistent as of (`control.consistent_as_of`), as metadata."""
+    metadata: dict[str, Any] = {"consistent_as_of": MetadataValue.json(consistent["position"])}
+    if consistent["source_time"] is not None:
+        metadata["consistent_as_of_source_time"] = MetadataValue.timestamp(consistent["source_time"])
     return metadata
 
 
@@ -128,12 +140,18 @@ def cycle_materializations(session: cycle.ConnectorSession, summary: dict[str, A
     for source_table in sorted((set(changes.tables()) | set(loading) | set(also)) & set(replicated)):
         touched.setdefault(replicated[source_table], []).append(source_table)
     status = read_table_status(session.conn, schema, name, touched)
+    consistent_as = control.consistent_as_of(session.conn, schema, name)
     for table, source_tables in touched.items():
         counts = Counter()
         for source_table in source_tables:
             counts.update(changes.counts(source_table))
-        metadata = table_metadata(dict(counts), status[table.source_table],
-                                  next((loading[source] for source in source_tables if source in loading), None))
+        load = next((loading[source] for source in source_tables if source in loading), None)
+        metadata = table_metadata(dict(counts), status[table.source_table], load)
+        # A table a bulk load still copies is not consistent with the source; one streamed is, as of the commit.
+        consistent = load is None or load["finished_at"] is not None
+        metadata["consistent"] = MetadataValue.bool(consistent)
+        if consistent and consistent_as is not None:
+            metadata.update(consistency_metadata(consistent_as))
         metadata["source_table"] = MetadataValue.text(", ".join(source_tables))
         events.append(AssetMaterialization(asset_key=table_asset_key(table), metadata=metadata,
                                            description=f"fetch cycle of connector {name}"))

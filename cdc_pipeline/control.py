@@ -666,6 +666,20 @@ def read_applied_offset(conn: psycopg.Connection, schema: str, connector: str) -
     return row[0] if row else None
 
 
+def consistent_as_of(conn: psycopg.Connection, schema: str, connector: str) -> dict[str, Any] | None:
+    """The source commit the connector's destination tables are consistent as of: groups commit only where source
+    transactions end, so the last applied event's source position (`position`) and the source time of the last
+    change applied (`source_time`, None before any) name a state the source had; `applied_at`: when it was
+    committed. None before anything was applied. (A table a bulk load is still copying is not consistent.)"""
+    row = conn.execute(sql.SQL(
+        "SELECT a.source_position, a.applied_at, s.last_source_ts FROM {} a LEFT JOIN {} s USING (connector) "
+        "WHERE a.connector = %s").format(sql.Identifier(schema, "applied_positions"), sql.Identifier(schema, "stats")),
+        (connector,)).fetchone()
+    if row is None:
+        return None
+    return {"position": row[0], "applied_at": row[1], "source_time": row[2]}
+
+
 TABLE_STAT_COUNTERS = ("snapshot_rows", "inserts", "updates", "deletes", "truncates", "ddls")
 
 

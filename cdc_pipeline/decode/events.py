@@ -80,6 +80,8 @@ class EventRef:
     schema_change: dict[str, Any] | None = None
     offset: dict[str, Any] | None = None
     debezium_ts_ms: int | None = None  # when Debezium processed the change (data changes and truncates)
+    # A transaction's BEGIN or END record: its status and the transaction's id (Debezium's).
+    transaction: tuple[str, str] | None = None
 
     @cached_property
     def source(self) -> dict[str, str]:
@@ -106,6 +108,7 @@ def event_ref(entry: dict[str, Any]) -> EventRef:
         # A copy: the source block added below must not change the entry, which a batch is planned from again.
         schema_change=None if entry.get("change") is None else dict(entry["change"]),
         debezium_ts_ms=entry.get("ts_ms"),
+        transaction=(entry.get("status"), entry.get("id")) if entry["kind"] == TRANSACTION else None,
     )
     if ref.schema_change is not None:
         ref.schema_change["source"] = ref.source

@@ -58,6 +58,7 @@ from cdc_pipeline.convert.dml import (
 )
 from cdc_pipeline.errors import CdcError, ConversionError, StagingMismatchError, TableOwnerError
 from cdc_pipeline.decode.events import (
+    BEGIN,
     DATA_CHANGE,
     SCHEMA_CHANGE,
     TRUNCATE,
@@ -587,15 +588,31 @@ class BatchApplier:
             raw_event, value_schema = json.dumps(index_entry_of(ref), default=str), None
         message = str(error)
         self._set_aside_seqs.add(ref.seq)
+        # The rest of its source transaction applies without it: the letter names the transaction.
+        position = {**ref.position, **({"transaction": transaction} if (transaction := self._transaction_of(ref))
+                                       else {})}
         letter_id = control.add_dead_letter(cur, self.control_schema, control.DeadLetter(
-            connector=self.connector.name, source_table=ref.source_table, op=ref.op, position=ref.position,
+            connector=self.connector.name, source_table=ref.source_table, op=ref.op, position=position,
             raw_event=raw_event, value_schema=value_schema, error=message))
         counter = {DATA_CHANGE: DML_COUNTERS.get(ref.op or ""), SCHEMA_CHANGE: "ddls",
                    TRUNCATE: "truncates"}.get(ref.kind) or "other_events"
         setattr(plan.counts, counter, max(0, getattr(plan.counts, counter) - 1))
         plan.counts.bad_events += 1
-        log.warning("%s: event %d of the batch (table %s, op %s, position %s) set aside as dead letter %d: %s",
-                    self.connector.name, ref.seq, ref.source_table, ref.op, ref.position, letter_id, message)
+        log.warning("%s: event %d of the batch (table %s, op %s, position %s) set aside as dead letter %d%s: %s",
+                    self.connector.name, ref.seq, ref.source_table, ref.op, position, letter_id,
+                    f"; the rest of source transaction {position['transaction']} applies without it"
+                    if "transaction" in position else "", message)
+
+    def _transaction_of(self, ref: EventRef) -> str | None:
+        """The id of the source transaction an event of the applying batch is in (its BEGIN's, when in the batch)."""
+        begin = None
+        for other in self._batch_refs:
+            if other.seq >= ref.seq:
+                break
+            if other.transaction is not None:
+                status, transaction = other.transaction
+                begin = transaction if status == BEGIN else None
+        return begin
 
     @staticmethod
     def _rename_table(cur: psycopg.Cursor, change: DdlChange) -> list[sql.Composed]:

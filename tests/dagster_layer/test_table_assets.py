@@ -85,6 +85,11 @@ def test_table_assets_after_runs_and_materialize_of_one_with_the_cli(pipeline):
         assert (changed["inserts"], changed["updates"], changed["deletes"]) == (2, 1, 1)
         assert changed["dagster/row_count"] == 4
         assert changed["applied_position"]["file"] and changed["source_table"] == f"{pipeline.source_db}.orders"
+        # The source commit the destination is consistent as of, on the table's and on the run's materialization.
+        assert changed["consistent"] is True and changed["consistent_as_of"] == changed["applied_position"]
+        assert changed["consistent_as_of_source_time"] > 0
+        run = instance.get_latest_materialization_event(AssetKey(["cdc", pipeline.name])).asset_materialization
+        assert run.metadata["consistent_as_of"].value == changed["consistent_as_of"]
         selected = instance.get_latest_materialization_event(notes)
         assert selected.run_id != notes_before
         assert selected.asset_materialization.metadata["inserts"].value == 0
