@@ -7,8 +7,10 @@ later, in PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import psycopg
 import pytest
 
 from cdc_pipeline import cycle
@@ -269,3 +271,68 @@ def test_a_quiet_source_moves_the_stored_offset_by_debeziums_heartbeat(source_ty
     with psycopg.connect(pipe.dest_dsn) as conn:
         checked = pending.checked_offset(conn, "cdc", pipe.name, module_for(source_type))
     assert checked[position_key] == quiet_position, checked
+
+
+BANK_ACCOUNTS = 20
+
+
+def _bank_change(script, source_type: str, balances: dict[int, int], moves: dict[int, int]) -> None:
+    """One source transaction moving money between accounts (`moves`: account -> amount added; they sum to 0)."""
+    with script.transaction():
+        for account, amount in moves.items():
+            before, after = balances[account], balances[account] + amount
+            if source_type == "sqlserver":
+                script.update("dbo.accounts", {"id": account, "balance": before}, {"id": account, "balance": after})
+            else:
+                script.redo("DEBEZIUM.ACCOUNTS", f"""update "DEBEZIUM"."ACCOUNTS" set "BALANCE" = '{after}' """
+                                                 f"""where "ID" = '{account}' and "BALANCE" = '{before}';""")
+            balances[account] = after
+
+
+@pytest.mark.parametrize("source_type", SYNC_CASES)
+def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, destination_pg, spark, tmp_path,
+                                                                  monkeypatch, caplog):
+    table = "dbo.accounts" if source_type == "sqlserver" else "DEBEZIUM.ACCOUNTS"
+    pipe = new_scripted_pipeline(source_type, destination_pg, tmp_path, monkeypatch, tables=[table])
+    pipe.write_config(batch_size=4, apply_batch_events=10)
+    script = pipe.script
+    if source_type == "sqlserver":
+        script.create_table(table, [sqlserver_column("id", "int", 10, 0, optional=False),
+                                    sqlserver_column("balance", "int", 10, 0, optional=False)], primary_key=["id"])
+    else:
+        script.ddl(table, 'CREATE TABLE "DEBEZIUM"."ACCOUNTS" ("ID" NUMBER(9,0) NOT NULL, '
+                          '"BALANCE" NUMBER(9,0) NOT NULL, PRIMARY KEY ("ID"))')
+    with script.transaction():
+        for account in range(1, BANK_ACCOUNTS + 1):
+            if source_type == "sqlserver":
+                script.insert(table, {"id": account, "balance": 100})
+            else:
+                script.redo(table, f"""insert into "DEBEZIUM"."ACCOUNTS"("ID","BALANCE") values ('{account}','100');""")
+    pipe.sync()
+    dest = f'"{pipe.dest_schema}".accounts'
+    with psycopg.connect(pipe.dest_dsn, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE TABLE public.commits_seen (txid bigint PRIMARY KEY, total bigint NOT NULL);
+            CREATE FUNCTION public.audit_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.commits_seen SELECT txid_current(), sum(balance) FROM {dest}
+                    ON CONFLICT (txid) DO NOTHING;
+                RETURN NULL;
+            END $$;
+            CREATE CONSTRAINT TRIGGER audit_commit AFTER INSERT OR UPDATE OR DELETE ON {dest}
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.audit_commit();""")
+    balances = dict.fromkeys(range(1, BANK_ACCOUNTS + 1), 100)
+    everyone = {account: 3 if account % 2 else -3 for account in balances}  # one change of every account
+    _bank_change(script, source_type, balances, everyone)
+    for index in range(6):
+        _bank_change(script, source_type, balances, {1 + index: -(index + 1), 11 + index: index + 1})
+    _bank_change(script, source_type, balances, {account: -amount for account, amount in everyone.items()})
+
+    with caplog.at_level(logging.INFO, logger="cdc_pipeline"):
+        pipe.sync()
+
+    assert sorted(pipe.dest_rows("accounts")) == sorted(balances.items())
+    totals = [row[0] for row in pipe.dest_query("SELECT total FROM public.commits_seen ORDER BY txid")]
+    assert totals and set(totals) == {100 * BANK_ACCOUNTS}, f"a commit held part of a source transaction: {totals}"
+    spanned = [record.getMessage() for record in caplog.records if "spanned" in record.getMessage()]
+    assert len(spanned) == 2, f"each whole-table transaction spans groups and commits once: {spanned}"
