@@ -873,6 +873,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --value-mb: rows of each size (default: 200 up to 8 MB, else 512 MB worth)")
     parser.add_argument("--heap", default=None,
                         help="with --value-mb: the driver JVM's heap (spark.driver.memory) instead of the default")
+    parser.add_argument("--transaction-rows", type=int, default=None,
+                        help="only: one source transaction of this many row changes (one UPDATE of every row), a "
+                             "run killed inside it, then caught up while a reader checks it is never seen in part "
+                             "(`bench_transaction`; MariaDB)")
     parser.add_argument("--freshness", action="store_true",
                         help="only: latency of a trickle and of a busy source, and the runs of a quiet one, with the "
                              "change sensor under Dagster's daemon (`bench_freshness`; from a checkout; the source "
@@ -932,6 +936,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               args.fresh_check_interval, args.keep_work, args.load_source)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
+    if args.transaction_rows:
+        from cdc_pipeline.testing import bench_transaction
+
+        whole = bench_transaction.run_transaction(args.transaction_rows)
+        print(json.dumps(whole, indent=2) if args.json else bench_transaction.describe(whole))
+        return 0 if whole["succeeded"] else 1
     if args.value_mb:
         values = bench_values.run_values(args.value_mb, args.value_rows, args.heap)
         print(json.dumps(values, indent=2) if args.json else bench_values.describe(values))
