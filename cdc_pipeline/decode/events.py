@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.capture.runner import FetchedBatch
+from cdc_pipeline.decode.offsets import public_offset
 from cdc_pipeline.sources import oracle, sqlserver
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ TRUNCATE = "truncate"
 OTHER = "other"
 TRANSACTION = "transaction"  # a source transaction's BEGIN or END record (Debezium's transaction metadata)
 BEGIN, END = "BEGIN", "END"
-_TRANSACTION_OFFSET_PREFIX = "transaction_"  # the offset keys the metadata adds (`EventSerializer.publicOffset`)
 
 _POSITION_KEYS = ("file", "pos", "row", "gtid", "lsn", "txId", "change_lsn", "commit_lsn", "event_serial_no", "scn",
                   "commit_scn", "snapshot")
@@ -274,13 +274,6 @@ def _is_transaction_marker(value: dict[str, Any]) -> bool:
     """Whether an event's value is a transaction's BEGIN or END record (`EventSerializer.isTransactionMarker`)."""
     return "status" in value and "id" in value and "event_count" in value and "op" not in value \
         and "source" not in value
-
-
-def public_offset(offset: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A source offset without the keys transaction metadata adds (`EventSerializer.publicOffset`)."""
-    if not offset or not any(key.startswith(_TRANSACTION_OFFSET_PREFIX) for key in offset):
-        return offset
-    return {key: value for key, value in offset.items() if not key.startswith(_TRANSACTION_OFFSET_PREFIX)}
 
 
 TRANSACTION_BEGUN, TRANSACTION_OPEN = "begun", "open"  # `transaction_state_after`; "" when none

@@ -28,9 +28,21 @@ class OffsetError(CdcError):
 SHAPES: dict[str, OffsetShape] = {kind: sources.module_for(kind).OFFSET_SHAPE for kind in CONNECTOR_TYPES}
 
 
+TRANSACTION_OFFSET_PREFIX = "transaction_"  # the offset keys Debezium's transaction metadata adds
+
+
+def public_offset(offset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A source offset without the keys transaction metadata adds (`transaction_id`, each table's order in the
+    transaction; `EventSerializer.publicOffset`): the position the pipeline compares, records and moves."""
+    if not offset or not any(key.startswith(TRANSACTION_OFFSET_PREFIX) for key in offset):
+        return offset
+    return {key: value for key, value in offset.items() if not key.startswith(TRANSACTION_OFFSET_PREFIX)}
+
+
 def parse_offset(text: str, connector: str, connector_type: str) -> dict[str, Any]:
     """The offset in `text` (a JSON object) checked against the connector type's shape; raises OffsetError
-    naming what is wrong and showing the shape."""
+    naming what is wrong and showing the shape. The keys Debezium's transaction metadata adds (an offset copied from
+    `cdc.debezium_offsets`) are left out: the engine resumes from the position, outside any transaction."""
     shape = SHAPES[connector_type]
     hint = f"a {connector_type} offset looks like {shape.example}"
     try:
@@ -39,6 +51,7 @@ def parse_offset(text: str, connector: str, connector_type: str) -> dict[str, An
         raise OffsetError(f"the offset is not JSON ({exc}); {hint}", connector=connector) from None
     if not isinstance(offset, dict):
         raise OffsetError(f"the offset must be a JSON object, got {text!r}; {hint}", connector=connector)
+    offset = public_offset(offset) or {}
     missing = [name for name in shape.required if name not in offset]
     if missing:
         raise OffsetError(f"the offset lacks {', '.join(missing)}; {hint}", connector=connector)
