@@ -264,12 +264,12 @@ class FetchCycle:
                     self.budget_spent = True
             elif self.open_transaction:
                 # Nothing more yet of a source transaction open after the last batch: the group goes on up to
-                # its last commit, and whole once it waited long enough (it then spans groups); else the stream
-                # waits for the rest, never idle inside a transaction.
+                # its last commit, and whole once it waited long enough or the engine waits for the bytes it holds
+                # (it then spans groups); else the stream waits for the rest, never idle inside a transaction.
                 if self.group and self._last_source_commit():
                     yield self._take_group(whole=False)
                     continue
-                if self.group and (self.runner.handing_over() or now - self.last_batch_at
+                if self.group and (self.runner.waiting_for_room() or now - self.last_batch_at
                                    >= OPEN_TRANSACTION_GROUP_WAIT_SECONDS):
                     yield self._take_group()
                     continue
@@ -510,9 +510,12 @@ class FetchCycle:
         batch.transaction_open = self.open_transaction
         if not self._heartbeats_only(batch):
             self.transaction_wait = None
-        if self.group and self._over_bounds(self.group_events, self.group_bytes, batch) and not continues:
+        if self.group and self._over_bounds(self.group_events, self.group_bytes, batch) and not continues and not (
+                self.groups == 0 and not self._last_source_commit()
+                and not self._over_bounds(self.group_events, self.group_bytes, batch, first=False)):
             # Closed at its last source commit, the batches after it going on with this one, unless those would not
             # fit either (or it has none: all inside one transaction): then whole, a part of a spanning transaction.
+            # A run's first group, short by design, goes on to its first commit within a group's bounds.
             cut = self._last_source_commit()
             rest = self.group[cut:]
             whole = not 0 < cut < len(self.group) or self._over_bounds(
@@ -536,11 +539,11 @@ class FetchCycle:
         return bool(beats) and all(entry.get("kind") == OTHER or entry.get("table") == heartbeat_table
                                    for entry in beats)
 
-    def _over_bounds(self, events: int, size: int, batch: FetchedBatch) -> bool:
+    def _over_bounds(self, events: int, size: int, batch: FetchedBatch, first: bool = True) -> bool:
         """Whether a group of `events` and `size` bytes would pass its bounds with `batch` (a run's first group holds
-        `batch_size` events: see the class)."""
-        limit = self.connector.apply_batch_events if self.groups else min(self.connector.batch_size,
-                                                                           self.connector.apply_batch_events)
+        `batch_size` events, unless not `first`: see the class)."""
+        limit = self.connector.apply_batch_events if self.groups or not first else min(
+            self.connector.batch_size, self.connector.apply_batch_events)
         return events + batch.size > limit or size + batch.bytes > self.connector.apply_batch_mb << 20
 
     def _last_source_commit(self) -> int:

@@ -396,6 +396,11 @@ class DebeziumRunner:
         """Whether Debezium's own queue, between its source task and this runner, is empty now."""
         return bool(self._java.engineQueueEmpty())
 
+    def waiting_for_room(self) -> bool:
+        """Whether the engine's thread waits for batches held (queued, in flight) to be let go before it hands over
+        the next one: they hold the runner's bound of bytes."""
+        return bool(self._java.waitingForRoom())
+
     def handing_over(self) -> bool:
         """Whether the engine's thread is handing a batch over now (making its rows, or waiting for room)."""
         return bool(self._java.handingOver())

@@ -55,6 +55,8 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
     private volatile boolean stopping;
     /** The engine's thread is in handleBatch: making a batch's rows, or waiting for room. */
     private volatile boolean handing;
+    /** The engine's thread waits for the batches held to be let go before it hands the next one over. */
+    private volatile boolean waitingForRoom;
     private long heldBytes;
     private long outstanding;
     private long heartbeatsCommitted;
@@ -184,8 +186,10 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
         nextSeq += records.size();
         synchronized (this) {
             while (!stopping && heldBytesLimit > 0 && heldBytes > 0 && heldBytes + batch.bytes() > heldBytesLimit) {
+                waitingForRoom = true;
                 wait(200);
             }
+            waitingForRoom = false;
             heldBytes += batch.bytes();
         }
         while (!stopping) {
@@ -299,6 +303,11 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
 
     void stop() {
         stopping = true;
+    }
+
+    /** Whether the engine's thread waits for room: the batches queued and in flight hold the bytes' bound. */
+    boolean waitingForRoom() {
+        return waitingForRoom;
     }
 
     /** Whether the engine's thread is handing a batch over now (making its rows, or waiting for room). */

@@ -315,6 +315,10 @@ public final class DebeziumRunner {
      * Whether the engine's thread is handing a batch over (making its rows, or waiting while the runner holds its
      * bytes' worth): a batch of large values takes seconds there, with both queues empty.
      */
+    public boolean waitingForRoom() {
+        return batches.waitingForRoom();
+    }
+
     public boolean handingOver() {
         return batches.handingOver();
     }
