@@ -1,9 +1,10 @@
-"""PostgreSQL writes many rows of a COPY under one WAL record, so their changes share one LSN: runs and groups cut
-anywhere in such a stream (a budget, a pause) must neither skip the rest of the rows at that LSN nor apply any of
-them twice, on keyed and keyless tables."""
+"""PostgreSQL writes many rows of a COPY under one WAL record, so their changes share one LSN: runs cut by a budget or
+a pause in such a stream neither skip the rest of the rows at that LSN nor apply any of them twice, on keyed and
+keyless tables. A run ends only at a source commit, so a COPY is applied whole whatever cuts the run."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -60,15 +61,20 @@ def _assert_exact(pipe, rows: int = ROWS) -> None:
 TABLES = ["public.keyed", "public.loose"]
 
 
-def test_runs_cut_by_their_budget_inside_copies_end_exact(pg_pipeline):
-    """Runs whose time budget is spent by their first batch end at the next fetch that finds nothing ready, inside
-    the COPYs' WAL records, whose rows share an LSN: each run's end waits for a record past the LSN of its last
-    change."""
+def test_runs_cut_by_their_budget_inside_copies_end_exact(pg_pipeline, caplog):
+    """Runs whose time budget is spent by their first batch, inside a COPY's transaction (rows sharing an LSN), go on
+    to its commit, in one destination transaction over the groups it spans: a table holds all of a COPY or none of
+    it, and the runs end exact."""
     _two_tables_copied(pg_pipeline, BUDGET_ROWS)
     pg_pipeline.write_config(tables=TABLES, batch_size=200, apply_batch_events=200, max_seconds_per_run=0.5)
-    for _ in range(BUDGET_RUNS):
+    with caplog.at_level(logging.INFO, logger="cdc_pipeline"):
         pg_pipeline.sync()
-    assert len(pg_pipeline.dest_rows("loose")) < BUDGET_ROWS + 1, "the runs' budget did not cut the stream"
+    assert any("spanned" in record.getMessage() for record in caplog.records), \
+        "the first run's budget was spent inside a COPY, and the run applied the COPY whole"
+    for _ in range(BUDGET_RUNS):
+        for table in ("keyed", "loose"):
+            assert len(pg_pipeline.dest_rows(table)) in (1, BUDGET_ROWS + 1), f"{table} holds part of a COPY"
+        pg_pipeline.sync()
     pg_pipeline.write_config(tables=TABLES)
     pg_pipeline.sync()
 
@@ -96,7 +102,9 @@ def test_a_pause_inside_a_copy_ends_the_run_where_no_change_of_its_lsn_is_left(p
     pg_pipeline.sync()
     pauser.join(timeout=130)
     assert paused.is_set(), "no row was applied in time to pause the run"
-    assert len(pg_pipeline.dest_rows("loose")) < ROWS + 1, "the run ended before the pause"
+    # Paused once the first COPY was applied (whole): the run ends at the next source commit, not inside a COPY.
+    assert len(pg_pipeline.dest_rows("keyed")) == ROWS + 1
+    assert len(pg_pipeline.dest_rows("loose")) in (1, ROWS + 1), "the pause ended the run inside a COPY"
 
     _ask(pg_pipeline, requests.RESUME)
     pg_pipeline.sync()
