@@ -433,9 +433,9 @@ class FetchCycle:
         if self.runner.state == "STOPPED" or waited >= self.connector.source_lost_timeout_seconds:
             raise RunnerError(
                 "the engine handed over nothing more of the source transaction open after "
-                f"{json.dumps(self.last_offset)} for {waited:.0f} s (state {self.runner.state}), and no END of it: what "
-                "of it was applied is rolled back; the next run applies it again from its start", connector=self.connector.name,
-                position=self.last_offset)
+                f"{json.dumps(self.last_offset)} for {waited:.0f} s (state {self.runner.state}), and no END of "
+                "it: what of it was applied is rolled back; the next run applies it again from its start",
+                connector=self.connector.name, position=self.last_offset)
 
     def _linger_extra(self) -> float:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the
