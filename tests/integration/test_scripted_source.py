@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import psycopg
 import pytest
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import load_config
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRANSACTION
+from tests.helpers.commit_audit import audit_commits, totals_committed
 from tests.helpers.scripted_source import ScriptedPipeline, new_scripted_pipeline, sqlserver_column
 
 pytestmark = pytest.mark.integration
@@ -309,18 +309,7 @@ def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, de
             else:
                 script.redo(table, f"""insert into "DEBEZIUM"."ACCOUNTS"("ID","BALANCE") values ('{account}','100');""")
     pipe.sync()
-    dest = f'"{pipe.dest_schema}".accounts'
-    with psycopg.connect(pipe.dest_dsn, autocommit=True) as conn:
-        conn.execute(f"""
-            CREATE TABLE public.commits_seen (txid bigint PRIMARY KEY, total bigint NOT NULL);
-            CREATE FUNCTION public.audit_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                INSERT INTO public.commits_seen SELECT txid_current(), sum(balance) FROM {dest}
-                    ON CONFLICT (txid) DO NOTHING;
-                RETURN NULL;
-            END $$;
-            CREATE CONSTRAINT TRIGGER audit_commit AFTER INSERT OR UPDATE OR DELETE ON {dest}
-                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.audit_commit();""")
+    audit_commits(pipe.dest_dsn, f'"{pipe.dest_schema}".accounts')
     balances = dict.fromkeys(range(1, BANK_ACCOUNTS + 1), 100)
     everyone = {account: 3 if account % 2 else -3 for account in balances}  # one change of every account
     _bank_change(script, source_type, balances, everyone)
@@ -332,7 +321,7 @@ def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, de
         pipe.sync()
 
     assert sorted(pipe.dest_rows("accounts")) == sorted(balances.items())
-    totals = [row[0] for row in pipe.dest_query("SELECT total FROM public.commits_seen ORDER BY txid")]
+    totals = totals_committed(pipe.dest_dsn)
     assert totals and set(totals) == {100 * BANK_ACCOUNTS}, f"a commit held part of a source transaction: {totals}"
     spanned = [record.getMessage() for record in caplog.records if "spanned" in record.getMessage()]
     assert len(spanned) == 2, f"each whole-table transaction spans groups and commits once: {spanned}"

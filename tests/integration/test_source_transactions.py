@@ -13,10 +13,10 @@ import logging
 import re
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from cdc_pipeline import faults
+from tests.helpers.commit_audit import audit_commits, totals_committed
 from tests.helpers.runs import kill_at
 
 pytestmark = pytest.mark.integration
@@ -41,18 +41,7 @@ def _bank(pipeline, **settings) -> None:
     pipeline.source(["CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL)",
                      f"INSERT INTO accounts SELECT seq, 100 FROM {pipeline.numbers(ACCOUNTS)}"])
     pipeline.sync()
-    table = f'"{pipeline.dest_schema}".accounts'
-    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
-        conn.execute(f"""
-        CREATE TABLE public.commits_seen (txid bigint PRIMARY KEY, total bigint NOT NULL);
-        CREATE FUNCTION public.audit_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            INSERT INTO public.commits_seen SELECT txid_current(), sum(balance) FROM {table}
-                ON CONFLICT (txid) DO NOTHING;
-            RETURN NULL;
-        END $$;
-        CREATE CONSTRAINT TRIGGER audit_commit AFTER INSERT OR UPDATE OR DELETE ON {table}
-            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.audit_commit();""")
+    audit_commits(pipeline.dest_dsn, f'"{pipeline.dest_schema}".accounts')
 
 
 def _whole_table(pipeline, step: int) -> str:
@@ -74,7 +63,7 @@ def _workload(pipeline) -> list[str]:
 
 
 def _totals_committed(pipeline) -> list[int]:
-    return [int(row[0]) for row in pipeline.dest_query("SELECT total FROM public.commits_seen ORDER BY txid")]
+    return totals_committed(pipeline.dest_dsn)
 
 
 def _dest_total(pipeline) -> int:
