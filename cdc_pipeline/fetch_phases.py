@@ -56,9 +56,10 @@ SETTLE_POLL_SECONDS = 0.05  # the fetch's wait while the schema snapshot may hav
 # How long the load waits, once the schema snapshot settled, for the CREATE TABLE event of a table it copies.
 SCHEMA_SNAPSHOT_TABLES_WAIT_SECONDS = 30.0
 # How long a group all inside one source transaction waits for more of it before it goes downstream all the same,
-# as a part of a destination transaction that spans groups (a transaction's changes come together: its END is
-# usually in the next engine batch, at once).
-OPEN_TRANSACTION_GROUP_WAIT_SECONDS = 1.0
+# as a part of a destination transaction that spans groups. A transaction's changes come together (its END usually
+# in the next engine batch, which a loaded machine may take a second or more to make), a group at its bounds goes
+# on at once, and so does one the engine waits on (`DebeziumRunner.waiting_for_room`): this is a last resort.
+OPEN_TRANSACTION_GROUP_WAIT_SECONDS = 10.0
 
 
 class FetchCycle:
