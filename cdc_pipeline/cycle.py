@@ -156,6 +156,14 @@ def queue_capacity(connector: ConnectorConfig) -> int:
 
 # A group whose rows hold this many bytes is let go of at once once applied (`_apply_all`).
 LARGE_GROUP_BYTES = 32 << 20
+# Groups' worth of bytes the runner holds at most (queued and in flight): the group applied, the next one run ahead,
+# and the one being gathered.
+HELD_GROUPS = 3
+
+
+def held_bytes(connector: ConnectorConfig) -> int:
+    """The bytes of rows the runner holds at most, queued and in flight (`RunnerParameters.setHeldBytes`)."""
+    return HELD_GROUPS * (connector.apply_batch_mb << 20)
 
 
 class TransactionSpan:
@@ -187,14 +195,6 @@ class TransactionSpan:
         if self.conn.closed or self.conn.broken:
             return
         self._transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
-# Groups' worth of bytes the runner holds at most (queued and in flight): the group applied, the next one run ahead,
-# and the one being gathered.
-HELD_GROUPS = 3
-
-
-def held_bytes(connector: ConnectorConfig) -> int:
-    """The bytes of rows the runner holds at most, queued and in flight (`RunnerParameters.setHeldBytes`)."""
-    return HELD_GROUPS * (connector.apply_batch_mb << 20)
 
 
 class ConnectorSession:
@@ -501,12 +501,12 @@ class ConnectorSession:
                 self._completed_batch_ids.add(batch_id)
         return events
 
-    def rollback_span(self) -> None:
+    def rollback_span(self) -> set[int]:
         """Rolls back the destination transaction of a source transaction whose END did not come in this run: its
-        batches, applied but never marked complete, are the engine's to give again."""
+        batches, applied but never marked complete, are the engine's to give again; returns their ids."""
         span, self.span = self.span, None
         if span is None:
-            return
+            return set()
         try:
             span.rollback()
         except psycopg.Error as exc:
@@ -514,10 +514,9 @@ class ConnectorSession:
                         self.connector.name, exc)
         dropped = set(span.batch_ids)
         self.applied_batch_ids = [batch_id for batch_id in self.applied_batch_ids if batch_id not in dropped]
-        if self._staging is not None:
-            self._staging.held = False
         log.info("%s: rolled back %d group(s) (%d events) of a source transaction whose end this run did not "
                  "fetch; the next run applies it again from its start", self.connector.name, span.groups, span.events)
+        return dropped
 
     def writes_state(self) -> bool:
         """Whether the calling thread may write the connector's state row now: not on the run's own connection
@@ -886,9 +885,8 @@ def apply_batches(session: ConnectorSession, plans: Iterable[BatchPlan]) -> list
         ahead.close()  # a failed apply stops the thread running ahead now, not when the traceback is freed
         if session.span is not None:
             # The stream ended (or failed) inside a source transaction: none of it stays applied.
-            dropped = set(session.span.batch_ids)
+            dropped = session.rollback_span()
             applied[:] = [batch_id for batch_id in applied if batch_id not in dropped]
-            session.rollback_span()
             applier.forget_run_reads()
     session.record_checked_end()
     return applied

@@ -267,8 +267,9 @@ class FetchCycle:
                 # Nothing more yet of a source transaction open after the last batch: the group goes on up to
                 # its last commit, and whole once it waited long enough or the engine waits for the bytes it holds
                 # (it then spans groups); else the stream waits for the rest, never idle inside a transaction.
-                if self.group and self._last_source_commit():
-                    yield self._take_group(whole=False)
+                cut = self._last_source_commit()
+                if self.group and cut:
+                    yield self._take_group(cut)
                     continue
                 if self.group and (self.runner.waiting_for_room() or now - self.last_batch_at
                                    >= OPEN_TRANSACTION_GROUP_WAIT_SECONDS):
@@ -511,17 +512,19 @@ class FetchCycle:
         batch.transaction_open = self.open_transaction
         if not self._heartbeats_only(batch):
             self.transaction_wait = None
-        if self.group and self._over_bounds(self.group_events, self.group_bytes, batch) and not continues and not (
-                self.groups == 0 and not self._last_source_commit()
-                and not self._over_bounds(self.group_events, self.group_bytes, batch, first=False)):
-            # Closed at its last source commit, the batches after it going on with this one, unless those would not
-            # fit either (or it has none: all inside one transaction): then whole, a part of a spanning transaction.
-            # A run's first group, short by design, goes on to its first commit within a group's bounds.
+        if self.group and not continues and self._over_bounds(self.group_events, self.group_bytes, batch):
             cut = self._last_source_commit()
-            rest = self.group[cut:]
-            whole = not 0 < cut < len(self.group) or self._over_bounds(
-                sum(member.size for member in rest), sum(member.bytes for member in rest), batch)
-            closed = self._take_group(whole=whole)
+            # A run's first group, short by design, goes on to its first commit within a group's bounds.
+            first_awaits_commit = self.groups == 0 and not cut and not self._over_bounds(
+                self.group_events, self.group_bytes, batch, first=False)
+            if not first_awaits_commit:
+                # Closed at its last source commit, the batches after it going on with this one, unless those would
+                # not fit either (or it has none: all inside one transaction): then whole, a part of a spanning
+                # transaction.
+                rest = self.group[cut:]
+                whole = not 0 < cut < len(self.group) or self._over_bounds(
+                    sum(member.size for member in rest), sum(member.bytes for member in rest), batch)
+                closed = self._take_group(None if whole else cut)
         self.group.append(batch)
         self.group_events += batch.size
         self.group_bytes += batch.bytes
@@ -557,9 +560,9 @@ class FetchCycle:
                 return cut
         return 0
 
-    def _take_group(self, whole: bool = True) -> list[FetchedBatch]:
-        """Hands on the open group, or (not `whole`) its batches up to its last source commit, the rest staying."""
-        cut = len(self.group) if whole else self._last_source_commit()
+    def _take_group(self, cut: int | None = None) -> list[FetchedBatch]:
+        """Hands on the open group, or its first `cut` batches (up to its last source commit), the rest staying."""
+        cut = len(self.group) if cut is None else cut
         group, self.group = self.group[:cut], self.group[cut:]
         self.group_events = sum(batch.size for batch in self.group)
         self.group_bytes = sum(batch.bytes for batch in self.group)

@@ -284,18 +284,14 @@ final class BatchManager implements DebeziumEngine.ChangeConsumer<RecordChangeEv
             if (heartbeatTopics.contains(record.record().topic())) {
                 heartbeat = true;
             }
-            else if (!isTransactionMarker(record.record())) {
+            else if (!EventSerializer.isTransactionMarker(record.record())) {
                 return false;
             }
         }
         SourceRecord last = records.get(records.size() - 1).record();
-        return heartbeat && !(isTransactionMarker(last) && !EventSerializer.isTransactionEnd(last));
+        return heartbeat && !(EventSerializer.isTransactionMarker(last) && !EventSerializer.isTransactionEnd(last));
     }
 
-    private static boolean isTransactionMarker(SourceRecord record) {
-        return record.value() instanceof org.apache.kafka.connect.data.Struct && record.valueSchema() != null
-                && EventSerializer.isTransactionMarker(record.valueSchema());
-    }
 
     synchronized long heartbeatsCommitted() {
         return heartbeatsCommitted;

@@ -311,14 +311,15 @@ public final class DebeziumRunner {
         return lastError;
     }
 
-    /**
-     * Whether the engine's thread is handing a batch over (making its rows, or waiting while the runner holds its
-     * bytes' worth): a batch of large values takes seconds there, with both queues empty.
-     */
+    /** Whether the engine's thread waits for the batches held (queued, in flight) to be let go (`releaseBatch`). */
     public boolean waitingForRoom() {
         return batches.waitingForRoom();
     }
 
+    /**
+     * Whether the engine's thread is handing a batch over (making its rows, or waiting while the runner holds its
+     * bytes' worth): a batch of large values takes seconds there, with both queues empty.
+     */
     public boolean handingOver() {
         return batches.handingOver();
     }

@@ -307,7 +307,7 @@ final class EventSerializer {
         entry.put("seq", seq);
         String kind = KIND_OTHER;
         Schema schema = record.valueSchema();
-        if (record.value() instanceof Struct && schema != null && isTransactionMarker(schema)) {
+        if (isTransactionMarker(record)) {
             Struct value = (Struct) record.value();
             kind = KIND_TRANSACTION;
             entry.put("status", value.getString("status"));
@@ -389,11 +389,15 @@ final class EventSerializer {
         return kept;
     }
 
+    /** Whether a record is a source transaction's BEGIN or END marker. */
+    static boolean isTransactionMarker(SourceRecord record) {
+        Schema schema = record.valueSchema();
+        return record.value() instanceof Struct && schema != null && isTransactionMarker(schema);
+    }
+
     /** Whether a record is a source transaction's END marker. */
     static boolean isTransactionEnd(SourceRecord record) {
-        Schema schema = record.valueSchema();
-        return record.value() instanceof Struct && schema != null && isTransactionMarker(schema)
-                && "END".equals(((Struct) record.value()).getString("status"));
+        return isTransactionMarker(record) && "END".equals(((Struct) record.value()).getString("status"));
     }
 
     private ObjectNode sourceNode(Struct source) {
