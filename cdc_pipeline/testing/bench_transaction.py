@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, DATABASE, _connector_env,
                                         destination_items_fingerprint, load_source, same_items)
@@ -41,7 +42,8 @@ DEST_DATABASE = f"{DATABASE}_spark"
 
 
 def _qty_total(conn: psycopg.Connection) -> int:
-    return int(conn.execute(f'SELECT coalesce(sum(qty), 0) FROM "{DATABASE}".items').fetchone()[0])
+    return int(conn.execute(sql.SQL("SELECT coalesce(sum(qty), 0) FROM {}").format(
+        sql.Identifier(DATABASE, "items"))).fetchone()[0])
 
 
 def _open_transaction_seconds(destination: PostgresServer) -> float:
@@ -56,14 +58,17 @@ def _open_transaction_seconds(destination: PostgresServer) -> float:
 def kill_inside(destination: PostgresServer, work: Path) -> dict[str, Any]:
     """Starts a `sync` and kills its process group once a destination transaction of it was open long enough."""
     env = _connector_env(work, CONNECTOR, destination, DEST_DATABASE)
-    process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", CONNECTOR], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Its log goes to a file: a pipe nobody reads would hold the run up once full.
+    log_path = work / "killed_run.log"
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", CONNECTOR], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True)
     started = time.monotonic()
     try:
         while _open_transaction_seconds(destination) < KILL_AFTER_SECONDS:
             if process.poll() is not None:
-                raise RuntimeError(f"the run ended before it could be killed inside the transaction: "
-                                   f"{process.stderr.read()[-2000:] if process.stderr else ''}")
+                raise RuntimeError("the run ended before it could be killed inside the transaction: "
+                                   f"{log_path.read_text()[-2000:]}")
             if time.monotonic() - started > KILL_DEADLINE_SECONDS:
                 raise RuntimeError("no destination transaction stayed open long enough to kill the run inside it")
             time.sleep(0.2)
