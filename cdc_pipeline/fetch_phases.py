@@ -271,11 +271,10 @@ class FetchCycle:
                 if self.group and cut:
                     yield self._take_group(cut)
                     continue
-                if self.group and (self.runner.waiting_for_room() or now - self.last_batch_at
-                                   >= OPEN_TRANSACTION_GROUP_WAIT_SECONDS):
+                self._await_transaction_end(now)
+                if self.group and (self.runner.waiting_for_room() or self._open_group_waited(now)):
                     yield self._take_group()
                     continue
-                self._await_transaction_end(now)
             elif open_change and (self.budget_spent or halted or self._lsn_seen_shared()):
                 self._await_past_open_change(now)
             elif self.group:
@@ -439,6 +438,17 @@ class FetchCycle:
                 "it: what of it was applied is rolled back; the next run applies it again from its start",
                 connector=self.connector.name, position=self.last_offset)
 
+    def _open_group_waited(self, now: float) -> bool:
+        """Whether the stream waited OPEN_TRANSACTION_GROUP_WAIT_SECONDS for more of the transaction its open group
+        ends inside, the engine drained all the while (`_await_transaction_end`'s wait: the time the stream was
+        suspended while a group applied does not count, nor the time the engine spent handing a batch over)."""
+        if self.transaction_wait is None or now - self.transaction_wait < OPEN_TRANSACTION_GROUP_WAIT_SECONDS:
+            return False
+        log.info("%s: nothing more of the source transaction open after %s for %.0f s: its %d events fetched so far "
+                 "go on as a part of a destination transaction that spans groups", self.connector.name,
+                 json.dumps(self.last_offset), now - self.transaction_wait, self.group_events)
+        return True
+
     def _linger_extra(self) -> float:
         """How much longer than `idle_timeout_seconds` a quiet stream waits before it ends: `linger_seconds` (the
         session's: Dagster runs take the connector's, `cdc-pipeline sync` none unless --linger) once the run fetched
@@ -564,6 +574,9 @@ class FetchCycle:
         """Hands on the open group, or its first `cut` batches (up to its last source commit), the rest staying."""
         cut = len(self.group) if cut is None else cut
         group, self.group = self.group[:cut], self.group[cut:]
+        # The stream is suspended while the group is applied: a wait for the rest of an open transaction starts
+        # again once it goes on.
+        self.transaction_wait = None
         self.group_events = sum(batch.size for batch in self.group)
         self.group_bytes = sum(batch.bytes for batch in self.group)
         self.groups += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdc_pipeline import faults
-from tests.helpers.runs import kill_at
+from tests.helpers.runs import kill_at, log_tail
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +38,10 @@ def _kill_at(pipeline, pause_at: str, tmp_path: Path) -> dict[str, int]:
     """Kills a run of the connector at `pause_at`; returns the stats the kill left."""
     kill_at(pipeline.name, pause_at, tmp_path / "paused", env=pipeline.env)
     return pipeline.stats(STATS)
+
+
+def _killed_log(tmp_path: Path) -> str:
+    return "the killed run's log:\n" + log_tail(tmp_path / "paused.log")
 
 
 def _assert_exact(pipeline, stats: dict[str, int], expected: dict[str, int]) -> None:
@@ -79,7 +83,8 @@ def test_stream_killed_at_each_stage(pipeline, tmp_path, pause_at):
     if pause_at.startswith(faults.COMMITTED):
         assert applied == stream_events, "every batch was committed and marked complete before the kill"
     elif pause_at.startswith((faults.CONVERTED, faults.IN_TRANSACTION, faults.GROUP_COMMITTED)):
-        assert 0 < applied < stream_events, "the first transaction was committed, the one the kill hit was not"
+        assert 0 < applied < stream_events, \
+            f"the first transaction was committed, the one the kill hit was not; {_killed_log(tmp_path)}"
     else:
         assert applied < stream_events
     pipeline.write_config()

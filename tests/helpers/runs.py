@@ -4,6 +4,7 @@ connector's counts the tests read."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,29 +19,42 @@ from cdc_pipeline import config, control, faults
 from tests.helpers import PROJECT_ROOT
 
 PAUSE_DEADLINE_SECONDS = 240
+JVM_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
 
 
 def start_sync(name: str, *args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen:
     """Starts `cdc-pipeline sync NAME` in its own process group (so a test can kill all of it)."""
     return subprocess.Popen(
         [sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, *args],
-        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, start_new_session=True, text=True,
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen})
 
 
-def kill_when(name: str, ready: Callable[[], bool], what: str, env: dict[str, str] | None = None) -> None:
-    """Runs `cdc-pipeline sync NAME` until `ready()` holds, then kills its process group with SIGKILL."""
-    run = start_sync(name, env=env)
-    deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
-    try:
-        while not ready():
-            assert run.poll() is None, f"the run ended before {what}: {run.communicate()}"
-            assert time.monotonic() < deadline, f"the run did not reach {what} within {PAUSE_DEADLINE_SECONDS} s"
-            time.sleep(0.05)
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+def kill_when(name: str, ready: Callable[[], bool], what: str, env: dict[str, str] | None = None,
+              log: Path | None = None) -> None:
+    """Runs `cdc-pipeline sync NAME` until `ready()` holds, then kills its process group with SIGKILL; its output
+    goes to `log` when given (a pipe nobody reads could hold a talkative run up once full)."""
+    with open(log or os.devnull, "w") as output:
+        run = start_sync(name, *(["-v"] if log else []), env=env, stdout=output, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + PAUSE_DEADLINE_SECONDS
+        try:
+            while not ready():
+                assert run.poll() is None, f"the run ended before {what}:\n{log_tail(log)}"
+                assert time.monotonic() < deadline, \
+                    f"the run did not reach {what} within {PAUSE_DEADLINE_SECONDS} s:\n{log_tail(log)}"
+                time.sleep(0.05)
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
     _await_run_lock_freed(name, env)
+
+
+def log_tail(log: Path | None, lines: int = 60) -> str:
+    """The last lines of a run's log, without the JVM's INFO lines (for an assertion's message)."""
+    if log is None or not log.exists():
+        return "(no log kept)"
+    kept = [line for line in log.read_text(errors="replace").splitlines() if not JVM_INFO.match(line)]
+    return "\n".join(kept[-lines:])
 
 
 def _await_run_lock_freed(name: str, env: dict[str, str] | None) -> None:
@@ -55,12 +69,14 @@ def _await_run_lock_freed(name: str, env: dict[str, str] | None) -> None:
             time.sleep(0.05)
 
 
-def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> None:
+def kill_at(name: str, pause_at: str, marker: Path, env: dict[str, str] | None = None) -> Path:
     """Runs `cdc-pipeline sync NAME` until it pauses at `pause_at` (see cdc_pipeline/faults.py), then kills its
-    process group with SIGKILL."""
+    process group with SIGKILL; returns the path of the run's log (beside the marker)."""
+    log = marker.with_name(marker.name + ".log")
     kill_when(name, marker.exists, f"pausing at {pause_at}",
-              env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)})
+              env={**(env or {}), faults.PAUSE_AT_ENV: pause_at, faults.PAUSE_FILE_ENV: str(marker)}, log=log)
     assert marker.read_text() == pause_at.partition("@")[0]
+    return log
 
 
 def connector_stats(dest_dsn: str, connector: str, columns: Sequence[str]) -> dict[str, int]:

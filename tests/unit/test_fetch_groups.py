@@ -8,6 +8,7 @@ import pytest
 
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.decode.events import transaction_state_after
+from cdc_pipeline import fetch_phases
 from cdc_pipeline.fetch_phases import FetchCycle
 
 
@@ -124,6 +125,27 @@ def test_a_rest_that_cannot_take_the_next_batch_goes_whole_with_the_group():
     groups.append(cycle._take_group())
     assert [[batch.batch_id for batch in group] for group in groups] == [[0], [1, 2, 3], [4, 5], [6]]
     assert [group[-1].transaction_open for group in groups] == [False, True, True, False]
+
+
+def test_an_open_group_goes_on_after_the_stream_itself_waited_for_its_transaction():
+    drained = [True]
+    cycle = _cycle(batch_size=4, apply_batch_events=12)
+    cycle.runner = SimpleNamespace(raise_if_failed=lambda: None, engine_queue_empty=lambda: drained[0],
+                                   queued_batches=lambda: 0, handing_over=lambda: False, state="POLLING")
+    cycle.connector.source_lost_timeout_seconds = 600.0
+    wait = fetch_phases.OPEN_TRANSACTION_GROUP_WAIT_SECONDS
+    cycle._add(_in_transaction(_batch(0, 4, 0), begins=True), 0.0)
+    cycle._await_transaction_end(100.0)  # the first fetch that found nothing more of it
+    assert not cycle._open_group_waited(100.0 + wait / 2)
+    drained[0] = False  # the engine hands a batch over: the wait starts again
+    cycle._await_transaction_end(100.0 + wait / 2)
+    drained[0] = True
+    assert not cycle._open_group_waited(100.0 + wait)
+    assert cycle._open_group_waited(100.0 + wait * 1.5)
+    # A group handed on suspends the stream while it is applied: that time is no wait for the transaction.
+    cycle._take_group()
+    cycle._await_transaction_end(1000.0)
+    assert not cycle._open_group_waited(1000.0 + wait / 2)
 
 
 @pytest.mark.parametrize("kinds, before, after", [
