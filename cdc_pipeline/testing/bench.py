@@ -877,6 +877,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only: one source transaction of this many row changes (one UPDATE of every row), a "
                              "run killed inside it, then caught up while a reader checks it is never seen in part "
                              "(`bench_transaction`; MariaDB)")
+    parser.add_argument("--bank", type=int, default=0, metavar="ACCOUNTS",
+                        help="only: a bank of ACCOUNTS accounts (--load-source) whose every transaction keeps the "
+                             "total, caught up after a backlog and then streamed, while a reader checks that no "
+                             "read sees a transaction in part (`bench_bank`)")
+    parser.add_argument("--bank-transfers", type=int, default=None,
+                        help="with --bank: transfer transactions in the backlog (default 3000)")
+    parser.add_argument("--bank-stream-seconds", type=float, default=None,
+                        help="with --bank: how long the writer commits while a lingering run streams (default 60)")
     parser.add_argument("--freshness", action="store_true",
                         help="only: latency of a trickle and of a busy source, and the runs of a quiet one, with the "
                              "change sensor under Dagster's daemon (`bench_freshness`; from a checkout; the source "
@@ -936,6 +944,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               args.fresh_check_interval, args.keep_work, args.load_source)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
+    if args.bank:
+        from cdc_pipeline.testing import bench_bank
+
+        bank = bench_bank.run_bank(args.load_source, args.bank, args.bank_transfers or bench_bank.TRANSFERS,
+                                   args.bank_stream_seconds or bench_bank.STREAM_SECONDS)
+        print(json.dumps(bank, indent=2) if args.json else bench_bank.describe(bank))
+        return 0 if bank["succeeded"] else 1
     if args.transaction_rows:
         from cdc_pipeline.testing import bench_transaction
 
