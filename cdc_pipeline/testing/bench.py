@@ -876,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transaction-rows", type=int, default=None,
                         help="only: one source transaction of this many row changes (one UPDATE of every row), a "
                              "run killed inside it, then caught up while a reader checks it is never seen in part "
-                             "(`bench_transaction`; MariaDB)")
+                             "(`bench_transaction`; the source type from --load-source)")
     parser.add_argument("--bank", type=int, default=0, metavar="ACCOUNTS",
                         help="only: a bank of ACCOUNTS accounts (--load-source) whose every transaction keeps the "
                              "total, caught up after a backlog and then streamed, while a reader checks that no "
@@ -954,7 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.transaction_rows:
         from cdc_pipeline.testing import bench_transaction
 
-        whole = bench_transaction.run_transaction(args.transaction_rows)
+        whole = bench_transaction.run_transaction(args.transaction_rows, args.load_source)
         print(json.dumps(whole, indent=2) if args.json else bench_transaction.describe(whole))
         return 0 if whole["succeeded"] else 1
     if args.value_mb:

@@ -4,7 +4,7 @@ processes while a reader of the destination sums the balances every `READ_PAUSE_
 
 On throwaway servers: `accounts` (N rows of 100) is loaded by a first run. Then:
 
-- the catch-up: a backlog written while no run is on (`transfers` transactions of `PAIRS` transfers each, with
+- the catch-up: a backlog written while no run is on (`transfers` transactions of `PAIRS` transfers each, a debit and a credit statement, with
   `WHOLE_TABLE_TRANSACTIONS` transactions that move money between every even and every odd account among them) is
   caught up by fresh `sync` processes;
 - the stream: a `sync --linger` process (the connector's `linger_seconds`) follows a writer committing transfers at `STREAM_RATE` transactions/s for
@@ -32,7 +32,7 @@ from psycopg import sql
 
 from cdc_pipeline.config import DEFAULT_LINGER_SECONDS
 from cdc_pipeline.testing.bench import CAPTURE_PASSWORD, CAPTURE_USER, _connector_env, measure_sync_process
-from cdc_pipeline.testing.bench_tables import MAX_RUNS_PER_PHASE, summarize_runs
+from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 ACCOUNTS = 20_000
@@ -89,13 +89,14 @@ class _Source:
 
 
 def transfer_statements(accounts: int, rng: random.Random) -> list[str]:
-    """One transfer transaction's statements: PAIRS transfers between two distinct accounts each."""
+    """One transfer transaction's statements: PAIRS transfers between two distinct accounts, each a debit and a
+    credit."""
     statements = []
     for _ in range(PAIRS):
         payer, payee = rng.sample(range(1, accounts + 1), 2)
         amount = rng.randint(1, 50)
-        statements.append(f"UPDATE accounts SET balance = balance + CASE id WHEN {payer} THEN {-amount} "
-                          f"ELSE {amount} END WHERE id IN ({payer}, {payee})")
+        statements += [f"UPDATE accounts SET balance = balance - {amount} WHERE id = {payer}",
+                       f"UPDATE accounts SET balance = balance + {amount} WHERE id = {payee}"]
     return statements
 
 
@@ -112,6 +113,8 @@ def _commit_each(source: _Source, transactions: Callable[[], list[str] | None]) 
     with source.connect() as conn:
         cursor = conn.cursor()
         while (statements := transactions()) is not None:
+            if source.mariadb:
+                conn.begin()  # (the server's connection commits each statement otherwise)
             for statement in statements:
                 cursor.execute(statement)
                 changes += cursor.rowcount
@@ -177,15 +180,8 @@ def _destination_rows(destination: PostgresServer, schema: str) -> list[tuple[in
 
 def _sync_until_idle(source: _Source, destination: PostgresServer, work: Path,
                      new_destination: bool = False) -> list[dict[str, Any]]:
-    """Fresh `cdc-pipeline sync` processes until one ends with the source idle; each one's measurement."""
-    runs: list[dict[str, Any]] = []
-    while len(runs) < MAX_RUNS_PER_PHASE:
-        run = measure_sync_process(source.server if source.mariadb else None, destination, work, DATABASE, "spark",
-                                   [], new_destination=new_destination and not runs, connector=source.connector())
-        runs.append(run)
-        if not (run["cycle"].get("bulk_snapshot_pending") or run["cycle"].get("budget_spent")):
-            return runs
-    raise RuntimeError(f"{MAX_RUNS_PER_PHASE} fresh sync processes did not end with the source idle")
+    return sync_until_done(source.server if isinstance(source.server, MariaDbServer) else None, destination, work,
+                           new_destination, DATABASE, connector=source.connector())
 
 
 def _stream(source: _Source, destination: PostgresServer, work: Path, accounts: int, seconds: float,

@@ -108,13 +108,17 @@ def differing_tables(source: MariaDbServer, destination: PostgresServer, databas
     return differing
 
 
-def sync_until_done(source: MariaDbServer, destination: PostgresServer, work: Path, new_destination: bool,
+def sync_until_done(source: MariaDbServer | None, destination: PostgresServer, work: Path, new_destination: bool,
                     database: str = DATABASE, spark_conf: dict[str, str] | None = None,
-                    timeout_seconds: float | None = None) -> list[dict[str, Any]]:
-    """Fresh `cdc-pipeline sync` processes of the whole source `database`, one after the other, until one ends with
-    its bulk snapshot done and its stream idle (neither `bulk_snapshot_pending` nor `budget_spent`); each one's
-    measurement (`measure_sync_process`, with `spark_conf` and `timeout_seconds`)."""
-    connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER}
+                    timeout_seconds: float | None = None,
+                    connector: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Fresh `cdc-pipeline sync` processes of the whole MariaDB source `database` (or of the `connector`'s source
+    fields), one after the other, until one ends with its bulk snapshot done and its stream idle (neither
+    `bulk_snapshot_pending` nor `budget_spent`); each one's measurement (`measure_sync_process`, with `spark_conf` and
+    `timeout_seconds`)."""
+    if connector is None:
+        assert source is not None
+        connector = {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port, "user": CAPTURE_USER}
     runs: list[dict[str, Any]] = []
     while len(runs) < MAX_RUNS_PER_PHASE:
         run = measure_sync_process(source, destination, work, database, "spark", [],

@@ -1,5 +1,6 @@
 """`cdc-pipeline bench --transaction-rows N`: one source transaction of N row changes (one UPDATE of every row of an
-N-row table) on a MariaDB source, applied with the connector's defaults by fresh `cdc-pipeline sync` processes.
+N-row table) on a MariaDB source (or a PostgreSQL one: `--load-source postgres`), applied with the connector's
+defaults by fresh `cdc-pipeline sync` processes.
 
 On throwaway servers: the bench's `items` table (6 mixed columns, `bench.items_table_statements`) of N rows is
 loaded and checked; then one UPDATE adds 1 to every row's `qty` in one source transaction. Then:
@@ -29,9 +30,10 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, DATABASE, _connector_env,
-                                        destination_items_fingerprint, load_source, same_items)
+                                        create_postgres_items, destination_items_fingerprint, load_source,
+                                        postgres_load_connector, source_items_fingerprint)
 from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
-from cdc_pipeline.testing.servers import PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 
 TRANSACTION_ROWS = 1_000_000
 KILL_AFTER_SECONDS = 3.0  # how long the killed run's destination transaction is open before the kill
@@ -41,9 +43,9 @@ CONNECTOR = "load_spark"  # the connector `measure_sync_process` configures for 
 DEST_DATABASE = f"{DATABASE}_spark"
 
 
-def _qty_total(conn: psycopg.Connection) -> int:
+def _qty_total(conn: psycopg.Connection, schema: str) -> int:
     return int(conn.execute(sql.SQL("SELECT coalesce(sum(qty), 0) FROM {}").format(
-        sql.Identifier(DATABASE, "items"))).fetchone()[0])
+        sql.Identifier(schema, "items"))).fetchone()[0])
 
 
 def _open_transaction_seconds(destination: PostgresServer) -> float:
@@ -86,9 +88,9 @@ def kill_inside(destination: PostgresServer, work: Path) -> dict[str, Any]:
 class _Reader(threading.Thread):
     """Sums `qty` in the destination until stopped; counts the reads that saw neither `before` nor `after`."""
 
-    def __init__(self, destination: PostgresServer, before: int, after: int) -> None:
+    def __init__(self, destination: PostgresServer, schema: str, before: int, after: int) -> None:
         super().__init__(daemon=True)
-        self.destination, self.before, self.after = destination, before, after
+        self.destination, self.schema, self.before, self.after = destination, schema, before, after
         self.reads = self.partial = 0
         self.seen: set[int] = set()
         self._done = threading.Event()
@@ -96,7 +98,7 @@ class _Reader(threading.Thread):
     def run(self) -> None:
         with psycopg.connect(self.destination.dsn(DEST_DATABASE), autocommit=True) as conn:
             while not self._done.wait(READ_INTERVAL_SECONDS):
-                total = _qty_total(conn)
+                total = _qty_total(conn, self.schema)
                 self.reads += 1
                 if total not in (self.before, self.after):
                     self.partial += 1
@@ -107,37 +109,60 @@ class _Reader(threading.Thread):
         self.join()
 
 
-def run_transaction(rows: int = TRANSACTION_ROWS) -> dict[str, Any]:
-    """The scenario on fresh servers; its figures and checks."""
-    results: dict[str, Any] = {"rows": rows}
-    with tempfile.TemporaryDirectory(prefix="cdc-bench-transaction-") as tmp, start_mariadb() as source, \
+def run_transaction(rows: int = TRANSACTION_ROWS, source_type: str = "mariadb") -> dict[str, Any]:
+    """The scenario on fresh servers (a MariaDB source, or a PostgreSQL one's `public.items`); its figures and
+    checks."""
+    results: dict[str, Any] = {"rows": rows, "source": source_type}
+    with tempfile.TemporaryDirectory(prefix="cdc-bench-transaction-") as tmp, \
+            (start_mariadb() if source_type == "mariadb" else start_postgres(logical=True)) as source, \
             start_postgres() as destination:
-        source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
         work = Path(tmp)
-        load_source(source, rows, DATABASE)
-        results["load"] = summarize_runs(sync_until_done(source, destination, work, new_destination=True,
-                                                         database=DATABASE))
-        results["load"]["exact"] = same_items(source, destination, DATABASE, DEST_DATABASE)
-        loaded = destination_items_fingerprint(destination, DATABASE, DEST_DATABASE)
+        mariadb = source if isinstance(source, MariaDbServer) else None
+        if mariadb is not None:
+            mariadb.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
+            load_source(mariadb, rows, DATABASE)
+            connector = None
+        else:
+            create_postgres_items(source, DATABASE, rows)
+            connector = postgres_load_connector(source)
+        # The destination's schema of `items`: the source database's name (MariaDB) or its schema (PostgreSQL).
+        schema = DATABASE if mariadb is not None else "public"
+
+        def exact() -> bool:
+            theirs = (source_items_fingerprint(mariadb, DATABASE) if mariadb is not None else
+                      destination_items_fingerprint(source, "public", DATABASE))
+            return theirs == destination_items_fingerprint(destination, schema, DEST_DATABASE)
+
+        def catch_up(new_destination: bool) -> list[dict[str, Any]]:
+            return sync_until_done(mariadb, destination, work, new_destination=new_destination, database=DATABASE,
+                                   connector=connector)
+
+        results["load"] = summarize_runs(catch_up(new_destination=True))
+        results["load"]["exact"] = exact()
+        loaded = destination_items_fingerprint(destination, schema, DEST_DATABASE)
         with psycopg.connect(destination.dsn(DEST_DATABASE), autocommit=True) as conn:
-            before = _qty_total(conn)
+            before = _qty_total(conn, schema)
         started = time.monotonic()
-        source.execute(["UPDATE items SET qty = qty + 1, note = CONCAT('u', note)"], database=DATABASE)
+        update = "UPDATE items SET qty = qty + 1, note = CONCAT('u', note)"
+        if mariadb is not None:
+            mariadb.execute([update], database=DATABASE)
+        else:
+            source.execute([update], dbname=DATABASE)
         results["source_update_seconds"] = round(time.monotonic() - started, 1)
 
         results["kill"] = kill_inside(destination, work)
         results["kill"]["at_previous_commit"] = destination_items_fingerprint(
-            destination, DATABASE, DEST_DATABASE) == loaded
+            destination, schema, DEST_DATABASE) == loaded
 
-        reader = _Reader(destination, before, before + rows)
+        reader = _Reader(destination, schema, before, before + rows)
         reader.start()
         try:
-            runs = sync_until_done(source, destination, work, new_destination=False, database=DATABASE)
+            runs = catch_up(new_destination=False)
         finally:
             reader.stop()
         caught = summarize_runs(runs)
         caught["rows_per_second"] = round(rows / caught["seconds"]) if caught["seconds"] else None
-        caught["exact"] = same_items(source, destination, DATABASE, DEST_DATABASE)
+        caught["exact"] = exact()
         caught["reads"], caught["partial_reads"] = reader.reads, reader.partial
         caught["partial_totals_seen"] = sorted(reader.seen)[:10]
         results["catch_up"] = caught
@@ -149,7 +174,8 @@ def run_transaction(rows: int = TRANSACTION_ROWS) -> dict[str, Any]:
 def describe(results: dict[str, Any]) -> str:
     caught, kill = results["catch_up"], results["kill"]
     return "\n".join([
-        f"one source transaction of {results['rows']:,} row changes (MariaDB, the connector's defaults)",
+        f"one source transaction of {results['rows']:,} row changes ({results.get('source', 'mariadb')}, the "
+        "connector's defaults)",
         f"  killed after {kill['killed_after_seconds']} s inside it: destination at the previous commit: "
         f"{kill['at_previous_commit']}",
         f"  catch-up: {caught['seconds']} s in {caught['runs']} run(s), {caught['rows_per_second']} rows/s, "
