@@ -206,7 +206,8 @@ class ConnectorSession:
 
     def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
                  start_offset: str | None = None, linger_seconds: float = 0.0,
-                 linger_yields: Callable[[], bool] | None = None) -> None:
+                 linger_yields: Callable[[], bool] | None = None,
+                 cancelled: threading.Event | None = None) -> None:
         self.connector = connector
         self.destination = destination
         self._spark = spark
@@ -215,6 +216,8 @@ class ConnectorSession:
         # `linger_yields` says other work waits for the machine (the Dagster layer's: other runs queued).
         self.linger_seconds = linger_seconds
         self.linger_yields = linger_yields or (lambda: False)
+        # Set when whoever asked for the cycle went away (a pipeline server's client): the cycle ends as a pause does.
+        self.cancelled = cancelled
         self._conn: psycopg.Connection | None = None
         self._thread_conn = threading.local()  # the run-ahead thread's own connection (`run_ahead`)
         self.runner: DebeziumRunner | None = None
@@ -646,7 +649,10 @@ class ConnectorSession:
             yield
 
     def halted(self, every: float = STATE_CHECK_SECONDS) -> bool:
-        """Whether the connector was paused while this cycle runs (looked up at most once in `every` seconds)."""
+        """Whether the connector was paused while this cycle runs (looked up at most once in `every` seconds), or the
+        cycle was cancelled (`cancelled`)."""
+        if self.cancelled is not None and self.cancelled.is_set():
+            return True
         now = time.monotonic()
         if self.conn is None or now - self._state_checked_at < every:
             return False
@@ -1078,17 +1084,18 @@ def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
 
 
 def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
-              start_offset: str | None = None, linger: bool = False) -> dict[str, Any]:
+              start_offset: str | None = None, linger: bool = False,
+              cancelled: threading.Event | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
     convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.
 
     The session takes the connector's run lock, so a cycle run this way and a Dagster run never overlap; a failure
     is recorded as the connector's last error and raised. With `linger`, a stream that applied a change goes on
     until the connector's `linger_seconds` pass without another, as a Dagster run's does; without, it ends once
-    caught up.
+    caught up. Once `cancelled` is set the cycle ends as a pause does.
     """
     with ConnectorSession(connector, destination, spark, start_offset=start_offset,
-                          linger_seconds=connector.linger_seconds if linger else 0.0) as session:
+                          linger_seconds=connector.linger_seconds if linger else 0.0, cancelled=cancelled) as session:
         return run_steps(session)
 
 

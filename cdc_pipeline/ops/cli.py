@@ -43,7 +43,8 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -> dict[str, Any]:
+def run_sync(name: str, start_offset: str | None = None, linger: bool = False, spark: Any = None,
+             cancelled: threading.Event | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
@@ -52,7 +53,9 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -
     takes effect in this cycle). A connector's first cycle is checked before it starts (`preflight.require_ready`:
     it does not start when its source or the destination lacks a setting or privilege). With `start_offset` (a
     Debezium offset as JSON) the cycle replays from that offset. With `linger` its stream goes on while changes keep
-    coming, as a Dagster run's does (the connector's `linger_seconds`).
+    coming, as a Dagster run's does (the connector's `linger_seconds`). `spark` is a session (or `SparkStart`) to
+    run it on, a pipeline server's warm one (default: one started now); once `cancelled` is set the cycle ends as a
+    pause does.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import SparkStart
@@ -74,9 +77,10 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False) -
                     "seconds": round(time.monotonic() - started, 3), "events_per_second": 0.0, "nothing_to_do": idle,
                     **served}
     # The driver JVM starts now; the checks and the engine's start run while Spark's session is being made.
-    spark = SparkStart(config.spark)
+    spark = SparkStart(config.spark) if spark is None else spark
     preflight.require_ready(connector, config.destination)
-    return {**run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger), **served}
+    return {**run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger,
+                        cancelled=cancelled), **served}
 
 
 def serve_requests_of(config: PipelineConfig, name: str) -> dict[str, Any]:
@@ -127,7 +131,11 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         if held is not None and not names_lost_position(held, args.name):  # its own first line follows
             print(f"note: {held}; this sync, asked for by hand, tries again (its success resumes the connector)",
                   file=sys.stderr)
-        summary = run_sync(args.name, start_offset=args.start_offset, linger=args.linger)
+        from cdc_pipeline.ops.pipeline_server import served_sync
+
+        summary = served_sync(args.name, start_offset=args.start_offset, linger=args.linger)
+        if summary is None:
+            summary = run_sync(args.name, start_offset=args.start_offset, linger=args.linger)
     except Exception as exc:  # the command's contract: any failure becomes one message and exit code 1
         cause = str(_root_cause(exc))
         # An error that begins with the connector (a position the source lost) is its own first line.
@@ -462,6 +470,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if any(report.errors for report in reports) else 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cdc_pipeline.ops.pipeline_server import SERVER_ENV, serve
+
+    path = args.socket or os.environ.get(SERVER_ENV)
+    if not path:
+        print(f"error: give --socket PATH or set {SERVER_ENV}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("CDC_RUNNER_LOG_LEVEL", "INFO" if args.verbose else "WARN")
+    # Each cycle's INFO lines go to its client (which shows them with `sync -v`); here only with -v.
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for handler in root.handlers:
+        handler.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    return serve(Path(path))
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from cdc_pipeline.testing.bench import main as bench_main
 
@@ -494,6 +520,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="once a change is applied, go on streaming until the connector's linger_seconds pass "
                            "without another, as a Dagster run does (default: end once caught up)")
     sync.set_defaults(handler=_cmd_sync)
+    serve = commands.add_parser(
+        "serve", parents=[config],
+        help="a pipeline server: keeps the driver JVM and its Spark session warm and runs the fetch cycles of the "
+             "`sync` processes whose CDC_PIPELINE_SERVER names its socket (token: CDC_PIPELINE_SERVER_TOKEN)")
+    serve.add_argument("--socket", default=None,
+                       help="the Unix socket to listen on (default: $CDC_PIPELINE_SERVER)")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log each cycle's lines here too")
+    serve.set_defaults(handler=_cmd_serve)
     check = commands.add_parser(
         "check", parents=[config],
         help="what the connector's source and the destination lack before a first run (settings, privileges), each "

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,8 @@ from psycopg import sql
 
 from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
+                                          start_postgres)
 
 CAPTURE_USER = "fresh"
 CAPTURE_PASSWORD = "fresh-capture"
@@ -115,12 +115,7 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
         return _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds, trickle_interval,
                         busy_seconds, busy_rate)
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        end_process_group(daemon)
         daemon_log.close()
 
 

@@ -38,7 +38,8 @@ from psycopg import sql
 
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.testing.bench_freshness import CAPTURE_PASSWORD, CAPTURE_USER, _percentiles, checkout
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
+                                          start_postgres)
 
 TENANT_PATTERN = "tenant_*"
 TABLE_ROWS = 3
@@ -331,16 +332,7 @@ def _daemon(root: Path, env: dict[str, str], log_path: Path) -> Iterator[subproc
         try:
             yield daemon
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(timeout=DAEMON_STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
-                daemon.wait()
-            with contextlib.suppress(ProcessLookupError):
-                # Run workers the daemon left behind (they are in its process group).
-                os.killpg(daemon.pid, signal.SIGKILL)
+            end_process_group(daemon, DAEMON_STOP_SECONDS)
 
 
 def _runs(home: Path) -> dict[str, Any]:

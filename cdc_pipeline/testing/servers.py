@@ -12,6 +12,7 @@ demo's servers do); a later process adopts it with ``attach()`` and may then ``s
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import pwd
@@ -741,6 +742,21 @@ def _process_is_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state != "Z"
+
+
+def end_process_group(process: subprocess.Popen, wait_seconds: float = 30) -> None:
+    """Ends a child started in its own session (a daemon, a pipeline server) and what it started: SIGTERM to its
+    process group, SIGKILL after `wait_seconds`, then SIGKILL to what is left of the group (a daemon's run workers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=wait_seconds)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _terminate_pid(pid: int, description: str) -> None:

@@ -1,0 +1,128 @@
+"""`cdc-pipeline serve`: `sync` processes whose environment names the server run their cycles in its warm driver
+JVM, exactly as cold ones; a client killed during its cycle ends it as a pause does, and the next sync goes on; a
+wrong token is refused; a server that is not there leaves the sync to run cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import psycopg
+import pytest
+
+from cdc_pipeline import control
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
+from cdc_pipeline.testing.servers import end_process_group
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.runs import log_tail, start_sync
+
+pytestmark = pytest.mark.integration
+
+SERVER_START_SECONDS = 180
+ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, label VARCHAR(20))"
+
+
+@pytest.fixture
+def server(pipeline, tmp_path: Path) -> Iterator[SimpleNamespace]:
+    socket_path = tmp_path / "server.sock"
+    token = secrets.token_hex(16)
+    log = tmp_path / "server.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cdc_pipeline.ops.cli", "serve", "--socket", str(socket_path)], cwd=PROJECT_ROOT,
+            env={**os.environ, **pipeline.env, TOKEN_ENV: token}, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while "listening on" not in log.read_text():
+        assert process.poll() is None, f"the server ended: {log_tail(log)}"
+        assert time.monotonic() < deadline, f"the server did not listen within {SERVER_START_SECONDS} s"
+        time.sleep(0.1)
+    try:
+        yield SimpleNamespace(socket=socket_path, process=process, log=log,
+                              env={**pipeline.env, SERVER_ENV: str(socket_path), TOKEN_ENV: token})
+    finally:
+        end_process_group(process, wait_seconds=60)
+
+
+def _sync(pipeline, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", pipeline.name, *args],
+                          cwd=PROJECT_ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+
+
+def _summary(run: subprocess.CompletedProcess) -> dict:
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _state(pipeline) -> list[tuple]:
+    return pipeline.dest_query("SELECT state, phase, last_error FROM cdc.connector_state WHERE connector = %s",
+                               (pipeline.name,))
+
+
+def test_syncs_through_the_server_load_and_stream_exactly(pipeline, server):
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, CONCAT('i-', seq) FROM seq_1_to_500"])
+    loaded = _summary(_sync(pipeline, server.env, "--json"))
+    assert loaded["served_by"] == str(server.socket) and loaded["snapshot_rows"] == 500
+    pipeline.assert_same("items")
+
+    pipeline.source(["UPDATE items SET label = 'u' WHERE id % 3 = 0", "DELETE FROM items WHERE id % 7 = 0",
+                     "INSERT INTO items SELECT 1000 + seq, 'n' FROM seq_1_to_50"])
+    streamed = _summary(_sync(pipeline, server.env, "--json"))
+    assert streamed["served_by"] == str(server.socket)
+    assert (streamed["updates"], streamed["deletes"], streamed["inserts"]) == (166, 71, 50)
+    pipeline.assert_same("items")
+    assert _state(pipeline) == [("syncing", None, None)]
+    assert server.process.poll() is None, "the server serves on"
+
+
+def test_a_client_killed_during_its_cycle_ends_it_as_a_pause_and_the_next_goes_on(pipeline, server, tmp_path):
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, 'i' FROM seq_1_to_20"])
+    _summary(_sync(pipeline, server.env, "--json"))
+    pipeline.write_config(linger_seconds=600)
+    client = start_sync(pipeline.name, "--linger", env=server.env)
+    try:
+        pipeline.source(["INSERT INTO items VALUES (100, 'first')"])
+        deadline = time.monotonic() + 120
+        while (100, "first") not in pipeline.dest_rows("items"):
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "the lingering cycle did not apply the change"
+            time.sleep(0.2)
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait()
+    # The cycle, which would have lingered for 600 s, ends once its client is gone: its run lock is let go.
+    deadline = time.monotonic() + 60
+    with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
+        while control.run_lock_held(conn, pipeline.name):
+            assert time.monotonic() < deadline, f"the server's cycle went on without its client: {log_tail(server.log)}"
+            time.sleep(0.2)
+    assert "went away" in server.log.read_text()
+
+    pipeline.write_config()
+    pipeline.source(["INSERT INTO items VALUES (101, 'second')", "UPDATE items SET label = 'x' WHERE id <= 5"])
+    after = _summary(_sync(pipeline, server.env, "--json"))
+    assert after["served_by"] == str(server.socket) and after["redelivered"] == 0
+    pipeline.assert_same("items")
+    assert _state(pipeline) == [("syncing", None, None)]
+
+
+def test_a_wrong_token_is_refused_and_a_missing_server_leaves_the_sync_cold(pipeline, server, tmp_path):
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])
+    refused = _sync(pipeline, {**server.env, TOKEN_ENV: "not-the-token"})
+    assert refused.returncode == 1 and "refused the sync: the token is not the server's" in refused.stderr
+    assert "not-the-token" not in refused.stderr and "not-the-token" not in server.log.read_text()
+    assert pipeline.dest_query("SELECT to_regclass(%s)", (f'"{pipeline.source_db}".items',)) == [(None,)], \
+        "a refused sync runs nothing"
+
+    cold = _sync(pipeline, {**server.env, SERVER_ENV: str(tmp_path / "nobody.sock")}, "--json")
+    assert "no pipeline server at" in cold.stderr and "the run goes cold" in cold.stderr
+    assert "served_by" not in _summary(cold)
+    pipeline.assert_same("items")
