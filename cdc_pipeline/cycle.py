@@ -13,7 +13,6 @@ import functools
 import gc
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -25,6 +24,7 @@ import psycopg
 from pyspark.sql import SparkSession
 
 from cdc_pipeline import bulk_load, control, faults, run_progress, sources
+from cdc_pipeline.run_progress import process_started_epoch
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
 from cdc_pipeline.sink.apply import BatchApplier
@@ -56,19 +56,6 @@ RETRY = "retry"
 # Snapshot modes that copy the tables' rows (when they take a snapshot at all): under the bulk snapshot engine the
 # Debezium engine then takes the schema snapshot only, and the bulk load copies the rows.
 ROW_COPYING_MODES = ("initial", "initial_only", "when_needed", "always")
-
-
-def process_started_epoch() -> float | None:
-    """When this process started (Linux: its start in clock ticks since boot, read against the clock since boot
-    now), or None. Not from /proc/stat's `btime`: the boot time in whole seconds would put the start up to a second
-    early."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as stat:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
 
 
 @dataclass
@@ -138,6 +125,7 @@ class CycleStats:
             **self.counts.as_dict(),
             **({} if lag is None else {"lag_seconds": lag}),
             **({} if first_row is None else {"first_row_seconds": first_row}),
+            **({} if self.first_row_epoch is None else {"first_row_epoch": round(self.first_row_epoch, 3)}),
             "seconds": round(self.seconds, 3),
             "events_per_second": round(events / self.seconds, 1) if self.seconds > 0 else 0.0,
             "pipeline_events_per_second": round(self.pipeline_rate(), 1),

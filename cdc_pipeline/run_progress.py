@@ -10,6 +10,7 @@ control schema's `run_progress` row on a connection of its own (never inside a b
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -24,6 +25,20 @@ from cdc_pipeline.config import DestinationConfig
 from cdc_pipeline.errors import CdcError
 
 log = logging.getLogger(__name__)
+
+
+def process_started_epoch() -> float | None:
+    """When this process started (Linux: its start in clock ticks since boot, read against the clock since boot
+    now), or None. Not from /proc/stat's `btime`: the boot time in whole seconds would put the start up to a second
+    early."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
 
 SAMPLE_SECONDS = 2.0  # how often a run samples its queues and writes its progress row
 LOG_SECONDS = 10.0  # how often a streaming run logs them

@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 from cdc_pipeline.config import CONFIG_PATH_ENV, config_path, load_config
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.run_progress import process_started_epoch
 
 log = logging.getLogger(__name__)
 
@@ -294,11 +295,20 @@ def served_sync(name: str, start_offset: str | None, linger: bool) -> dict[str, 
                 raise ServerRefused(f"the pipeline server at {path} refused the sync: {message['refused']}",
                                     connector=name)
             elif "result" in message:
-                return message["result"]
+                return _as_seen_here(message["result"])
             elif "error" in message:
                 raise ServerRefused(message["error"], connector=None if message.get("cdc_error") else name)
     raise CdcError(f"the pipeline server at {path} went away during the cycle: what it committed stays, the next "
                    "run goes on from the applied position", connector=name)
+
+
+def _as_seen_here(summary: dict[str, Any]) -> dict[str, Any]:
+    """The server's summary of a cycle with its first row timed from this process's start (the server's own start
+    is no user's wait)."""
+    started = process_started_epoch()
+    if summary.get("first_row_epoch") is not None and started is not None:
+        summary["first_row_seconds"] = round(summary["first_row_epoch"] - started, 2)
+    return summary
 
 
 def _messages(stream: Any) -> Iterator[dict[str, Any]]:

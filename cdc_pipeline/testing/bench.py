@@ -342,12 +342,13 @@ class SyncFailed(RuntimeError):
 def measure_sync_process(source: MariaDbServer | None, destination: PostgresServer, work: Path, database: str,
                          engine: str, tables: Sequence[str], new_destination: bool = True,
                          connector: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None,
-                         timeout_seconds: float | None = None) -> dict[str, Any]:
+                         timeout_seconds: float | None = None,
+                         extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """A fresh `cdc-pipeline sync` process copying `tables` with the snapshot engine `engine`: its wall time (the
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
     it starts (children's peak RSS, from the kernel). `spark_conf` goes to the connectors file's `spark: conf:`.
     Raises SyncFailed when the process fails, or has not ended after `timeout_seconds` (then it and its JVM are
-    ended)."""
+    ended). `extra_env` goes to the process's environment (a pipeline server's)."""
     name = f"load_{engine}"
     dest_database = f"{database}_{engine}"
     if new_destination:
@@ -362,7 +363,7 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config))
     (work / f"dagster_{name}").mkdir(exist_ok=True)
-    env = _connector_env(work, name, destination, dest_database)
+    env = {**_connector_env(work, name, destination, dest_database), **(extra_env or {})}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "cdc_pipeline.ops.cli", "sync", name, "--json"], env=env,
@@ -885,6 +886,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --bank: transfer transactions in the backlog (default 3000)")
     parser.add_argument("--bank-stream-seconds", type=float, default=None,
                         help="with --bank: how long the writer commits while a lingering run streams (default 60)")
+    parser.add_argument("--served-runs", type=int, default=0, metavar="N",
+                        help="only: N rounds of a backlog caught up by a fresh `sync` cold and by one through a "
+                             "pipeline server (`cdc-pipeline serve`; `bench_server`; MariaDB)")
+    parser.add_argument("--served-changes", type=int, default=None, help="with --served-runs: changes per backlog "
+                                                                          "(default 2048)")
     parser.add_argument("--freshness", action="store_true",
                         help="only: latency of a trickle and of a busy source, and the runs of a quiet one, with the "
                              "change sensor under Dagster's daemon (`bench_freshness`; from a checkout; the source "
@@ -944,6 +950,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               args.fresh_check_interval, args.keep_work, args.load_source)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
+    if args.served_runs:
+        from cdc_pipeline.testing import bench_server
+
+        served = bench_server.run_served(args.served_runs, args.served_changes or bench_server.CHANGES)
+        print(json.dumps(served, indent=2) if args.json else bench_server.describe(served))
+        return 0 if served["exact"] else 1
     if args.bank:
         from cdc_pipeline.testing import bench_bank
 
