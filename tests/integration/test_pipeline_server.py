@@ -17,6 +17,7 @@ from typing import Iterator
 
 import psycopg
 import pytest
+import yaml
 
 from cdc_pipeline import control
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
@@ -126,3 +127,35 @@ def test_a_wrong_token_is_refused_and_a_missing_server_leaves_the_sync_cold(pipe
     assert "no pipeline server at" in cold.stderr and "the run goes cold" in cold.stderr
     assert "served_by" not in _summary(cold)
     pipeline.assert_same("items")
+
+
+def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
+    """Two connectors of one file, each lingering through the server at once: both apply their changes as they
+    come, and end exact."""
+    other_db = f"{pipeline.source_db}_b"
+    pipeline.mariadb.execute(f"CREATE DATABASE `{other_db}`")
+    pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])
+    pipeline.mariadb.execute([ITEMS, "INSERT INTO items VALUES (1, 'b')"], database=other_db)
+    pipeline.write_config(linger_seconds=4)
+    document = yaml.safe_load(pipeline.config_path.read_text())
+    first = document["connectors"][pipeline.name]
+    other = f"{pipeline.name}_b"
+    document["connectors"][other] = {**first, "database": other_db}
+    pipeline.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    clients = {name: start_sync(name, "--linger", "--json", env=server.env) for name in (pipeline.name, other)}
+    for key in range(2, 12):
+        pipeline.source([f"INSERT INTO items VALUES ({key}, 'a')"])
+        pipeline.mariadb.execute([f"INSERT INTO items VALUES ({key}, 'b')"], database=other_db)
+        time.sleep(0.3)
+    for name, client in clients.items():
+        out, err = client.communicate(timeout=300)
+        assert client.returncode == 0, err[-3000:]
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["served_by"] == str(server.socket), summary
+        assert summary["snapshot_rows"] >= 1 and summary["inserts"] >= 1, "each loaded, then streamed"
+    pipeline.assert_same("items")
+    theirs = pipeline.mariadb.query("SELECT * FROM items ORDER BY 1", database=other_db)
+    with psycopg.connect(pipeline.dest_dsn) as conn:
+        ours = conn.execute(f'SELECT * FROM "{other_db}".items ORDER BY 1').fetchall()
+    assert ours == [tuple(row) for row in theirs] and len(ours) == 11
