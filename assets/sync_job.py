@@ -10,6 +10,7 @@ schedule that launches `sync_<name>` is an automation of every one of the connec
 
 import re
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from dagster import (
@@ -45,7 +46,7 @@ from assets.table_assets import (
 )
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.ops.tables import ReplicatedTable, count_applied
+from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, count_applied
 from resources.debezium_runner import CONNECTOR_TAG, DebeziumRunnerResource
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
@@ -144,6 +145,12 @@ def _cycle_graph(connector: ConnectorConfig, asset_outputs: list[str], check_out
         description="Pops batches of change events from the Debezium engine (lazily) until the source is idle or "
                     "the cycle's budget (max_events_per_run, max_seconds_per_run) is spent.")
     def fetch_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource):
+        served = debezium_runner.served(name, context.log)
+        if served is not None:
+            # The whole cycle ran on the pipeline server; the steps after this one pass its outcome on.
+            context.log.info(f"the cycle ran on the pipeline server at {served['served_by']}: "
+                             f"{served['events']} events in {served['seconds']:.1f} s")
+            return None
         with debezium_runner.step(name) as session:
             log_spark_ui(context, session)
             return cycle.fetch_batches(session)
@@ -151,6 +158,8 @@ def _cycle_graph(connector: ConnectorConfig, asset_outputs: list[str], check_out
     def lazy_stage(stage: str, engine_step: Callable[[Any, Any], Any], description: str) -> OpDefinition:
         @op(name=f"{name}__{stage}", out=stage_out, description=description)
         def run_stage(debezium_runner: DebeziumRunnerResource, batches):
+            if debezium_runner.served_summary(name) is not None:
+                return None
             with debezium_runner.step(name) as session:
                 return engine_step(session, batches)
 
@@ -172,6 +181,8 @@ def _cycle_graph(connector: ConnectorConfig, asset_outputs: list[str], check_out
                     "its DDL, then per DML segment the column conversions and mapping rules (Spark), the compaction "
                     "per key and the COPY and merge; drives the lazy steps before it, one group of batches at a time.")
     def apply_batches(context: OpExecutionContext, debezium_runner: DebeziumRunnerResource, plans) -> list:
+        if debezium_runner.served_summary(name) is not None:
+            return []
         with debezium_runner.step(name) as session:
             applied = cycle.apply_batches(session, count_applied(plans, debezium_runner.table_changes(name)))
             counts = session.cycle_stats.counts
@@ -182,6 +193,9 @@ def _cycle_graph(connector: ConnectorConfig, asset_outputs: list[str], check_out
     @op(name=f"{name}__mark_batches_complete", out=stage_out,
         description="Marks applied batches complete, so the Debezium offset advances past them.")
     def mark_batches_complete(debezium_runner: DebeziumRunnerResource, applied: list) -> int:
+        served = debezium_runner.served_summary(name)
+        if served is not None:
+            return int(served.get("marked_events") or 0)
         with debezium_runner.step(name) as session:
             return cycle.mark_batches_complete(session, applied)
 
@@ -193,9 +207,14 @@ def _cycle_graph(connector: ConnectorConfig, asset_outputs: list[str], check_out
         selected = context.selected_asset_keys
         # A subset (one table materialized from the UI) shows the selected tables loaded, changed or not.
         also = [source_tables[key] for key in selected if key in source_tables] if context.assets_def.is_subset else []
-        with debezium_runner.step(name) as session:
-            summary = cycle.cycle_summary(session, marked)
-            events = cycle_materializations(session, summary, debezium_runner.table_changes(name), also)
+        served = debezium_runner.served_summary(name)
+        if served is not None:
+            changes = TableChanges({table: Counter(counts) for table, counts in served["table_changes"].items()})
+            events = cycle_materializations(debezium_runner.reader(name), served, changes, also)
+        else:
+            with debezium_runner.step(name) as session:
+                summary = cycle.cycle_summary(session, marked)
+                events = cycle_materializations(session, summary, debezium_runner.table_changes(name), also)
         yield from _asset_results(events, selected, context.selected_asset_check_keys)
 
     @graph(name=f"{name}_fetch_cycle", out={output: GraphOut() for output in outputs},

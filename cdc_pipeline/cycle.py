@@ -1073,18 +1073,21 @@ def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
 
 def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
               start_offset: str | None = None, linger: bool = False,
-              cancelled: threading.Event | None = None) -> dict[str, Any]:
+              cancelled: threading.Event | None = None, linger_yields: Callable[[], bool] | None = None,
+              watch: Callable[[Iterable[BatchPlan]], Iterable[BatchPlan]] | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
     convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.
 
     The session takes the connector's run lock, so a cycle run this way and a Dagster run never overlap; a failure
     is recorded as the connector's last error and raised. With `linger`, a stream that applied a change goes on
     until the connector's `linger_seconds` pass without another, as a Dagster run's does; without, it ends once
-    caught up. Once `cancelled` is set the cycle ends as a pause does.
+    caught up. Once `cancelled` is set the cycle ends as a pause does; `linger_yields` and `watch` are the
+    session's and `run_steps`'.
     """
     with ConnectorSession(connector, destination, spark, start_offset=start_offset,
-                          linger_seconds=connector.linger_seconds if linger else 0.0, cancelled=cancelled) as session:
-        return run_steps(session)
+                          linger_seconds=connector.linger_seconds if linger else 0.0, cancelled=cancelled,
+                          linger_yields=linger_yields) as session:
+        return run_steps(session, watch)
 
 
 def run_steps(session: ConnectorSession,

@@ -2,9 +2,11 @@
 stopped after the run."""
 
 
+import logging
+import os
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from dagster import ConfigurableResource, DagsterInstance, DagsterRunStatus, InitResourceContext, RunsFilter
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
@@ -14,6 +16,7 @@ from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops import preflight
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, served_sync
 from cdc_pipeline.ops.tables import TableChanges
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
@@ -58,6 +61,16 @@ class RunQueueWait:
             filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
 
 
+def _log_line(log: Any, level: int, message: str) -> None:
+    """A served cycle's log line in the step's Dagster log (DEBUG lines left out)."""
+    if level >= logging.ERROR:
+        log.error(message)
+    elif level >= logging.WARNING:
+        log.warning(message)
+    elif level >= logging.INFO:
+        log.info(message)
+
+
 class DebeziumRunnerResource(ConfigurableResource):
     """Starts a connector's embedded Debezium engine in the Spark driver JVM when its cycle's first step runs.
 
@@ -76,6 +89,10 @@ class DebeziumRunnerResource(ConfigurableResource):
     replay: ReplayResource
 
     _sessions: dict[str, ConnectorSession] = PrivateAttr(default_factory=dict)
+    # Cycles a pipeline server ran for this run (`served`): their summaries, and sessions that only read the
+    # destination for the run's materializations.
+    _served: dict[str, dict] = PrivateAttr(default_factory=dict)
+    _readers: dict[str, ConnectorSession] = PrivateAttr(default_factory=dict)
     _instance: Optional[DagsterInstance] = PrivateAttr(default=None)
     _errors: dict[str, BaseException] = PrivateAttr(default_factory=dict)
     _table_changes: dict[str, TableChanges] = PrivateAttr(default_factory=dict)
@@ -85,9 +102,45 @@ class DebeziumRunnerResource(ConfigurableResource):
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         sessions, self._sessions = self._sessions, {}
+        readers, self._readers = self._readers, {}
         with ExitStack() as closing:
             for name, session in sessions.items():
                 closing.callback(session.close, self._errors.get(name))
+            for reader in readers.values():
+                if reader.conn is not None:
+                    closing.callback(reader.conn.close)
+
+    def served(self, connector: str, log: Any = None) -> Optional[dict]:
+        """The summary of `connector`'s cycle when a pipeline server ran it for this run (CDC_PIPELINE_SERVER names
+        it and it listens): asked once, by the cycle's first step, which waits for the cycle's end; None when the
+        cycle runs here, cold. The server serves the connector's requests, checks it and takes its run lock as a
+        cold run does; its log lines go to `log` (the step's Dagster log)."""
+        if connector in self._served:
+            return self._served[connector]
+        if connector in self._sessions or not os.environ.get(SERVER_ENV):
+            return None
+        summary = served_sync(
+            connector, start_offset=self.replay.start_offset, linger=True,
+            linger_yields=RunQueueWait(self._instance, connector) if self._instance is not None else None,
+            on_log=None if log is None else lambda level, _name, message: _log_line(log, level, message))
+        if summary is not None:
+            self._served[connector] = summary
+        return summary
+
+    def served_summary(self, connector: str) -> Optional[dict]:
+        """The summary of the served cycle of `connector` in this run, if a server ran it."""
+        return self._served.get(connector)
+
+    def reader(self, connector: str) -> ConnectorSession:
+        """A session of `connector` that only reads the destination (no engine, no run lock): what a served
+        cycle's materializations read."""
+        if connector not in self._readers:
+            config = load_config(self.config_path)
+            # No Spark: a reader runs no step.
+            reader = ConnectorSession(config.connector(connector), config.destination, None)  # type: ignore[arg-type]
+            reader.conn = config.destination.connect(connector)
+            self._readers[connector] = reader
+        return self._readers[connector]
 
     def session(self, connector: str) -> ConnectorSession:
         """The run's session of `connector`, opened (engine started) on first use."""

@@ -44,7 +44,8 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def run_sync(name: str, start_offset: str | None = None, linger: bool = False, spark: Any = None,
-             cancelled: threading.Event | None = None) -> dict[str, Any]:
+             cancelled: threading.Event | None = None, linger_yields: Any = None,
+             watch: Any = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
     (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
@@ -55,7 +56,7 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False, s
     Debezium offset as JSON) the cycle replays from that offset. With `linger` its stream goes on while changes keep
     coming, as a Dagster run's does (the connector's `linger_seconds`). `spark` is a session (or `SparkStart`) to
     run it on, a pipeline server's warm one (default: one started now); once `cancelled` is set the cycle ends as a
-    pause does.
+    pause does; `linger_yields` and `watch` go to `run_cycle`.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import SparkStart
@@ -80,7 +81,7 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False, s
     spark = SparkStart(config.spark) if spark is None else spark
     preflight.require_ready(connector, config.destination)
     return {**run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger,
-                        cancelled=cancelled), **served}
+                        cancelled=cancelled, linger_yields=linger_yields, watch=watch), **served}
 
 
 def serve_requests_of(config: PipelineConfig, name: str) -> dict[str, Any]:

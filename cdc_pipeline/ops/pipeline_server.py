@@ -35,7 +35,7 @@ import socketserver
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cdc_pipeline.config import CONFIG_PATH_ENV, config_path, load_config
 from cdc_pipeline.errors import CdcError
@@ -49,6 +49,7 @@ PROTOCOL_VERSION = 1
 REQUEST_LIMIT_BYTES = 1 << 20
 # How long a stopping server waits for the cycles it runs to end (each ends as a pause does).
 STOP_WAIT_SECONDS = 120.0
+LINGER_YIELDS_SECONDS = 1.0  # how often a client asks whether its lingering cycle is to yield
 
 
 class ServerRefused(CdcError):
@@ -99,6 +100,7 @@ class _CycleHandler(socketserver.StreamRequestHandler):
         name = str(request["connector"])
         threading.current_thread().name = f"cdc-serve-{name}"
         cancelled = threading.Event()
+        self.yields = False  # the client's word: other work waits for the machine (a Dagster run queue)
         watcher = threading.Thread(target=self._watch_client, args=(cancelled,), daemon=True,
                                    name=f"cdc-serve-watch-{name}")
         watcher.start()
@@ -110,7 +112,7 @@ class _CycleHandler(socketserver.StreamRequestHandler):
 
         def cycle() -> None:
             try:
-                outcome["result"] = self.server.run(name, request, cancelled)
+                outcome["result"] = self.server.run(name, request, cancelled, lambda: self.yields)
             except Exception as exc:  # noqa: BLE001 - the client reports it, as a cold run would
                 from cdc_pipeline.ops.cli import _root_cause
 
@@ -141,10 +143,16 @@ class _CycleHandler(socketserver.StreamRequestHandler):
             pass  # the client went away: its watcher ended the cycle
 
     def _watch_client(self, cancelled: threading.Event) -> None:
-        """Ends the cycle as a pause does once the client's end of the connection closes (it never writes again)."""
+        """Takes the client's messages during its cycle (`linger_yields`), and ends the cycle as a pause does once
+        the client's end of the connection closes."""
         try:
-            while self.connection.recv(4096):
-                pass
+            while line := self.rfile.readline(REQUEST_LIMIT_BYTES):
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict) and "linger_yields" in message:
+                    self.yields = bool(message["linger_yields"])
         except OSError:
             pass
         if not cancelled.is_set():
@@ -191,14 +199,20 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
                     f"{request.get('config_path')}: point both at one file ({CONFIG_PATH_ENV})")
         return None
 
-    def run(self, name: str, request: dict[str, Any], cancelled: threading.Event) -> dict[str, Any]:
+    def run(self, name: str, request: dict[str, Any], cancelled: threading.Event,
+            linger_yields: Callable[[], bool]) -> dict[str, Any]:
+        """Runs the cycle; its summary, with what it applied per source table (`table_changes`)."""
         from cdc_pipeline.ops.cli import run_sync
+        from cdc_pipeline.ops.tables import TableChanges, count_applied
 
         started = time.monotonic()
+        changes = TableChanges()
         summary = run_sync(name, start_offset=request.get("start_offset"), linger=bool(request.get("linger")),
-                           spark=self.spark, cancelled=cancelled)
+                           spark=self.spark, cancelled=cancelled, linger_yields=linger_yields,
+                           watch=lambda plans: count_applied(plans, changes))
         log.info("served a cycle of %s in %.1f s", name, time.monotonic() - started)
-        return {**summary, "served_by": str(self.socket_path)}
+        return {**summary, "served_by": str(self.socket_path),
+                "table_changes": {table: changes.counts(table) for table in changes.tables()}}
 
     def track(self, cancelled: threading.Event) -> Any:
         server = self
@@ -266,10 +280,13 @@ def serve(socket_path: Path) -> int:
     return 0
 
 
-def served_sync(name: str, start_offset: str | None, linger: bool) -> dict[str, Any] | None:
+def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields: Callable[[], bool] | None = None,
+                on_log: Callable[[int, str, str], None] | None = None) -> dict[str, Any] | None:
     """Asks the server named by CDC_PIPELINE_SERVER for the cycle and returns its summary; None when no server is
-    configured or none listens there (the sync then runs cold). The cycle's log lines are logged here as they come.
-    Raises ServerRefused when the server refuses or fails the cycle, CdcError when it goes away during it."""
+    configured or none listens there (the sync then runs cold). The cycle's log lines are logged here as they come
+    (or given to `on_log(level, logger name, message)`); `linger_yields` is asked every LINGER_YIELDS_SECONDS, and
+    what it says passed on (a lingering cycle ends once caught up while it says so). Raises ServerRefused when the
+    server refuses or fails the cycle, CdcError when it goes away during it."""
     path = os.environ.get(SERVER_ENV)
     if not path:
         return None
@@ -284,20 +301,57 @@ def served_sync(name: str, start_offset: str | None, linger: bool) -> dict[str, 
     request = {"version": PROTOCOL_VERSION, "command": "sync", "connector": name, "token":
                os.environ.get(TOKEN_ENV, ""), "start_offset": start_offset, "linger": linger,
                "config_path": _config_path()}
+    done = threading.Event()
     with client, client.makefile("rwb") as stream:
-        _send(stream, request)
-        for message in _messages(stream):
-            if "log" in message:
-                record = message["log"]
-                logging.getLogger(record.get("name") or __name__).log(int(record.get("level", logging.INFO)),
-                                                                      "%s", record.get("message"))
-            elif "refused" in message:
-                raise ServerRefused(f"the pipeline server at {path} refused the sync: {message['refused']}",
-                                    connector=name)
-            elif "result" in message:
-                return _as_seen_here(message["result"])
-            elif "error" in message:
-                raise ServerRefused(message["error"], connector=None if message.get("cdc_error") else name)
+        writing = threading.Lock()
+        with writing:
+            _send(stream, request)
+        if linger_yields is not None:
+            threading.Thread(target=_pass_on_yields, args=(stream, writing, linger_yields, done), daemon=True,
+                             name=f"cdc-serve-yields-{name}").start()
+        try:
+            summary = _read_outcome(stream, name, path, on_log)
+        finally:
+            done.set()
+            with writing:  # the yields thread does not write on a closed stream
+                pass
+    return summary
+
+
+def _pass_on_yields(stream: Any, writing: threading.Lock, linger_yields: Callable[[], bool],
+                    done: threading.Event) -> None:
+    said = False
+    while not done.wait(LINGER_YIELDS_SECONDS):
+        now = bool(linger_yields())
+        if now != said:
+            with writing:
+                if done.is_set():
+                    return
+                try:
+                    _send(stream, {"linger_yields": now})
+                except OSError:
+                    return
+            said = now
+
+
+def _read_outcome(stream: Any, name: str, path: str,
+                  on_log: Callable[[int, str, str], None] | None) -> dict[str, Any]:
+    """The server's messages until its outcome: log lines passed on, then the summary (or what it raises)."""
+    for message in _messages(stream):
+        if "log" in message:
+            record = message["log"]
+            level, logger = int(record.get("level", logging.INFO)), record.get("name") or __name__
+            if on_log is not None:
+                on_log(level, logger, str(record.get("message")))
+            else:
+                logging.getLogger(logger).log(level, "%s", record.get("message"))
+        elif "refused" in message:
+            raise ServerRefused(f"the pipeline server at {path} refused the sync: {message['refused']}",
+                                connector=name)
+        elif "result" in message:
+            return _as_seen_here(message["result"])
+        elif "error" in message:
+            raise ServerRefused(message["error"], connector=None if message.get("cdc_error") else name)
     raise CdcError(f"the pipeline server at {path} went away during the cycle: what it committed stays, the next "
                    "run goes on from the applied position", connector=name)
 

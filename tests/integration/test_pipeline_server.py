@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -21,36 +20,19 @@ import yaml
 
 from cdc_pipeline import control
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
-from cdc_pipeline.testing.servers import end_process_group
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.pipeline_server import running_server
 from tests.helpers.runs import log_tail, start_sync
 
 pytestmark = pytest.mark.integration
 
-SERVER_START_SECONDS = 180
 ITEMS = "CREATE TABLE items (id INT PRIMARY KEY, label VARCHAR(20))"
 
 
 @pytest.fixture
 def server(pipeline, tmp_path: Path) -> Iterator[SimpleNamespace]:
-    socket_path = tmp_path / "server.sock"
-    token = secrets.token_hex(16)
-    log = tmp_path / "server.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cdc_pipeline.ops.cli", "serve", "--socket", str(socket_path)], cwd=PROJECT_ROOT,
-            env={**os.environ, **pipeline.env, TOKEN_ENV: token}, stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    deadline = time.monotonic() + SERVER_START_SECONDS
-    while "listening on" not in log.read_text():
-        assert process.poll() is None, f"the server ended: {log_tail(log)}"
-        assert time.monotonic() < deadline, f"the server did not listen within {SERVER_START_SECONDS} s"
-        time.sleep(0.1)
-    try:
-        yield SimpleNamespace(socket=socket_path, process=process, log=log,
-                              env={**pipeline.env, SERVER_ENV: str(socket_path), TOKEN_ENV: token})
-    finally:
-        end_process_group(process, wait_seconds=60)
+    with running_server(pipeline.env, tmp_path) as running:
+        yield running
 
 
 def _sync(pipeline, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
