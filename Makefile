@@ -70,8 +70,15 @@ WHEEL_PYTHONS ?= $(shell for v in 3.11 3.12 3.13; do for p in $$(command -v pyth
 wheel-test: setup
 	CDC_WHEEL_PYTHONS="$(WHEEL_PYTHONS)" $(PY) -m pytest tests/packaging/test_wheel.py
 
+# Dagster's UI and daemon with a pipeline server beside them (its runs' cycles run in the server's warm JVM; the
+# server stops with them). A token is made unless one is set.
 dagster-ui: setup
-	set -a; . .demo/env; set +a; $(VENV)/bin/dagster dev -w workspace.yaml
+	set -a; . .demo/env; set +a; \
+	export CDC_PIPELINE_SERVER="$$PWD/.demo/pipeline.sock"; \
+	export CDC_PIPELINE_SERVER_TOKEN="$${CDC_PIPELINE_SERVER_TOKEN:-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"; \
+	$(VENV)/bin/cdc-pipeline serve > .demo/pipeline-server.log 2>&1 & server=$$!; \
+	trap 'kill $$server 2>/dev/null; wait $$server' EXIT INT TERM; \
+	$(VENV)/bin/dagster dev -w workspace.yaml
 
 clean: demo-stop
 	rm -rf $(VENV) $(RUNNER_DIR)/target .demo build dist

@@ -889,6 +889,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--served-runs", type=int, default=0, metavar="N",
                         help="only: N rounds of a backlog caught up by a fresh `sync` cold and by one through a "
                              "pipeline server (`cdc-pipeline serve`; `bench_server`; MariaDB)")
+    parser.add_argument("--served", action="store_true",
+                        help="with --freshness: a pipeline server beside the daemon, its runs' cycles run there")
     parser.add_argument("--served-changes", type=int, default=None, help="with --served-runs: changes per backlog "
                                                                           "(default 2048)")
     parser.add_argument("--freshness", action="store_true",
@@ -947,7 +949,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds or 120,
                                               args.trickle_interval or 3, args.busy_seconds, args.busy_rate,
-                                              args.fresh_check_interval, args.keep_work, args.load_source)
+                                              args.fresh_check_interval, args.keep_work, args.load_source,
+                                              args.served)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
     if args.served_runs:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from psycopg import sql
 
 from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
+from cdc_pipeline.testing.bench_server import start_pipeline_server
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
                                           start_postgres)
 
@@ -54,9 +57,10 @@ def checkout() -> Path:
 def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle_seconds: float,
                   trickle_interval: float, busy_seconds: float, busy_rate: float,
                   check_interval: int | None = None, keep: Path | None = None,
-                  source_type: str = "mariadb") -> dict[str, Any]:
+                  source_type: str = "mariadb", served: bool = False) -> dict[str, Any]:
     """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance
-    (`keep`: in that directory, left behind with the daemon's log and the instance, instead of a temporary one)."""
+    (`keep`: in that directory, left behind with the daemon's log and the instance, instead of a temporary one);
+    `served`: the daemon's runs with a pipeline server beside it (`cdc-pipeline serve`)."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -69,14 +73,14 @@ def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle
             for index, linger in enumerate(lingers):
                 rounds.append(measure_round(source, destination, Path(work) / f"round{index}", linger,
                                             quiet_seconds, trickle_seconds, trickle_interval, busy_seconds,
-                                            busy_rate, check_interval))
-    return {"rounds": rounds}
+                                            busy_rate, check_interval, served))
+    return {"rounds": rounds, "served": served}
 
 
 def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresServer, work: Path,
                   linger: float | None,
                   quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
-                  busy_rate: float, check_interval: int | None) -> dict[str, Any]:
+                  busy_rate: float, check_interval: int | None, served: bool = False) -> dict[str, Any]:
     work.mkdir(parents=True)
     database = name = f"fresh_{work.name}"  # a connector per round: a PostgreSQL slot per connector
     connector: dict[str, Any]
@@ -107,6 +111,10 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
                            capture_output=True, text=True)
     if first.returncode:
         raise RuntimeError(f"the connector's first sync failed: {first.stderr.strip()[-2000:]}")
+    server = None
+    if served:
+        env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
+        server, _ = start_pipeline_server(work, env)
     daemon_log = (work / "daemon.log").open("w")
     daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
                                str(root / "workspace.yaml")], env=env, cwd=root, stdout=daemon_log,
@@ -117,6 +125,8 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
     finally:
         end_process_group(daemon)
         daemon_log.close()
+        if server is not None:
+            end_process_group(server, wait_seconds=60)
 
 
 class _Watcher(threading.Thread):
@@ -211,7 +221,8 @@ def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer
 
 
 def describe(results: dict[str, Any]) -> str:
-    lines = ["linger_seconds | quiet: runs | trickle p50/p90/max s (runs, run s / phase s) | busy p50/p90/max s "
+    lines = [("with a pipeline server beside the daemon" if results.get("served") else "cold runs (no pipeline server)"),
+             "linger_seconds | quiet: runs | trickle p50/p90/max s (runs, run s / phase s) | busy p50/p90/max s "
              "(runs) | tail: run s after the last row"]
     for one in results["rounds"]:
         quiet, trickle, busy, tail = one["quiet"], one["trickle"], one["busy"], one["tail"]

@@ -31,7 +31,7 @@ CONNECTOR = "load_spark"  # the connector `measure_sync_process` configures for 
 SERVER_START_SECONDS = 180.0
 
 
-def _start_server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen, float]:
+def start_pipeline_server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen, float]:
     """`cdc-pipeline serve` on a socket in `work`, once it listens; the seconds it took."""
     log_path = work / "server.log"
     started = time.monotonic()
@@ -72,7 +72,7 @@ def run_served(rounds: int, changes: int = CHANGES) -> dict[str, Any]:
             measure_sync_process(source, destination, work, DATABASE, "spark", ["items"])  # the load, cold
             token = secrets.token_hex(16)
             served_env = {SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: token}
-            server, server_start = _start_server(work, {
+            server, server_start = start_pipeline_server(work, {
                 **_connector_env(work, CONNECTOR, destination, f"{DATABASE}_spark"), **served_env})
             sides: dict[str, list[dict[str, Any]]] = {"cold": [], "served": []}
             try:
