@@ -141,3 +141,27 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     with psycopg.connect(pipeline.dest_dsn) as conn:
         ours = conn.execute(f'SELECT * FROM "{other_db}".items ORDER BY 1').fetchall()
     assert ours == [tuple(row) for row in theirs] and len(ours) == 11
+
+
+def test_a_server_killed_during_a_cycle_loses_nothing_and_the_next_run_goes_on(pipeline, tmp_path):
+    pipeline.source([ITEMS, "INSERT INTO items SELECT seq, 'i' FROM seq_1_to_20"])
+    with running_server(pipeline.env, tmp_path) as server:
+        _summary(_sync(pipeline, server.env, "--json"))
+        pipeline.write_config(linger_seconds=600)
+        client = start_sync(pipeline.name, "--linger", env=server.env)
+        pipeline.source(["INSERT INTO items VALUES (100, 'first')"])
+        deadline = time.monotonic() + 120
+        while (100, "first") not in pipeline.dest_rows("items"):
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "the lingering cycle did not apply the change"
+            time.sleep(0.2)
+        os.killpg(server.process.pid, signal.SIGKILL)
+        _, err = client.communicate(timeout=60)
+    assert client.returncode == 1 and "went away during the cycle" in err
+
+    pipeline.write_config()
+    pipeline.source(["INSERT INTO items VALUES (101, 'second')", "DELETE FROM items WHERE id <= 3"])
+    after = _summary(_sync(pipeline, {**server.env}, "--json"))  # nothing listens now: a cold run
+    assert "served_by" not in after
+    pipeline.assert_same("items")
+    assert _state(pipeline) == [("syncing", None, None)]
