@@ -890,7 +890,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only: N rounds of a backlog caught up by a fresh `sync` cold and by one through a "
                              "pipeline server (`cdc-pipeline serve`; `bench_server`; MariaDB)")
     parser.add_argument("--served", action="store_true",
-                        help="with --freshness: a pipeline server beside the daemon, its runs' cycles run there")
+                        help="with --freshness or --databases: a pipeline server beside the daemon, its runs' cycles "
+                             "run there")
     parser.add_argument("--served-changes", type=int, default=None, help="with --served-runs: changes per backlog "
                                                                           "(default 2048)")
     parser.add_argument("--freshness", action="store_true",
@@ -934,7 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tenants = bench_tenants.run_tenants(args.databases, args.tenant_tables, args.trickle_seconds or 60,
                                             args.trickle_interval or 2, args.connector_per_database,
-                                            keep=args.keep_work)
+                                            keep=args.keep_work, served=args.served)
         print(json.dumps(tenants, indent=2) if args.json else bench_tenants.describe(tenants))
         return 0 if tenants["exact_seconds"] is not None and not tenants["trickle"]["not_applied"] else 1
     if args.busy_neighbour:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,8 @@ from psycopg import sql
 
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.testing.bench_freshness import CAPTURE_PASSWORD, CAPTURE_USER, _percentiles, checkout
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
+from cdc_pipeline.testing.bench_server import start_pipeline_server
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
                                           start_postgres)
 
@@ -89,9 +92,11 @@ def connectors_file(source: MariaDbServer, databases: list[str], per_database: b
 
 def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_interval: float, per_database: bool,
                 rows: int = TABLE_ROWS, tail_seconds: float = TAIL_SECONDS,
-                exact_timeout: float = EXACT_TIMEOUT_SECONDS, keep: Path | None = None) -> dict[str, Any]:
+                exact_timeout: float = EXACT_TIMEOUT_SECONDS, keep: Path | None = None,
+                served: bool = False) -> dict[str, Any]:
     """One round on fresh servers and a fresh instance (`keep`: in that new directory, left behind with the servers'
-    files, the daemon's log and the instance)."""
+    files, the daemon's log and the instance); `served`: a pipeline server beside the daemon, whose process tree
+    counts in the peak memory."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -121,10 +126,17 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
                "TENANTS_SOURCE_PASSWORD": CAPTURE_PASSWORD}
         result: dict[str, Any] = {"databases": databases, "tables_per_database": tables, "rows_per_table": rows,
                                   "connectors": databases if per_database else 1,
-                                  "mode": "connector per database" if per_database else "one connector"}
+                                  "mode": "connector per database" if per_database else "one connector",
+                                  "served": served}
+        roots = []
+        if served:
+            env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
+            server, _ = start_pipeline_server(work, env)
+            stack.callback(end_process_group, server, 60)
+            roots.append(server.pid)
         with _daemon(root, env, work / "daemon.log") as daemon:
             started = time.monotonic()
-            sampler = _MemorySampler(daemon.pid)
+            sampler = _MemorySampler(daemon.pid, roots)
             sampler.start()
             watcher.start()
             try:
@@ -280,16 +292,20 @@ class _Watcher(threading.Thread):
 class _MemorySampler(threading.Thread):
     """Samples the summed resident set size of a process and all its descendants (read from /proc)."""
 
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int, others: list[int] | None = None) -> None:
         super().__init__(daemon=True)
         self.root_pid = root_pid
+        self.others = others or []  # more trees summed with it (a pipeline server's)
         self.peak = 0
         self.peak_processes = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            rss, processes = tree_rss(self.root_pid)
+            rss, processes = 0, 0
+            for pid in (self.root_pid, *self.others):
+                tree, count = tree_rss(pid)
+                rss, processes = rss + tree, processes + count
             if rss > self.peak:
                 self.peak, self.peak_processes = rss, processes
             self.stop.wait(MEMORY_SAMPLE_SECONDS)
@@ -362,7 +378,8 @@ def describe(result: dict[str, Any]) -> str:
     trickle, runs = result["trickle"], result["runs"]
     lines = [
         f"{result['databases']} tenant databases x {result['tables_per_database']} tables ({result['mode']}, "
-        f"{result['connectors']} connector(s)) under Dagster's daemon:",
+        f"{result['connectors']} connector(s)) under Dagster's daemon"
+        f"{' with a pipeline server beside it' if result.get('served') else ''}:",
         f"  exact: {result['tables_exact']}/{result['tables']} tables, "
         f"{result['exact_seconds'] if result['exact_seconds'] is not None else 'not'} s after the daemon's start",
         f"  trickle (a row every {trickle['interval_seconds']} s for {trickle['seconds']} s): p50 / p90 / max "
