@@ -36,8 +36,8 @@ from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.decode.events import (OTHER, TRANSACTION, TRANSACTION_OPEN, pg_record_follows,
-                                         same_stream_position, transaction_state_after)
+from cdc_pipeline.decode.events import (BEGIN, OTHER, TRANSACTION, TRANSACTION_BEGUN, TRANSACTION_OPEN,
+                                         pg_record_follows, same_stream_position, transaction_state_after)
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
 
@@ -277,8 +277,10 @@ class FetchCycle:
                     continue
             elif open_change and (self.budget_spent or halted or self._lsn_seen_shared()):
                 self._await_past_open_change(now)
-            elif self.group:
-                yield self._take_group()
+            elif self.group and (held := self._begun_tail()) > 0:
+                # The group goes downstream, but a source transaction's BEGIN that came last, nothing of it yet,
+                # waits for what it begins (a group of it alone would commit nothing but move the offset).
+                yield self._take_group(held)
                 continue
             elif not session.streams and runner.is_polling():
                 # Snapshot modes without streaming: the cycle ends once the snapshot is done and nothing more comes.
@@ -518,11 +520,14 @@ class FetchCycle:
         # The open group's last batch, when there is one, is the last batch fetched.
         follows = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
         continues = bool(self.group) and follows
+        # A group of a BEGIN alone takes the changes it begins, whatever its bounds.
+        begun_alone = bool(self.group) and self._begun_tail() == 0
         self.transaction_state = transaction_state_after(batch.index, self.transaction_state)
         batch.transaction_open = self.open_transaction
         if not self._heartbeats_only(batch):
             self.transaction_wait = None
-        if self.group and not continues and self._over_bounds(self.group_events, self.group_bytes, batch):
+        if self.group and not continues and not begun_alone \
+                and self._over_bounds(self.group_events, self.group_bytes, batch):
             cut = self._last_source_commit()
             # A run's first group, short by design, goes on to its first commit within a group's bounds.
             first_awaits_commit = self.groups == 0 and not cut and not self._over_bounds(
@@ -560,12 +565,34 @@ class FetchCycle:
             self.connector.batch_size, self.connector.apply_batch_events)
         return events + batch.size > limit or size + batch.bytes > self.connector.apply_batch_mb << 20
 
+    def _begun_tail(self) -> int:
+        """How many of the open group's batches go downstream when the engine has nothing more ready: all of them,
+        but the batch that starts with a BEGIN the stream stands just after (`TRANSACTION_BEGUN`: Debezium handed
+        the BEGIN over before the first change of its transaction) when the batches before it end at a source
+        commit. Its changes follow at once; handed on alone, it would make a group of no change (a run's first
+        group, short by design, among them)."""
+        if self.transaction_state != TRANSACTION_BEGUN:
+            return len(self.group)
+        for at in range(len(self.group) - 1, -1, -1):
+            entries = self.group[at].index
+            begins = [n for n, entry in enumerate(entries)
+                      if entry.get("kind") == TRANSACTION and entry.get("status") == BEGIN]
+            if not begins:
+                if all(entry.get("kind") == OTHER for entry in entries):
+                    continue  # heartbeats after the BEGIN
+                return len(self.group)
+            before = entries[:begins[-1]]
+            at_commit = at == 0 or not self.group[at - 1].transaction_open and not _continues_statement(
+                self.group[at - 1], self.group[at])
+            return at if at_commit and all(entry.get("kind") == OTHER for entry in before) else len(self.group)
+        return len(self.group)
+
     def _last_source_commit(self) -> int:
         """How many of the open group's batches end at a source commit or outside any transaction: the index after
         the last batch after which no source transaction is open and whose statement the next does not go on; 0
         when there is none."""
         for cut in range(len(self.group), 0, -1):
-            if not self.group[cut - 1].transaction_open and (
+            if not self.group[cut - 1].transaction_open and not _ends_begun(self.group[cut - 1]) and (
                     cut == len(self.group) or not _continues_statement(self.group[cut - 1], self.group[cut])):
                 return cut
         return 0
@@ -587,6 +614,13 @@ def _continues_statement(last: FetchedBatch, batch: FetchedBatch) -> bool:
     """Whether `batch` starts with a record of the statement whose record ended `last` (they share one offset):
     such batches are applied together and never split between groups or runs (`events.same_stream_position`)."""
     return bool(batch.index) and same_stream_position(last.last_offset, batch.index[0].get("offset"))
+
+
+def _ends_begun(batch: FetchedBatch) -> bool:
+    """Whether the last record of the batch, heartbeats aside, is a source transaction's BEGIN: a cut after it is
+    not at a source commit (its changes come in the next batch)."""
+    last = next((entry for entry in reversed(batch.index) if entry.get("kind") != OTHER), None)
+    return last is not None and last.get("kind") == TRANSACTION and last.get("status") == BEGIN
 
 
 def _ends_snapshot(batch: FetchedBatch) -> bool:

@@ -148,6 +148,52 @@ def test_an_open_group_goes_on_after_the_stream_itself_waited_for_its_transactio
     assert not cycle._open_group_waited(1000.0 + wait / 2)
 
 
+def _begin_alone(number: int, pos: int) -> FetchedBatch:
+    """A batch of a source transaction's BEGIN alone (Debezium handed it over before the first change of it)."""
+    offset = {"file": "bin.000001", "pos": pos, "row": 0}
+    index = [{"seq": number * 1000, "kind": "transaction", "status": "BEGIN", "id": "t", "offset": offset}]
+    return FetchedBatch(batch_id=number, size=1, java_batch=None, schemas={}, last_offset=offset,
+                        last_partition=None, index=index)
+
+
+def test_a_begin_that_came_last_waits_for_its_changes_when_the_group_goes_downstream():
+    cycle = _cycle(batch_size=12, apply_batch_events=12)
+    cycle._add(_begin_alone(0, 0), 0.0)
+    # A run's first fetch was the BEGIN alone: no group of it (a group that commits nothing).
+    assert cycle._begun_tail() == 0
+    cycle._add(_batch(1, 4, 10), 0.0)
+    assert cycle.open_transaction and cycle._begun_tail() == 2
+    cycle._add(_in_transaction(_batch(2, 2, 20), ends=True), 0.0)
+    cycle._add(_begin_alone(3, 30), 0.0)
+    # The group goes downstream up to the commit before the BEGIN, which stays for the next group.
+    assert cycle._begun_tail() == 3
+    assert [batch.batch_id for batch in cycle._take_group(cycle._begun_tail())] == [0, 1, 2]
+    assert [batch.batch_id for batch in cycle.group] == [3] and cycle.group_events == 1
+    # Heartbeats after the BEGIN change nothing; a BEGIN behind a change of the batch it is in cannot be cut off.
+    heartbeat = _batch(4, 1, 40)
+    heartbeat.index[0]["kind"] = "other"
+    cycle._add(heartbeat, 0.0)
+    assert cycle._begun_tail() == 0
+    cycle._take_group()
+    cycle._add(_in_transaction(_batch(5, 2, 50), begins=True, ends=True), 0.0)
+    behind = _batch(6, 1, 60)
+    behind.index.append(_begin_alone(7, 61).index[0])
+    cycle._add(behind, 0.0)
+    assert cycle.transaction_state == "begun" and cycle._begun_tail() == 2
+
+
+def test_a_begin_alone_takes_the_changes_it_begins_past_the_groups_bounds():
+    cycle = _cycle(batch_size=4, apply_batch_events=12)
+    # Not [[0], [1, 2]]: a first group of the BEGIN alone would commit nothing.
+    batches = [_begin_alone(0, 0), _batch(1, 4, 10), _in_transaction(_batch(2, 2, 20), ends=True), _batch(3, 4, 30)]
+    assert _groups(cycle, batches) == [[0, 1, 2], [3]]
+    # A group that ends with a BEGIN closes before it when the next batch passes its bounds.
+    cycle = _cycle(batch_size=4, apply_batch_events=8)
+    batches = [_batch(0, 4, 0), _in_transaction(_batch(1, 4, 10), begins=True, ends=True), _begin_alone(2, 20),
+               _in_transaction(_batch(3, 4, 30), ends=True)]
+    assert _groups(cycle, batches) == [[0], [1], [2, 3]]
+
+
 @pytest.mark.parametrize("kinds, before, after", [
     ([("transaction", "BEGIN"), ("data_change", "u")], "", "open"),
     ([("transaction", "BEGIN"), ("data_change", "u"), ("transaction", "END")], "", ""),
