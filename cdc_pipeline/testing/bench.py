@@ -339,6 +339,23 @@ class SyncFailed(RuntimeError):
         self.peak_rss_mb_python = peak_rss_mb_python
 
 
+def write_sync_config(work: Path, source: MariaDbServer | None, database: str, engine: str, tables: Sequence[str],
+                      connector: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None) -> str:
+    """Writes the connectors file (and makes the Dagster home) of the connector `measure_sync_process` runs, in
+    `work`; returns the connector's name (`load_<engine>`)."""
+    name = f"load_{engine}"
+    source_fields = connector or {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port if source else 0,
+                                  "user": CAPTURE_USER, "tables": [f"{database}.{table}" for table in tables]}
+    config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
+        # The connector's defaults, as a user runs it: only the snapshot engine is named (the bench compares both).
+        **source_fields, "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine}}}
+    if spark_conf:
+        config["spark"] = {"conf": spark_conf}
+    (work / f"{name}.yaml").write_text(json.dumps(config))
+    (work / f"dagster_{name}").mkdir(exist_ok=True)
+    return name
+
+
 def measure_sync_process(source: MariaDbServer | None, destination: PostgresServer, work: Path, database: str,
                          engine: str, tables: Sequence[str], new_destination: bool = True,
                          connector: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None,
@@ -349,20 +366,10 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     it starts (children's peak RSS, from the kernel). `spark_conf` goes to the connectors file's `spark: conf:`.
     Raises SyncFailed when the process fails, or has not ended after `timeout_seconds` (then it and its JVM are
     ended). `extra_env` goes to the process's environment (a pipeline server's)."""
-    name = f"load_{engine}"
     dest_database = f"{database}_{engine}"
     if new_destination:
         destination.create_database(dest_database)
-    source_fields = connector or {"type": "mariadb", "hostname": "127.0.0.1", "port": source.port if source else 0,
-                                  "user": CAPTURE_USER, "tables": [f"{database}.{table}" for table in tables]}
-    config = {"destination": {"dsn": "${BENCH_DEST_DSN}"}, "connectors": {name: {
-        # The connector's defaults, as a user runs it: only the snapshot engine is named (the bench compares both).
-        **source_fields, "password": "${BENCH_SOURCE_PASSWORD}", "database": database, "snapshot_engine": engine}}}
-    if spark_conf:
-        config["spark"] = {"conf": spark_conf}
-    path = work / f"{name}.yaml"
-    path.write_text(json.dumps(config))
-    (work / f"dagster_{name}").mkdir(exist_ok=True)
+    name = write_sync_config(work, source, database, engine, tables, connector, spark_conf)
     env = {**_connector_env(work, name, destination, dest_database), **(extra_env or {})}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -891,7 +898,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "pipeline server (`cdc-pipeline serve`; `bench_server`; MariaDB)")
     parser.add_argument("--served", action="store_true",
                         help="with --freshness or --databases: a pipeline server beside the daemon, its runs' cycles "
-                             "run there")
+                             "run there; with --peer-loaders: our fresh `sync` processes run their cycles on one")
     parser.add_argument("--served-changes", type=int, default=None, help="with --served-runs: changes per backlog "
                                                                           "(default 2048)")
     parser.add_argument("--freshness", action="store_true",
@@ -985,7 +992,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.peer_loaders:
         if not args.load_only or not args.load_rows:
             parser.error("--peer-loaders measures the initial load: give --load-only and --load-rows N")
-        loaders = peer_loaders.run_peer_loaders(args.load_source, args.load_rows, args.runs)
+        loaders = peer_loaders.run_peer_loaders(args.load_source, args.load_rows, args.runs, args.served)
         print(json.dumps(loaders, indent=2) if args.json else peer_loaders.describe(loaders))
         return 0 if loaders["median"]["exact"] else 1
     if args.peer and args.load_source == "postgres" and not args.backlog_changes:

@@ -46,7 +46,7 @@ def start_pipeline_server(work: Path, env: dict[str, str]) -> tuple[subprocess.P
     return server, time.monotonic() - started
 
 
-def _server_peak_mb(server: subprocess.Popen) -> int:
+def server_peak_mb(server: subprocess.Popen) -> int:
     return _peak_mb(server.pid) + sum(_peak_mb(child) for child in _children(server.pid))
 
 
@@ -88,7 +88,7 @@ def run_served(rounds: int, changes: int = CHANGES) -> dict[str, Any]:
                         if (side == "served") != ("served_by" in run["cycle"]):
                             raise RuntimeError(f"the {side} run did not run as asked: {run['cycle']}")
                         sides[side].append(run)
-                server_mb = _server_peak_mb(server)
+                server_mb = server_peak_mb(server)
             finally:
                 end_process_group(server, wait_seconds=60)
             exact = same_items(source, destination, DATABASE, f"{DATABASE}_spark")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -34,12 +35,15 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline.config import DEFAULT_HEARTBEAT_TABLE
-from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, LOAD_DATABASE, create_postgres_items,
-                                        destination_fingerprints, load_source, measure_copy_ceiling,
-                                        measure_postgres_copy_ceiling, measure_sync_process, postgres_load_connector,
-                                        source_items_fingerprint, sum_cycle_seconds)
-from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, _apt_install, start_mariadb,
-                                          start_postgres)
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
+from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, LOAD_DATABASE, _connector_env,
+                                        create_postgres_items, destination_fingerprints, load_source,
+                                        measure_copy_ceiling, measure_postgres_copy_ceiling, measure_sync_process,
+                                        postgres_load_connector, source_items_fingerprint, sum_cycle_seconds,
+                                        write_sync_config)
+from cdc_pipeline.testing.bench_server import server_peak_mb, start_pipeline_server
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, _apt_install, end_process_group,
+                                          start_mariadb, start_postgres)
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +164,16 @@ def run_figures(number: int, order: Sequence[str], ceiling_rows: int, ceiling_se
 
 class _Comparison:
     """Both sides' measurements on one source's servers: the copy ceiling, our syncs and the peer, each checked
-    against the source's fingerprint of `items` (read once: the source is quiet)."""
+    against the source's fingerprint of `items` (read once: the source is quiet). `served`: our syncs run their
+    cycles on a pipeline server (`cdc-pipeline serve`, started by `start_server`), fresh client processes still."""
 
-    def __init__(self, source: MariaDbServer | PostgresServer, destination: PostgresServer, work: Path) -> None:
+    def __init__(self, source: MariaDbServer | PostgresServer, destination: PostgresServer, work: Path,
+                 served: bool = False) -> None:
         self.source, self.destination, self.work = source, destination, work
+        self.served = served
+        self.server: subprocess.Popen | None = None
+        self.server_env: dict[str, str] = {}
+        self.server_figures: dict[str, Any] = {}
         mariadb = isinstance(source, MariaDbServer)
         self.loader = LOADER_BY_SOURCE["mariadb" if mariadb else "postgres"]
         # The destination schema of `items`: both sides name it after the source's database (MariaDB) or keep the
@@ -183,6 +193,37 @@ class _Comparison:
             ceiling = measure_postgres_copy_ceiling(self.source, self.destination, LOAD_DATABASE)
         return ceiling.events, ceiling.seconds
 
+    def _connector(self) -> dict[str, Any]:
+        return (postgres_load_connector(self.source) if isinstance(self.source, PostgresServer) else
+                {"type": "mariadb", "hostname": "127.0.0.1", "port": self.source.port, "user": CAPTURE_USER,
+                 "tables": [f"{LOAD_DATABASE}.items"]})
+
+    def _ours_work(self, number: int) -> Path:
+        """Where a run's syncs keep their connectors file: one for every run when served (the server's, read for
+        each cycle), else one a run."""
+        work = self.work / ("served" if self.served else f"run_{number}")
+        work.mkdir(exist_ok=True)
+        return work
+
+    def start_server(self) -> None:
+        """A pipeline server on our connector's file, once it listens, then one load through it into a scratch
+        database (not counted: the server's first cycle pays its JIT and first Spark jobs, as every long-lived
+        server does once)."""
+        work = self._ours_work(0)
+        name = write_sync_config(work, None, LOAD_DATABASE, SYNC_ENGINE, ["items"], self._connector())
+        self.server_env = {SERVER_ENV: str(self.work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)}
+        self.server, started = start_pipeline_server(self.work, {
+            **_connector_env(work, name, self.destination, f"{LOAD_DATABASE}_{SYNC_ENGINE}"), **self.server_env})
+        warm_up = self.measure_ours(0)
+        self.server_figures = {"start_seconds": round(started, 2), "first_load_seconds": warm_up["seconds"],
+                               "first_load_exact": warm_up["exact"]}
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server_figures["peak_rss_mb"] = server_peak_mb(self.server)
+            end_process_group(self.server)
+            self.server = None
+
     def measure_ours(self, number: int) -> dict[str, Any]:
         """Fresh `sync` processes, the connector's defaults, into a fresh destination database, until the
         destination equals the source (at most `MAX_SYNCS`; `seconds`: their summed wall seconds). When the load's
@@ -190,15 +231,15 @@ class _Comparison:
         reconcile the load in the next run): `seconds_with_index` counts it if the index is then there."""
         dbname = f"{LOAD_DATABASE}_{SYNC_ENGINE}"
         recreate_database(self.destination, dbname)
-        work = self.work / f"run_{number}"
-        work.mkdir()
-        connector = (postgres_load_connector(self.source) if isinstance(self.source, PostgresServer) else
-                     {"type": "mariadb", "hostname": "127.0.0.1", "port": self.source.port, "user": CAPTURE_USER,
-                      "tables": [f"{LOAD_DATABASE}.items"]})
+        work = self._ours_work(number)
+        connector = self._connector()
 
         def sync() -> dict[str, Any]:
-            return measure_sync_process(None, self.destination, work, LOAD_DATABASE, SYNC_ENGINE, ["items"],
-                                        new_destination=False, connector=connector)
+            ran = measure_sync_process(None, self.destination, work, LOAD_DATABASE, SYNC_ENGINE, ["items"],
+                                       new_destination=False, connector=connector, extra_env=self.server_env)
+            if self.served and not ran["cycle"].get("served_by"):
+                raise RuntimeError("a sync meant for the pipeline server ran cold")
+            return ran
 
         syncs = [sync()]
         exact = self.destination_fingerprint(dbname) == self.wanted
@@ -283,9 +324,11 @@ def create_source_table(source: MariaDbServer | PostgresServer, rows: int) -> No
         source.execute(index, dbname=LOAD_DATABASE)
 
 
-def run_peer_loaders(source_type: str, rows: int, runs: int) -> dict[str, Any]:
+def run_peer_loaders(source_type: str, rows: int, runs: int, served: bool = False) -> dict[str, Any]:
     """The initial load of `rows` rows from `source_type` (mariadb or postgres), `runs` times, cdc-pipeline against
-    the source's peer (`LOADER_BY_SOURCE`) on the same throwaway servers; every run's figures and the medians."""
+    the source's peer (`LOADER_BY_SOURCE`) on the same throwaway servers; every run's figures and the medians.
+    `served`: our fresh `sync` processes run their cycles on a pipeline server started (and warmed by one load)
+    before the runs."""
     from cdc_pipeline.capture.runner import build_runner
 
     loader = LOADER_BY_SOURCE[source_type]
@@ -297,8 +340,15 @@ def run_peer_loaders(source_type: str, rows: int, runs: int) -> dict[str, Any]:
                 start_postgres(work) as destination:
             create_source_table(source, rows)
             destination.create_database(LOAD_DATABASE)
-            measured = measure_runs(_Comparison(source, destination, work), runs)
+            comparison = _Comparison(source, destination, work, served)
+            try:
+                if served:
+                    comparison.start_server()
+                measured = measure_runs(comparison, runs)
+            finally:
+                comparison.stop_server()
     return {"source": source_type, "rows": rows, "runs": runs, "peer": loader, "peer_version": package_version(loader),
+            "served": comparison.server_figures if served else None,
             "median": median_figures(measured), "measured": measured}
 
 
@@ -306,10 +356,14 @@ def describe(results: dict[str, Any]) -> str:
     """The printed report: a line per run and the medians, then each side's indexes per run."""
     source = "MariaDB" if results["source"] == "mariadb" else "PostgreSQL"
     peer = results["peer"]
+    served = results.get("served")
+    through = "" if not served else (
+        f", their cycles on a pipeline server (started in {served['start_seconds']} s; its first load, not counted, "
+        f"{served['first_load_seconds']} s; peak {served.get('peak_rss_mb')} MB resident)")
     lines = [f"initial load of {results['rows']} rows from {source}: cdc-pipeline (fresh `sync` processes until "
-             f"exact, the connector's defaults) against {peer} {results['peer_version']} (its defaults), each into a "
-             f"fresh destination database; wall seconds of the whole processes; ratio = {peer} s / cdc-pipeline s; "
-             f"index: the secondary index {SECONDARY_INDEX} in the destination",
+             f"exact, the connector's defaults{through}) against {peer} {results['peer_version']} (its defaults), "
+             f"each into a fresh destination database; wall seconds of the whole processes; ratio = {peer} s / "
+             f"cdc-pipeline s; index: the secondary index {SECONDARY_INDEX} in the destination",
              f"{'run':>6} {'first':>12} {'ours s':>7} {'syncs':>5} {'load s':>7} {'index s':>7} {'+index s':>8} "
              f"{'peer s':>7} {'ratio':>6} {'exact ours/peer':>15} {'index ours/peer':>15} {'ceiling rows/s':>14}"]
     for run in results["measured"]:

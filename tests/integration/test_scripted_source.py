@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from cdc_pipeline import cycle
+from cdc_pipeline import cycle, faults
 from cdc_pipeline.config import load_config
 from cdc_pipeline.decode.events import DATA_CHANGE, SCHEMA_CHANGE, TRANSACTION
 from tests.helpers.commit_audit import audit_commits, totals_committed
+from tests.helpers.runs import kill_at
 from tests.helpers.scripted_source import ScriptedPipeline, new_scripted_pipeline, sqlserver_column
 
 pytestmark = pytest.mark.integration
@@ -289,9 +290,9 @@ def _bank_change(script, source_type: str, balances: dict[int, int], moves: dict
             balances[account] = after
 
 
-@pytest.mark.parametrize("source_type", SYNC_CASES)
-def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, destination_pg, spark, tmp_path,
-                                                                  monkeypatch, caplog):
+def _scripted_bank(source_type: str, destination_pg, tmp_path, monkeypatch) -> tuple[ScriptedPipeline, dict[int, int]]:
+    """A scripted connector of `source_type` whose accounts table (BANK_ACCOUNTS accounts of 100) is synced, every
+    destination commit then audited, in groups of 10 events at most; the pipeline and the balances."""
     table = "dbo.accounts" if source_type == "sqlserver" else "DEBEZIUM.ACCOUNTS"
     pipe = new_scripted_pipeline(source_type, destination_pg, tmp_path, monkeypatch, tables=[table])
     pipe.write_config(batch_size=4, apply_batch_events=10)
@@ -310,7 +311,14 @@ def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, de
                 script.redo(table, f"""insert into "DEBEZIUM"."ACCOUNTS"("ID","BALANCE") values ('{account}','100');""")
     pipe.sync()
     audit_commits(pipe.dest_dsn, f'"{pipe.dest_schema}".accounts')
-    balances = dict.fromkeys(range(1, BANK_ACCOUNTS + 1), 100)
+    return pipe, dict.fromkeys(range(1, BANK_ACCOUNTS + 1), 100)
+
+
+@pytest.mark.parametrize("source_type", SYNC_CASES)
+def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, destination_pg, spark, tmp_path,
+                                                                  monkeypatch, caplog):
+    pipe, balances = _scripted_bank(source_type, destination_pg, tmp_path, monkeypatch)
+    script = pipe.script
     everyone = {account: 3 if account % 2 else -3 for account in balances}  # one change of every account
     _bank_change(script, source_type, balances, everyone)
     for index in range(6):
@@ -325,3 +333,25 @@ def test_a_scripted_transaction_larger_than_a_group_commits_once(source_type, de
     assert totals and set(totals) == {100 * BANK_ACCOUNTS}, f"a commit held part of a source transaction: {totals}"
     spanned = [record.getMessage() for record in caplog.records if "spanned" in record.getMessage()]
     assert len(spanned) == 2, f"each whole-table transaction spans groups and commits once: {spanned}"
+
+
+@pytest.mark.parametrize("source_type", SYNC_CASES)
+def test_a_kill_inside_a_scripted_spanning_transaction_leaves_the_previous_commit(source_type, destination_pg, spark,
+                                                                                 tmp_path, monkeypatch):
+    """A `cdc-pipeline sync` killed (SIGKILL) inside the third group: a transfer committed in the first, and the
+    second and third are parts of one whole-table transaction (22 events in groups of 10). The destination is left
+    at the transfer's commit, and the next run applies the whole transaction."""
+    pipe, balances = _scripted_bank(source_type, destination_pg, tmp_path, monkeypatch)
+    _bank_change(pipe.script, source_type, balances, {1: -7, 2: 7})
+    after_transfer = dict(balances)
+    _bank_change(pipe.script, source_type, balances, {account: 3 if account % 2 else -3 for account in balances})
+    pipe.script.write()
+
+    kill_at(pipe.name, f"{faults.IN_TRANSACTION}@3", tmp_path / "paused")
+
+    assert dict(pipe.dest_rows("accounts")) == after_transfer, \
+        "the destination is at the transfer's commit, nothing of the transaction the kill cut"
+    assert set(totals_committed(pipe.dest_dsn)) == {100 * BANK_ACCOUNTS}
+    pipe.sync()
+    assert dict(pipe.dest_rows("accounts")) == balances
+    assert set(totals_committed(pipe.dest_dsn)) == {100 * BANK_ACCOUNTS}, "no commit held part of a transaction"
