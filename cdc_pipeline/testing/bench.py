@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 import signal
 import subprocess
 import sys
@@ -58,7 +59,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
 from cdc_pipeline.testing import peer_chameleon, warm_driver
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, end_process_group, start_mariadb, start_postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
 
 log = logging.getLogger(__name__)
@@ -485,14 +486,20 @@ def _children(pid: int) -> list[int]:
 
 
 def measure_initial_load(source: MariaDbServer, destination: PostgresServer, work: Path, rows: int,
-                         debezium_rows: int, peer: bool = False, database: str = LOAD_DATABASE) -> dict[str, Any]:
+                         debezium_rows: int, peer: bool = False, database: str = LOAD_DATABASE,
+                         served: bool = False) -> dict[str, Any]:
     """The copy ceiling, the bulk snapshot engine, the Debezium snapshot engine and (`peer`) pg_chameleon, in that
-    order, on a table `items` in the source's `database`."""
+    order, on a table `items` in the source's `database`. `served`: the bulk engine's fresh `sync` process runs its
+    cycle on a pipeline server, started and warmed by one load of the same table (not counted) before it, and
+    stopped after it."""
     destination.create_database(database)
     load_source(source, rows, database, "items")
     ceiling = measure_copy_ceiling(source, destination, database, "items")
-    bulk = measure_sync_process(source, destination, work, database, "spark", ["items"])
-    results: dict[str, Any] = {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate),
+    if served:
+        bulk, served_figures = _measure_served_load(source, destination, work, database)
+    else:
+        bulk, served_figures = measure_sync_process(source, destination, work, database, "spark", ["items"]), None
+    results: dict[str, Any] = {"rows": rows, "ceiling_rows_per_second": round(ceiling.rate), "served": served_figures,
                                "ceiling_seconds": round(ceiling.seconds, 2), "bulk": bulk,
                                "bulk_to_ceiling_ratio": round(bulk["rows_per_second"] / ceiling.rate, 3),
                                "load_to_ceiling_ratio": round(bulk["rows"] / bulk["load_seconds"] / ceiling.rate, 3)
@@ -506,6 +513,32 @@ def measure_initial_load(source: MariaDbServer, destination: PostgresServer, wor
     if peer:
         peer_chameleon.add_initial_load(results, source, destination, CAPTURE_USER, CAPTURE_PASSWORD, database)
     return results
+
+
+def _measure_served_load(source: MariaDbServer, destination: PostgresServer, work: Path,
+                         database: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bulk engine's load of `items` by a fresh `sync` process through a pipeline server (`measure_initial_load`);
+    its figures and the server's (its start, its first load, its peak memory)."""
+    from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
+    from cdc_pipeline.testing import bench_server  # it imports this module
+
+    name = write_sync_config(work, source, database, "spark", ["items"])
+    dest_database = f"{database}_spark"
+    served_env = {SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)}
+    server, started = bench_server.start_pipeline_server(
+        work, {**_connector_env(work, name, destination, dest_database), **served_env})
+    try:
+        warm_up = measure_sync_process(source, destination, work, database, "spark", ["items"], extra_env=served_env)
+        with psycopg.connect(destination.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dest_database)))
+        bulk = measure_sync_process(source, destination, work, database, "spark", ["items"], extra_env=served_env)
+        if not bulk["cycle"].get("served_by"):
+            raise RuntimeError("the load meant for the pipeline server ran cold")
+        figures = {"start_seconds": round(started, 2), "first_load_seconds": warm_up["seconds"],
+                   "peak_rss_mb": bench_server.server_peak_mb(server)}
+    finally:
+        end_process_group(server)
+    return bulk, figures
 
 
 def measure_backlog(source: MariaDbServer, destination: PostgresServer, work: Path, changes: int,
@@ -659,7 +692,8 @@ def measure_postgres_initial_load(source: PostgresServer, destination: PostgresS
             "load_to_ceiling_ratio": round(load_rate / ceiling.rate, 3)}
 
 
-def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb", peer: bool = False) -> dict[str, Any]:
+def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb", peer: bool = False,
+                     served: bool = False) -> dict[str, Any]:
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -669,7 +703,7 @@ def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb"
                 return measure_postgres_initial_load(source, destination, Path(work), rows)
         with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
-            return measure_initial_load(source, destination, Path(work), rows, debezium_rows, peer)
+            return measure_initial_load(source, destination, Path(work), rows, debezium_rows, peer, served=served)
 
 
 def _server_cpu_seconds(pid: int) -> float:
@@ -898,7 +932,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "pipeline server (`cdc-pipeline serve`; `bench_server`; MariaDB)")
     parser.add_argument("--served", action="store_true",
                         help="with --freshness or --databases: a pipeline server beside the daemon, its runs' cycles "
-                             "run there; with --peer-loaders: our fresh `sync` processes run their cycles on one")
+                             "run there; with --peer-loaders, or --load-only from MariaDB: our fresh `sync` processes "
+                             "run their cycles on one (warmed by one load first, not counted)")
     parser.add_argument("--served-changes", type=int, default=None, help="with --served-runs: changes per backlog "
                                                                           "(default 2048)")
     parser.add_argument("--freshness", action="store_true",
@@ -1028,7 +1063,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle = run_idle(args.idle_checks, args.latency_seconds, args.latency_rate, args.check_interval)
         print(json.dumps(idle, indent=2) if args.json else print_idle(idle))
         return 0
-    load = (run_initial_load(args.load_rows, args.debezium_load_rows, args.load_source, args.peer)
+    if args.served and (args.load_source == "postgres" or not args.load_only):
+        parser.error("--served measures a MariaDB load (--load-only) here; --peer-loaders --served a PostgreSQL one")
+    load = (run_initial_load(args.load_rows, args.debezium_load_rows, args.load_source, args.peer, args.served)
             if args.load_rows else None)
     results = {} if args.load_only else run(args.rows, args.batch_size, args.warmup_rows)
     if load is not None:
@@ -1062,6 +1099,11 @@ def print_initial_load(load: dict[str, Any]) -> None:
           f"Python {bulk['peak_rss_mb_python']} MB)  bulk / ceiling = {load['bulk_to_ceiling_ratio']}")
     print(f"  bulk load phase / ceiling = {load['load_to_ceiling_ratio']}; destination exact: {load.get('exact')}; "
           f"first row moved {bulk['cycle'].get('first_row_seconds')} s after the process started")
+    served = load.get("served")
+    if served:
+        print(f"  the sync's cycle ran on a pipeline server (started in {served['start_seconds']} s; its first load, "
+              f"not counted, {served['first_load_seconds']} s; peak {served['peak_rss_mb']} MB resident, its Python "
+              "and JVM): the JVM figures above are the client's")
     if "debezium" in load:
         debezium = load["debezium"]
         print(f"  (ii) Debezium snapshot engine ({debezium['rows']} rows): {debezium['rows_per_second']:>9} rows/s "
