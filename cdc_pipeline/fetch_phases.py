@@ -21,7 +21,10 @@ between two batches (`FetchedBatch.transaction_open`: a transaction is open afte
 its bounds closes at the last commit inside it, the batches after it going on into the next group
 (`_take_group`); a group all inside one transaction (one larger than a group's bounds) is handed on whole, and
 applied in a destination transaction that spans groups until the group its END is in (`cycle.TransactionSpan`). No
-budget or pause ends a run inside a transaction: the run waits for its END (`_await_transaction_end`).
+budget or pause ends a run inside a transaction: the run waits for its END (`_await_transaction_end`). A BEGIN
+that came last, none of its changes yet, waits for them rather than going downstream (`_begun_tail`), and a group
+of no change (a BEGIN or an END alone) takes the next batch whatever its bounds: neither makes a group that commits
+nothing.
 """
 
 from __future__ import annotations
@@ -520,13 +523,15 @@ class FetchCycle:
         # The open group's last batch, when there is one, is the last batch fetched.
         follows = self.last_fetched is not None and _continues_statement(self.last_fetched, batch)
         continues = bool(self.group) and follows
-        # A group of a BEGIN alone takes the changes it begins, whatever its bounds.
-        begun_alone = bool(self.group) and self._begun_tail() == 0
+        # A group of no change (a BEGIN alone, the END of a DDL's transaction, heartbeats) takes the next batch
+        # whatever its bounds: a group of it alone would commit nothing but move the offset.
+        no_change = bool(self.group) and all(entry.get("kind") in (TRANSACTION, OTHER)
+                                             for member in self.group for entry in member.index)
         self.transaction_state = transaction_state_after(batch.index, self.transaction_state)
         batch.transaction_open = self.open_transaction
         if not self._heartbeats_only(batch):
             self.transaction_wait = None
-        if self.group and not continues and not begun_alone \
+        if self.group and not continues and not no_change \
                 and self._over_bounds(self.group_events, self.group_bytes, batch):
             cut = self._last_source_commit()
             # A run's first group, short by design, goes on to its first commit within a group's bounds.

@@ -192,6 +192,12 @@ def test_a_begin_alone_takes_the_changes_it_begins_past_the_groups_bounds():
     batches = [_batch(0, 4, 0), _in_transaction(_batch(1, 4, 10), begins=True, ends=True), _begin_alone(2, 20),
                _in_transaction(_batch(3, 4, 30), ends=True)]
     assert _groups(cycle, batches) == [[0], [1], [2, 3]]
+    # So does the END of a transaction that came alone (Debezium gives a MySQL DDL's END with the next BEGIN).
+    cycle = _cycle(batch_size=4, apply_batch_events=12)
+    end = _begin_alone(0, 0)
+    end.index[0]["status"] = "END"
+    batches = [end, _in_transaction(_batch(1, 4, 10), begins=True, ends=True), _batch(2, 4, 20)]
+    assert _groups(cycle, batches) == [[0, 1], [2]]
 
 
 @pytest.mark.parametrize("kinds, before, after", [
