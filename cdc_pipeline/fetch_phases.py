@@ -580,8 +580,7 @@ class FetchCycle:
             return len(self.group)
         for at in range(len(self.group) - 1, -1, -1):
             entries = self.group[at].index
-            begins = [n for n, entry in enumerate(entries)
-                      if entry.get("kind") == TRANSACTION and entry.get("status") == BEGIN]
+            begins = [n for n, entry in enumerate(entries) if _is_begin(entry)]
             if not begins:
                 if all(entry.get("kind") == OTHER for entry in entries):
                     continue  # heartbeats after the BEGIN
@@ -625,7 +624,12 @@ def _ends_begun(batch: FetchedBatch) -> bool:
     """Whether the last record of the batch, heartbeats aside, is a source transaction's BEGIN: a cut after it is
     not at a source commit (its changes come in the next batch)."""
     last = next((entry for entry in reversed(batch.index) if entry.get("kind") != OTHER), None)
-    return last is not None and last.get("kind") == TRANSACTION and last.get("status") == BEGIN
+    return last is not None and _is_begin(last)
+
+
+def _is_begin(entry: dict[str, Any]) -> bool:
+    """Whether an index entry is a source transaction's BEGIN record."""
+    return entry.get("kind") == TRANSACTION and entry.get("status") == BEGIN
 
 
 def _ends_snapshot(batch: FetchedBatch) -> bool:

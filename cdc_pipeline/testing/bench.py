@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import resource
-import secrets
 import signal
 import subprocess
 import sys
@@ -58,6 +57,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV
 from cdc_pipeline.testing import peer_chameleon, warm_driver
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, end_process_group, start_mariadb, start_postgres
 from cdc_pipeline.sources.mariadb import quote_mysql
@@ -366,7 +366,8 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
     process's start included), its summary, and the peak resident memory of its Python process and of the JVM
     it starts (children's peak RSS, from the kernel). `spark_conf` goes to the connectors file's `spark: conf:`.
     Raises SyncFailed when the process fails, or has not ended after `timeout_seconds` (then it and its JVM are
-    ended). `extra_env` goes to the process's environment (a pipeline server's)."""
+    ended). `extra_env` goes to the process's environment (a pipeline server's: SyncFailed too when the cycle
+    then ran cold)."""
     dest_database = f"{database}_{engine}"
     if new_destination:
         destination.create_database(dest_database)
@@ -390,6 +391,10 @@ def measure_sync_process(source: MariaDbServer | None, destination: PostgresServ
         raise SyncFailed(f"cdc-pipeline sync ({engine}) failed: {err.strip()[-2000:]}", seconds=round(seconds, 2),
                          peak_rss_mb_jvm=peaks.jvm_mb, peak_rss_mb_python=peaks.python_mb, stderr=err)
     summary = json.loads(out.strip().splitlines()[-1])
+    if (extra_env or {}).get(SERVER_ENV) and not summary.get("served_by"):
+        raise SyncFailed(f"cdc-pipeline sync ({engine}) was to run its cycle on the pipeline server at "
+                         f"{extra_env[SERVER_ENV]}, and ran cold: {err.strip()[-2000:]}", seconds=round(seconds, 2),
+                         peak_rss_mb_jvm=peaks.jvm_mb, peak_rss_mb_python=peaks.python_mb, stderr=err)
     rows = int(summary["snapshot_rows"])
     events = int(summary.get("events") or 0)
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_second": round(rows / seconds),
@@ -519,21 +524,15 @@ def _measure_served_load(source: MariaDbServer, destination: PostgresServer, wor
                          database: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The bulk engine's load of `items` by a fresh `sync` process through a pipeline server (`measure_initial_load`);
     its figures and the server's (its start, its first load, its peak memory)."""
-    from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
     from cdc_pipeline.testing import bench_server  # it imports this module
 
     name = write_sync_config(work, source, database, "spark", ["items"])
     dest_database = f"{database}_spark"
-    served_env = {SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)}
-    server, started = bench_server.start_pipeline_server(
-        work, {**_connector_env(work, name, destination, dest_database), **served_env})
+    server, started, served_env = bench_server.serve_connector(work, name, destination, dest_database)
     try:
         warm_up = measure_sync_process(source, destination, work, database, "spark", ["items"], extra_env=served_env)
-        with psycopg.connect(destination.dsn(), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dest_database)))
+        destination.drop_database(dest_database)
         bulk = measure_sync_process(source, destination, work, database, "spark", ["items"], extra_env=served_env)
-        if not bulk["cycle"].get("served_by"):
-            raise RuntimeError("the load meant for the pipeline server ran cold")
         figures = {"start_seconds": round(started, 2), "first_load_seconds": warm_up["seconds"],
                    "peak_rss_mb": bench_server.server_peak_mb(server)}
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, _children, _connector_env, _peak_mb,
                                         load_source, measure_sync_process, same_items)
-from cdc_pipeline.testing.servers import end_process_group, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import PostgresServer, end_process_group, start_mariadb, start_postgres
 
 DATABASE = "bench_served"
 TABLE_ROWS = 20_000
@@ -44,6 +44,16 @@ def start_pipeline_server(work: Path, env: dict[str, str]) -> tuple[subprocess.P
             raise RuntimeError(f"the pipeline server did not start: {log_path.read_text()[-2000:]}")
         time.sleep(0.05)
     return server, time.monotonic() - started
+
+
+def serve_connector(work: Path, name: str, destination: PostgresServer,
+                    dest_database: str) -> tuple[subprocess.Popen, float, dict[str, str]]:
+    """A pipeline server on the connectors file `measure_sync_process` writes for `name` in `work` (its socket there,
+    a token of its own), once it listens; the seconds it took, and the environment its clients add."""
+    client_env = {SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)}
+    server, seconds = start_pipeline_server(work, {**_connector_env(work, name, destination, dest_database),
+                                                   **client_env})
+    return server, seconds, client_env
 
 
 def server_peak_mb(server: subprocess.Popen) -> int:
@@ -70,10 +80,7 @@ def run_served(rounds: int, changes: int = CHANGES) -> dict[str, Any]:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             load_source(source, max(TABLE_ROWS, changes), DATABASE)
             measure_sync_process(source, destination, work, DATABASE, "spark", ["items"])  # the load, cold
-            token = secrets.token_hex(16)
-            served_env = {SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: token}
-            server, server_start = start_pipeline_server(work, {
-                **_connector_env(work, CONNECTOR, destination, f"{DATABASE}_spark"), **served_env})
+            server, server_start, served_env = serve_connector(work, CONNECTOR, destination, f"{DATABASE}_spark")
             sides: dict[str, list[dict[str, Any]]] = {"cold": [], "served": []}
             try:
                 for index in range(rounds):

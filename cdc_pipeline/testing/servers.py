@@ -514,6 +514,11 @@ class PostgresServer:
             if exists is None:
                 connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
+    def drop_database(self, name: str) -> None:
+        """Drop database name, ending its connections; does nothing if it does not exist."""
+        with psycopg.connect(self.dsn(), autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
     def __enter__(self) -> PostgresServer:
         return self.start()
 
