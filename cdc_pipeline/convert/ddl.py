@@ -2,7 +2,7 @@
 
 A schema-change payload lists `tableChanges` (CREATE, ALTER, DROP), each with the table's full new
 definition. What that definition cannot tell, the DDL text does: column and table renames
-(`parse_renames`) and unique keys (`parse_unique_keys`), read by `sources/mysql_ddl.py`. `changes_from_schema_event` turns both into
+(`parse_renames`) and unique keys (`parse_unique_keys`), read by `sources/ddl_text.py`. `changes_from_schema_event` turns both into
 `DdlChange`s; `create_table_sql`, `alter_table_sql`, `rename_table_sql` and `drop_table_sql` turn those
 into statements that can run again without harm (IF NOT EXISTS / IF EXISTS, or guarded by a diff
 against the destination catalog), built only with `psycopg.sql`.
@@ -25,7 +25,7 @@ from cdc_pipeline.config import DATABASE_PLACEHOLDER
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.sources.type_choice import balanced
 from cdc_pipeline import sources
-from cdc_pipeline.sources.mysql_ddl import QualifiedName, Statement, names_table, parse_statements, statements_about
+from cdc_pipeline.sources.ddl_text import QualifiedName, Statement, names_table, parse_statements, statements_about
 from cdc_pipeline.convert.typemap import (
     INTEGER_PG_TYPES,
     ColumnDef,

@@ -35,7 +35,7 @@ from cdc_pipeline.errors import CdcError, RunnerError
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.lost_position import LostPosition
-from cdc_pipeline.sources.postgres import HEARTBEAT_TOPICS_PROPERTY
+from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
 from cdc_pipeline.sources.table import ColumnText, SourceTable
 from cdc_pipeline.sources.type_choice import TypeChoice, column_number

@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.sources.mysql_ddl import ORACLE, Statement, parse_statements
+from cdc_pipeline.sources.ddl_text import ORACLE, Statement, parse_statements
 from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
-from cdc_pipeline.sources.postgres import HEARTBEAT_TOPICS_PROPERTY
+from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
 
 CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from cdc_pipeline.config import KEEPALIVES, ConnectorConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT, copy_escape
 from cdc_pipeline.errors import CdcError
+from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.change_check import ChangeCheck, SourceLag
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
 from cdc_pipeline.sources.lost_position import LostPosition
@@ -46,7 +47,6 @@ OFFSET_SHAPE = OffsetShape(
     example='{"lsn": 24023128, "txId": 555}',
 )
 JDBC_DRIVER = "org.postgresql.Driver"
-HEARTBEAT_TOPICS_PROPERTY = "cdc.runner.heartbeat.topics"
 GEOMETRY_TYPES: frozenset[str] = frozenset()
 # The source's limits on a session left idle, in a transaction or outside one (PostgreSQL 14 on), and on a
 # transaction's length (17 on), which a database or role may set: lifted for the load's own sessions, which wait on

@@ -1,4 +1,4 @@
-"""MySQL/MariaDB DDL text, read just enough to find what a Debezium schema change's table definitions cannot tell:
+"""DDL text (MySQL/MariaDB's, and Oracle's with `dialect=ORACLE`), shared by the source packages that have it, read just enough to find what a Debezium schema change's table definitions cannot tell:
 column and table renames (`parse_renames`) and unique keys (`parse_unique_keys`), and which statements of a text
 are about a table (`statements_about`). A tokenizer of our own: it skips what it does not need, so a statement with
 syntax it does not know still gives its renames and keys (sqlglot was measured against it: docs/ddl-and-mapping.md).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_pipeline.sources.mysql_ddl import DdlRenames, UniqueKeyChanges, parse_renames, parse_unique_keys
+from cdc_pipeline.sources.ddl_text import DdlRenames, UniqueKeyChanges, parse_renames, parse_unique_keys
 
 
 @pytest.mark.parametrize(
