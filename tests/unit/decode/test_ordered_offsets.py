@@ -10,7 +10,7 @@ its last record)."""
 from __future__ import annotations
 
 from cdc_pipeline.decode.events import StreamRedeliveries, redelivery_test, same_stream_position
-from cdc_pipeline.sources import oracle, oracle_checks, sqlserver
+from cdc_pipeline.sources import oracle, sqlserver
 
 
 def _ms(commit: str, change: str | None, serial: int) -> dict:
@@ -84,13 +84,13 @@ C1 = _ora("289120:1:0a001b00,289130:2:0b000200", "0c000100", 1)
 
 
 def test_oracle_commit_scn_reads_every_form_debezium_writes() -> None:
-    assert oracle_checks.commit_state("12345:1:23456-78901,678901:2:12345-67890") == {
+    assert oracle.commit_state("12345:1:23456-78901,678901:2:12345-67890") == {
         1: (12345, frozenset({"23456", "78901"})), 2: (678901, frozenset({"12345", "67890"}))}
-    assert oracle_checks.commit_state("745688898024:1:") == {1: (745688898024, frozenset())}
-    assert oracle_checks.commit_state("23456") == {1: (23456, frozenset())}, "before 1.9.6: the SCN alone"
-    assert oracle_checks.commit_state("23456:0:0:1") == {1: (23456, frozenset())}, "the 4-part form of 1.9.5"
-    assert oracle_checks.commit_state(None) == {}
-    assert oracle_checks.committed_scn(C1) == 289130
+    assert oracle.commit_state("745688898024:1:") == {1: (745688898024, frozenset())}
+    assert oracle.commit_state("23456") == {1: (23456, frozenset())}, "before 1.9.6: the SCN alone"
+    assert oracle.commit_state("23456:0:0:1") == {1: (23456, frozenset())}, "the 4-part form of 1.9.5"
+    assert oracle.commit_state(None) == {}
+    assert oracle.committed_scn(C1) == 289130
 
 
 def test_oracle_records_of_earlier_transactions_and_up_to_the_applied_txseq_are_redelivered() -> None:

@@ -1,30 +1,13 @@
-"""What the pipeline knows of SQL Server sources: the type map (columns as mssql-jdbc's `getColumns` describes them,
-which Debezium's `SqlServerConnection.getTableSchemaFromTable` reads into `tableChanges`), the Debezium connector's
-properties (their changes take the stream's path only: no bulk snapshot)."""
+"""SQL Server's types: the type map (columns as mssql-jdbc's `getColumns` describes them, which Debezium's
+`SqlServerConnection.getTableSchemaFromTable` reads into `tableChanges`), its notes, and how a column's default
+reads."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.sources.ddl_text import Statement
-from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
-from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
-
-CONNECTOR_CLASS = "io.debezium.connector.sqlserver.SqlServerConnector"
-_INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
-                               "incremental_snapshot_collections", "incremental_snapshot_correlation_id")
-OFFSET_SHAPE = OffsetShape(
-    required={"commit_lsn": TEXT},
-    # As SqlServerOffsetContext.getOffset writes them (Debezium 3.5): change_lsn is null at a position without a
-    # change; the incremental snapshot's keys are there while one runs.
-    optional={"change_lsn": TEXT + (type(None),), "event_serial_no": INT, "snapshot": FLAG, "snapshot_completed": FLAG,
-              "transaction_id": TEXT, **{key: TEXT + (type(None),) for key in _INCREMENTAL_SNAPSHOT_KEYS}},
-    example='{"commit_lsn": "0000002c:00000a38:0003", "change_lsn": "0000002c:00000a38:0002", "event_serial_no": 1}',
-)
-DDL_EVENTS = True  # a new capture instance gives a schema change: no DDL text, the table's whole definition
 
 
 # SQL Server's columns to PostgreSQL's, by the type name mssql-jdbc reports (lower case; an IDENTITY column's name
@@ -117,49 +100,3 @@ def default_expression(expression: str) -> str | None:
     defaults read (`0`, `'abc'`, `CURRENT_TIMESTAMP`): outer parentheses and the N of a Unicode literal taken off,
     SQL Server's clock functions of local time as CURRENT_TIMESTAMP; None for NULL."""
     return default_literal(expression, _LOCAL_NOW)
-
-
-def parse_ddl(ddl_text: str) -> list[Statement]:
-    """Nothing: SQL Server's schema changes carry no DDL text (Debezium's `SqlServerSchemaChangeEventEmitter` writes
-    "N/A"). Columns added, dropped and retyped come from comparing `tableChanges` with the destination; a renamed
-    column cannot be told from one dropped and another added."""
-    return []
-
-
-def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
-    """The connector properties of a SQL Server source (the engine's own are the runner's); TLS through
-    `debezium:` properties.
-
-    - `time.precision.mode=microseconds`: every time and timestamp as microseconds (`MicroTime`, `MicroTimestamp`),
-      all PostgreSQL keeps. The runner's `adaptive_time_microseconds` would send datetime2(7) as a `NanoTimestamp`,
-      a 64-bit count of nanoseconds that cannot hold a value before 1677-09-21 or after 2262-04-11: Debezium's
-      `NanoTimestamp.toEpochNanos` fails the connector on one (datetime2 spans 0001..9999).
-    The runner's other shared properties keep values exact: `decimal.handling.mode=precise` (money, decimal(38,s)),
-    `binary.handling.mode=bytes`."""
-    props = {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false",
-             "time.precision.mode": "microseconds"}
-    # Debezium's heartbeat (`HeartbeatFactory`) sends the connector's offset every heartbeat_interval_seconds, also
-    # on a quiet source, to `<topic.heartbeat.prefix>.<topic.prefix>` (`AbstractTopicNamingStrategy.heartbeatTopic`);
-    # the runner commits a batch of them itself.
-    props["heartbeat.interval.ms"] = str(max(1, round(connector.heartbeat_interval_seconds * 1000)))
-    heartbeat_prefix = connector.debezium.get("topic.heartbeat.prefix", "__debezium-heartbeat")
-    props[HEARTBEAT_TOPICS_PROPERTY] = f"{heartbeat_prefix}.{connector.name}"
-    return props
-
-
-def replicates(connector: ConnectorConfig, source_table: str) -> bool:
-    """Every table a SQL Server connector reports may be replicated: Debezium reads only the change tables of the
-    connector's database (`database.names`)."""
-    return True
-
-
-def source_partition(connector: str, database: str) -> dict[str, str]:
-    """Debezium's source partition of the connector's offsets: one per database (`database.names` may list several),
-    named by the connector's name (its topic prefix) and the database."""
-    return {"server": connector, "database": database}
-
-
-# The server's reads (pymssql): the change check, the preflight, row counts, and the order of streaming offsets.
-from cdc_pipeline.sources.sqlserver_checks import (  # noqa: E402
-    ORDERED_WITHIN_TRANSACTION, check_changes, check_position, key_range_counts, lost_position, preflight, row_counts,
-    stream_order)

@@ -1,44 +1,25 @@
-"""What the pipeline reads from a SQL Server source without a JVM, through pymssql: the order of Debezium's streaming
-offsets (re-delivered events), the change check, the preflight check and row counts.
-
-Offsets. Debezium's SQL Server connector (3.5, `SqlServerOffsetContext.getOffset`) writes `commit_lsn` (the
-transaction's commit LSN), `change_lsn` (the row's `__$seqval`) as `Lsn.toString` text ('0000002c:00000a38:0003',
-lower-case hex; 'NULL' or null when unknown) and `event_serial_no` (the records emitted at that same position so
-far: an update counts 2). On restart it skips what its stored offset covers by the same order
-(`SqlServerStreamingChangeEventSource`: `TxLogPosition.compareTo`, then `event_serial_no`), and stops skipping within
-a transaction once its rows' `__$seqval` go down (DBZ-2329, a multi-row update of a key): within a transaction, the
-offsets' order is not always the stream's.
+"""The checks that read a SQL Server source without a JVM, through pymssql: the change check, the preflight check,
+row counts and verify's key-range counts.
 
 The change check. `sys.fn_cdc_get_max_lsn()` is the highest commit LSN in any change table of the database: when it is
 not past the applied `commit_lsn`, nothing is new. When it is, each capture instance of a captured table is asked for
 one row past the applied position (its change table's clustered index starts with `__$start_lsn`): only those are
-the connector's changes (writes to other captured tables move the max LSN too). A capture instance whose oldest LSN
-(`sys.fn_cdc_get_min_lsn`) is past the applied position, though it existed then, was cleaned up past it: the changes
-between are gone (Debezium would read on from the change table's start, silently).
+the connector's changes (writes to other captured tables move the max LSN too). A position the change tables'
+cleanup passed (`positions.cleaned_up`) is said, and launches nothing.
 """
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import (ChangeCheck, RangeCounts, count_key_ranges, driver_words,
-                                                 inside_snapshot, read_source)
+from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
-from cdc_pipeline.sources.lost_position import LostPosition
-
-CONNECT_TIMEOUT_SECONDS = 10
-# Within a transaction, records do not always come in the order of their offsets (DBZ-2329).
-ORDERED_WITHIN_TRANSACTION = False
+from cdc_pipeline.sources.sqlserver.connector import qualified, quote, read_server
+from cdc_pipeline.sources.sqlserver.positions import capture_instances, check_position, cleaned_up, lsn_text
+from cdc_pipeline.sources.table_counts import captured_tables, count_rows, count_rows_by_key_range
 
 MAX_LSN = "SELECT sys.fn_cdc_get_max_lsn()"
-CAPTURE_INSTANCES = (
-    "SELECT s.name, t.name, ct.capture_instance, sys.fn_cdc_get_min_lsn(ct.capture_instance), ct.create_date "
-    "FROM cdc.change_tables ct JOIN sys.tables t ON t.object_id = ct.source_object_id "
-    "JOIN sys.schemas s ON s.schema_id = t.schema_id ORDER BY s.name, t.name, ct.capture_instance")
-LSN_TIME = "SELECT sys.fn_cdc_map_lsn_to_time(%s)"
 USER_TABLES = ("SELECT s.name, t.name, t.is_tracked_by_cdc FROM sys.tables t JOIN sys.schemas s "
                "ON s.schema_id = t.schema_id WHERE t.is_ms_shipped = 0 ORDER BY s.name, t.name")
 DATABASE_STATE = ("SELECT DB_NAME(), USER_NAME(), is_cdc_enabled, snapshot_isolation_state FROM sys.databases "
@@ -56,80 +37,8 @@ GATING_ROLES = ("SELECT DISTINCT role_name FROM cdc.change_tables WHERE role_nam
                 "AND IS_ROLEMEMBER(role_name) = 0")
 
 
-def quote(identifier: str) -> str:
-    """A SQL Server identifier in brackets, embedded closing brackets doubled."""
-    return "[" + identifier.replace("]", "]]") + "]"
-
-
-def qualified(schema: str, table: str) -> str:
-    return quote(schema) + "." + quote(table)
-
-
 def _unicode_literal(text: str) -> str:
     return "N'" + text.replace("'", "''") + "'"
-
-
-def lsn_bytes(text: Any) -> bytes | None:
-    """An LSN as Debezium writes it ('0000002c:00000a38:0003') as its 10 bytes, or None when it is unknown ('NULL')."""
-    if text is None or text == "NULL":
-        return None
-    try:
-        return bytes.fromhex(str(text).replace(":", ""))
-    except ValueError:
-        return None
-
-
-def lsn_text(lsn: bytes) -> str:
-    """10 LSN bytes as Debezium's `Lsn.toString` writes them."""
-    digits = lsn.hex()
-    return f"{digits[:8]}:{digits[8:16]}:{digits[16:]}"
-
-
-def stream_order(offset: dict[str, Any] | None) -> tuple[bytes, str, tuple[bytes, int]] | None:
-    """Where a streamed record's offset lies: (its transaction's order, its transaction, its place in it), as
-    Debezium compares positions on restart (`TxLogPosition`: commit LSN, then change LSN; then `event_serial_no`).
-    None for a snapshot's offset, or one that is not SQL Server's."""
-    if not offset or offset.get("snapshot") not in (None, False, "false") or "commit_lsn" not in offset:
-        return None
-    commit = lsn_bytes(offset["commit_lsn"])
-    if commit is None:
-        return None
-    change = lsn_bytes(offset.get("change_lsn")) or b""  # Debezium's NULL LSN sorts first
-    return commit, commit.hex(), (change, int(offset.get("event_serial_no") or 0))
-
-
-def connect(connector: ConnectorConfig) -> Any:
-    """A pymssql connection to the connector's source database, in autocommit, for the checks' reads (never rows).
-    A statement that runs longer than `source_statement_timeout_seconds` fails."""
-    import pymssql
-
-    try:
-        return pymssql.connect(server=connector.hostname, port=str(connector.port), user=connector.user,
-                               password=connector.password.reveal(), database=connector.database,
-                               login_timeout=CONNECT_TIMEOUT_SECONDS,
-                               timeout=max(1, round(connector.source_statement_timeout_seconds)),
-                               appname=f"cdc-pipeline {connector.name}", autocommit=True)
-    except pymssql.Error as exc:
-        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
-                       f"{driver_words(exc, connector)}", connector=connector.name) from None
-
-
-def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
-    import pymssql
-
-    return read_source(connector, connect, pymssql.Error, reads)
-
-
-def check_position(offset: dict[str, Any] | None) -> tuple[bytes, bytes] | None:
-    """Up to where an offset says every change was processed, for the change check: (commit LSN, change LSN in
-    that transaction); a position without a change (a finished snapshot's, a poll that found none) covers its whole
-    commit LSN. None inside a snapshot, or for an offset that is not SQL Server's."""
-    if not offset or inside_snapshot(offset):
-        return None
-    commit = lsn_bytes(offset.get("commit_lsn"))
-    if commit is None:
-        return None
-    return commit, lsn_bytes(offset.get("change_lsn")) or b"\xff" * len(commit)
 
 
 def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
@@ -141,7 +50,7 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     if position is None:
         return ChangeCheck(True, "no streamed position is applied yet")
     commit, change = position
-    return _read(connector, lambda cur: _check(cur, connector, commit, change, captured))
+    return read_server(connector, lambda cur: _check(cur, connector, commit, change, captured))
 
 
 def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
@@ -153,7 +62,7 @@ def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
                                   "(sys.fn_cdc_get_max_lsn() is NULL): `cdc-pipeline check` names the fix",
                            known=False)
     applied = lsn_text(commit)
-    instances = _capture_instances(cur, captured)
+    instances = capture_instances(cur, captured)
     lost = _retention_loss(cur, connector, commit, instances)
     if lost:
         return ChangeCheck(False, lost, known=False)
@@ -170,49 +79,13 @@ def _check(cur: Any, connector: ConnectorConfig, commit: bytes, change: bytes,
                               "changes of other tables)", reached_end=True)
 
 
-def lost_position(connector: ConnectorConfig, offset: dict[str, Any],
-                  captured: Callable[[str], bool]) -> LostPosition | None:
-    """What the change tables no longer hold of `offset`, or None: the cleanup job removed changes of a captured
-    table after it. Debezium's connector would read on from the change table's oldest row and skip them without a
-    word, so a run refuses to start instead."""
-    position = check_position(offset)
-    if position is None:
-        return None
-    commit = position[0]
-    lost = _read(connector, lambda cur: _cleaned_up(cur, commit, _capture_instances(cur, captured)))
-    if not lost:
-        return None
-    return LostPosition(f"LSN {lsn_text(commit)}", f"it fell out of the change tables' retention: the cleanup job "
-                                                   f"removed the changes of {', '.join(lost)} after it (their oldest "
-                                                   "LSN is later)")
-
-
-def _capture_instances(cur: Any, captured: Callable[[str], bool]) -> list[tuple]:
-    cur.execute(CAPTURE_INSTANCES)
-    return [row for row in cur.fetchall() if captured(f"{row[0]}.{row[1]}")]
-
-
 def _retention_loss(cur: Any, connector: ConnectorConfig, commit: bytes, instances: list[tuple]) -> str | None:
-    lost = _cleaned_up(cur, commit, instances)
+    lost = cleaned_up(cur, commit, instances)
     if not lost:
         return None
     return (f"the applied position {lsn_text(commit)} fell out of the change tables' retention: the cleanup job "
             f"removed the changes of {', '.join(lost)} after it (their oldest LSN is later). Those changes are gone: "
             f"take a new snapshot (`cdc-pipeline restart {connector.name} always`)")
-
-
-def _cleaned_up(cur: Any, commit: bytes, instances: list[tuple]) -> list[str]:
-    """The capture instances whose oldest LSN is past `commit` though they existed at it (created before its
-    commit time): the cleanup job removed changes after it. The commit's time is unknown once
-    `cdc.lsn_time_mapping` was cleaned past it too: then every instance whose oldest LSN is later counts."""
-    later = [row for row in instances if row[3] is not None and bytes(row[3]) > commit]
-    if not later:
-        return []
-    cur.execute(LSN_TIME, (commit,))
-    row = cur.fetchone()
-    committed_at: datetime.datetime | None = row[0] if row else None
-    return [instance for _, _, instance, _, created in later
-            if committed_at is None or created is None or created <= committed_at]
 
 
 def preflight(connector: ConnectorConfig) -> list[Finding]:
@@ -221,7 +94,7 @@ def preflight(connector: ConnectorConfig) -> list[Finding]:
     SELECT on the `cdc` schema and in each capture instance's gating role, SELECT on the captured tables, and
     snapshot isolation allowed when the connector's `snapshot.isolation.mode` is `snapshot`. Each finding carries
     the statement that fixes it. Raises CdcError when the source cannot be reached."""
-    return _read(connector, lambda cur: _preflight(cur, connector))
+    return read_server(connector, lambda cur: _preflight(cur, connector))
 
 
 def _preflight(cur: Any, connector: ConnectorConfig) -> list[Finding]:
@@ -312,16 +185,11 @@ def _access_findings(cur: Any, database: str, user: str, use: str) -> list[Findi
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
     """The rows of each table of the source database that `captured` accepts (`schema.table`: rows)."""
     def count(cur: Any) -> dict[str, int]:
-        cur.execute(USER_TABLES)
-        tables = [(schema, table) for schema, table, _ in cur.fetchall() if captured(f"{schema}.{table}")]
-        counts = {}
-        for schema, table in tables:
-            # pymssql has no identifier composition: the names are bracketed by quote.
-            cur.execute("SELECT COUNT_BIG(*) FROM " + qualified(schema, table))
-            counts[f"{schema}.{table}"] = int(cur.fetchone()[0])
-        return counts
+        # pymssql has no identifier composition: the names are bracketed by quote.
+        return count_rows(cur, captured_tables(cur, USER_TABLES, captured),
+                          lambda schema, table: "SELECT COUNT_BIG(*) FROM " + qualified(schema, table))
 
-    return _read(connector, count)
+    return read_server(connector, count)
 
 
 def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool],
@@ -329,20 +197,11 @@ def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool]
     """For `verify`: the rows of each captured table per range of its key (a primary key of one integer column;
     other tables as one range), about `chunk_rows` rows a range (`schema.table`: counts)."""
     def count(cur: Any) -> dict[str, RangeCounts]:
-        cur.execute(USER_TABLES)
-        tables = [(schema, table) for schema, table, _ in cur.fetchall() if captured(f"{schema}.{table}")]
-        cur.execute(PRIMARY_KEYS)
-        keys: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for schema, table, column, type_name in cur.fetchall():
-            keys.setdefault((schema, table), []).append((column, type_name))
-        counts = {}
-        for schema, table in tables:
-            columns = keys.get((schema, table), [])
-            key = columns[0][0] if len(columns) == 1 and columns[0][1] in _INTEGER_TYPES else None
-            counts[f"{schema}.{table}"] = count_key_ranges(cur, key, chunk_rows, _range_statements(schema, table, key))
-        return counts
+        tables = captured_tables(cur, USER_TABLES, captured)
+        return count_rows_by_key_range(cur, tables, PRIMARY_KEYS, lambda type_name: type_name in _INTEGER_TYPES,
+                                       chunk_rows, _range_statements)
 
-    return _read(connector, count)
+    return read_server(connector, count)
 
 
 def _range_statements(schema: str, table: str, key: str | None) -> Callable[[int, int], tuple[str, str]]:

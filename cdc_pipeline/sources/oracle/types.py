@@ -1,32 +1,13 @@
-"""What the pipeline knows of Oracle sources: the type map (columns as Debezium describes them in `tableChanges`:
-from ojdbc's `getColumns` in a snapshot, from its Oracle DDL parser's `ColumnDefinitionParserListener` while
-streaming), the Debezium connector's properties (their changes take the stream's path only: no bulk snapshot)."""
+"""Oracle's types: the type map (columns as Debezium describes them in `tableChanges`: from ojdbc's `getColumns` in a
+snapshot, from its Oracle DDL parser's `ColumnDefinitionParserListener` while streaming), its notes, NUMBER's and
+TIMESTAMP's rules, and how a column's default reads."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.sources.ddl_text import ORACLE, Statement, parse_statements
-from cdc_pipeline.sources.offset_shape import FLAG, INT, TEXT, OffsetShape
-from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 from cdc_pipeline.sources.type_choice import MAX_VARCHAR_LENGTH, TypeChoice, column_number, default_literal
-
-CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"
-_INCREMENTAL_SNAPSHOT_KEYS = ("incremental_snapshot_primary_key", "incremental_snapshot_maximum_key",
-                               "incremental_snapshot_collections", "incremental_snapshot_correlation_id")
-OFFSET_SHAPE = OffsetShape(
-    required={"scn": TEXT + INT},
-    # As OracleOffsetContext.getOffset writes them (Debezium 3.5): commit_scn is CommitScn's per-thread list
-    # ('scn:thread:txid-txid,...'), null before the first commit; the incremental snapshot's keys while one runs.
-    optional={"commit_scn": TEXT + (type(None),), "txId": TEXT, "txSeq": INT, "scn_idx": INT, "lcr_position": TEXT,
-              "snapshot_scn": TEXT, "snapshot_pending_tx": TEXT, "snapshot": FLAG, "snapshot_completed": FLAG,
-              "window_advance_enabled": FLAG, "transaction_id": TEXT,
-              **{key: TEXT + (type(None),) for key in _INCREMENTAL_SNAPSHOT_KEYS}},
-    example='{"scn": "2891044", "commit_scn": "2891051:1:0a001b00c5030000", "txId": "0a001b00c5030000", "txSeq": 3}',
-)
-DDL_EVENTS = True  # LogMiner gives the DDL text Oracle logged and Debezium's parse of it
 
 
 # Oracle's columns to PostgreSQL's, by type name (upper case, precisions taken out: ojdbc reports
@@ -148,54 +129,3 @@ def default_expression(expression: str) -> str | None:
     and outer parentheses taken off, the N of a national literal too, the clock functions as CURRENT_TIMESTAMP; None
     for NULL."""
     return default_literal(expression, _NOW)
-
-
-def parse_ddl(ddl_text: str) -> list[Statement]:
-    """What Oracle's DDL text (as LogMiner logged it) does: column renames (`ALTER TABLE t RENAME COLUMN a TO b`), table
-    renames (`ALTER TABLE t RENAME TO u`, `RENAME t TO u`) and unique keys, in Oracle's names (quoted "as written",
-    unquoted upper case). Debezium's `tableChanges` has the new definition but not which column a rename came from."""
-    return parse_statements(ddl_text, ORACLE)
-
-
-def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
-    """The connector properties of an Oracle source (the engine's own are the runner's).
-
-    - `lob.enabled=true`: CLOB, NCLOB and BLOB values are captured (by default Debezium leaves LOB columns out of its
-      events, and the destination would hold NULL); an UPDATE that does not change a LOB sends Debezium's placeholder
-      for it, which the apply never writes (`convert.dml.unavailable_placeholder`).
-    - `interval.handling.mode=string`: INTERVAL YEAR TO MONTH as ISO-8601 years and months
-      (`OracleValueConverters.convertOracleIntervalYearMonth`); the default (`numeric`) turns a month into 30.4375
-      days of microseconds (`MicroDuration.DAYS_PER_MONTH_AVG`), which PostgreSQL's interval would keep as days.
-    - `time.precision.mode=microseconds`: DATE and TIMESTAMP(n) as microseconds (`MicroTimestamp`), all PostgreSQL
-      keeps. The runner's `adaptive_time_microseconds` would send TIMESTAMP(7-9) as a `NanoTimestamp`, which cannot
-      hold a value before 1677-09-21 or after 2262-04-11 (Debezium's `NanoTimestamp.toEpochNanos` fails the
-      connector on one; Oracle's span 4712 BC..9999).
-    The runner's shared properties keep numbers exact (`decimal.handling.mode=precise`: NUMBER as decimals,
-    NUMBER without precision as `VariableScaleDecimal`).
-    """
-    props = {"connector.class": CONNECTOR_CLASS, "database.dbname": connector.database, "lob.enabled": "true",
-             "interval.handling.mode": "string", "time.precision.mode": "microseconds"}
-    # Debezium's heartbeat (`HeartbeatFactory`) sends the connector's offset every heartbeat_interval_seconds, also
-    # on a quiet source, to `<topic.heartbeat.prefix>.<topic.prefix>` (`AbstractTopicNamingStrategy.heartbeatTopic`);
-    # the runner commits a batch of them itself.
-    props["heartbeat.interval.ms"] = str(max(1, round(connector.heartbeat_interval_seconds * 1000)))
-    heartbeat_prefix = connector.debezium.get("topic.heartbeat.prefix", "__debezium-heartbeat")
-    props[HEARTBEAT_TOPICS_PROPERTY] = f"{heartbeat_prefix}.{connector.name}"
-    return props
-
-
-def replicates(connector: ConnectorConfig, source_table: str) -> bool:
-    """Every table an Oracle connector reports may be replicated: the connector's `tables` list is the only filter."""
-    return True
-
-
-def source_partition(connector: str, database: str) -> dict[str, str]:
-    """Debezium's source partition of the connector's offsets: the connector's name (its topic prefix)."""
-    return {"server": connector}
-
-
-# The server's reads (python-oracledb, thin mode): the change check, the preflight, row counts, and the order of
-# streaming offsets.
-from cdc_pipeline.sources.oracle_checks import (  # noqa: E402
-    ORDERED_WITHIN_TRANSACTION, check_changes, check_position, key_range_counts, preflight, row_counts,
-    stream_order)

@@ -1,15 +1,5 @@
-"""What the pipeline reads from an Oracle source without a JVM, through python-oracledb in thin mode (no client
-libraries): the order of Debezium's streaming offsets (re-delivered events), the change check, the preflight check
-and row counts.
-
-Offsets. Debezium's Oracle connector (3.5, LogMiner; `OracleOffsetContext.getOffset`) writes `scn` (where mining
-resumes: the start of the oldest transaction still open), `commit_scn` (`CommitScn`: per redo thread, the SCN of the
-last commit handled and the transactions committed at it, 'scn:thread:tx1-tx2' joined by ',') and, for a record,
-`txId` and `txSeq` (its transaction and its place in it, from 1). Transactions are emitted whole at their commit, in
-commit order, and the commit is recorded after their last record (`BufferedLogMinerStreamingChangeEventSource.
-handleCommit`): the records of one transaction share one `commit_scn`, and it grows (per thread) from one transaction
-to the next. On restart, Debezium skips a transaction its `commit_scn` covers (`CommitScn.hasBeenHandled`) and, in
-the offset's own transaction, the records up to `txSeq`.
+"""The checks that read an Oracle source without a JVM, through python-oracledb in thin mode (no client libraries):
+the change check, the preflight check, row counts and verify's key-range counts.
 
 The change check. An SCN moves with any activity of the database (its own background work too), so the current SCN
 alone never tells that nothing is new. The check mines the redo between the applied position and the current SCN
@@ -24,13 +14,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.change_check import (ChangeCheck, RangeCounts, count_key_ranges, driver_words,
-                                                 inside_snapshot, read_source)
+from cdc_pipeline.sources.change_check import ChangeCheck, RangeCounts
 from cdc_pipeline.sources.finding import Finding, source_error, source_warning
+from cdc_pipeline.sources.oracle.connector import enter_pdb, pdb_name, qualified, quote, read_server
+from cdc_pipeline.sources.oracle.positions import check_position
+from cdc_pipeline.sources.table_counts import captured_tables, count_rows, count_rows_by_key_range
 
-CONNECT_TIMEOUT_SECONDS = 10
-ORDERED_WITHIN_TRANSACTION = True  # a transaction's records come in `txSeq` order
 CHECK_SECONDS = 20.0  # a change check's LogMiner session, at most
 CHECK_REDO_BYTES = 256 << 20  # more archived redo than this since the applied position: a run reads it, not a check
 CHECK_ROWS = 100_000
@@ -76,98 +65,6 @@ _DML_AND_DDL = (1, 2, 3, 5)
 _COMMIT = 7
 
 
-def quote(identifier: str) -> str:
-    """An Oracle identifier in double quotes (as the dictionary spells it), embedded quotes doubled."""
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def qualified(owner: str, table: str) -> str:
-    return quote(owner) + "." + quote(table)
-
-
-def commit_state(value: Any) -> dict[int, tuple[int, frozenset[str]]]:
-    """Debezium's `commit_scn` offset value (`CommitScn.valueOf`) as {redo thread: (commit SCN, transactions committed
-    at it)}: 'scn:thread:tx-tx' entries joined by ','; older forms: 'scn' alone (thread 1), 'scn:_:_:thread', or a
-    number."""
-    if value is None or value == "":
-        return {}
-    state = {}
-    for entry in str(value).split(","):
-        parts = entry.split(":")
-        if len(parts) == 1:
-            state[1] = (int(parts[0]), frozenset())
-        elif len(parts) == 3:
-            state[int(parts[1])] = (int(parts[0]), frozenset(filter(None, parts[2].split("-"))))
-        elif len(parts) == 4:
-            state[int(parts[3])] = (int(parts[0]), frozenset())
-        else:
-            raise ValueError(f"an unexpected commit_scn entry {entry!r}")
-    return state
-
-
-def committed_scn(offset: dict[str, Any]) -> int | None:
-    """The SCN of the last commit an offset's `commit_scn` records (the highest of its redo threads), or None."""
-    state = commit_state(offset.get("commit_scn"))
-    return max(scn for scn, _ in state.values()) if state else None
-
-
-def stream_order(offset: dict[str, Any] | None) -> tuple[tuple[int, int, int], tuple, tuple[int]] | None:
-    """Where a streamed record's offset lies: (its transaction's order, its transaction, its place in it). The
-    transaction's order is that of the commits recorded before it (`commit_scn`), which grow from one transaction to
-    the next on each redo thread: the sum of their SCNs, then of their transactions, grows with them; among records of
-one commit state, a DDL's (no `txSeq`) comes first. None for a
-    snapshot's offset, an XStream one (`lcr_position`), or one that is not Oracle's."""
-    if not offset or offset.get("snapshot") not in (None, False, "false") or "scn" not in offset \
-            or "commit_lsn" in offset:
-        return None
-    try:
-        state = commit_state(offset.get("commit_scn"))
-    except ValueError:
-        return None
-    # A DDL's record carries its own commit already (the buffered source's handleSchemaChangeEvent records it before
-    # dispatching), so it shares its commit state with the next transaction's records and comes before them. It has
-    # no transaction sequence (its LogMiner row has none) and keeps the txId of the transaction before it.
-    schema_change = offset.get("txSeq") is None
-    order = (sum(scn for scn, _ in state.values()), sum(len(txs) for _, txs in state.values()),
-             0 if schema_change else 1)
-    transaction = (tuple(sorted((thread, scn, tuple(sorted(txs))) for thread, (scn, txs) in state.items())),
-                   offset.get("txId"))
-    return order, transaction, (int(offset.get("txSeq") or 0),)
-
-
-def connect(connector: ConnectorConfig) -> Any:
-    """A python-oracledb connection (thin mode) to the connector's database service, for the checks' reads (never
-    rows). A call that runs longer than `source_statement_timeout_seconds` fails."""
-    import oracledb
-
-    try:
-        conn = oracledb.connect(user=connector.user, password=connector.password.reveal(), host=connector.hostname,
-                                port=connector.port, service_name=connector.database,
-                                tcp_connect_timeout=CONNECT_TIMEOUT_SECONDS)
-    except oracledb.Error as exc:
-        raise CdcError(f"cannot connect to the source {connector.hostname}:{connector.port}: "
-                       f"{driver_words(exc, connector)}", connector=connector.name) from None
-    conn.call_timeout = int(connector.source_statement_timeout_seconds * 1000)
-    return conn
-
-
-def _read(connector: ConnectorConfig, reads: Callable[[Any], Any]) -> Any:
-    import oracledb
-
-    return read_source(connector, connect, oracledb.Error, reads)
-
-
-def _pdb(connector: ConnectorConfig) -> str | None:
-    return connector.debezium.get("database.pdb.name") or None
-
-
-def _enter_pdb(cur: Any, connector: ConnectorConfig) -> None:
-    """Into the connector's pluggable database (`database.pdb.name`), where its tables are, as Debezium does."""
-    pdb = _pdb(connector)
-    if pdb:
-        cur.execute(f"ALTER SESSION SET CONTAINER = {quote(pdb.upper())}")
-
-
 def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, Any],
                   captured: Callable[[str], bool]) -> ChangeCheck:
     """The change check: whether the redo since the applied position holds a change of a captured table that the
@@ -177,22 +74,9 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
     if position is None:
         return ChangeCheck(True, "no streamed position is applied yet")
     committed, resume = position
-    pdb = _pdb(connector)
-    return _read(connector, lambda cur: _check(cur, connector, resume, committed, lambda table, container: captured(
+    pdb = pdb_name(connector)
+    return read_server(connector, lambda cur: _check(cur, connector, resume, committed, lambda table, container: captured(
         table) and (pdb is None or container == pdb.upper())))
-
-
-def check_position(offset: dict[str, Any] | None) -> tuple[int, int] | None:
-    """Up to where an offset says every change was processed, for the change check: (the SCN of its last commit
-    handled, the SCN mining resumes from); a finished snapshot's counts. None inside a snapshot, or for an offset
-    that is not Oracle's (LogMiner)."""
-    if not offset or "scn" not in offset or "commit_lsn" in offset or inside_snapshot(offset):
-        return None
-    try:
-        resume, committed = int(offset["scn"]), committed_scn(offset)
-    except ValueError:
-        return None
-    return (resume - 1 if committed is None else committed), resume
 
 
 def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,
@@ -269,7 +153,7 @@ def preflight(connector: ConnectorConfig) -> list[Finding]:
     privileges (LOGMINING, SELECT ANY TRANSACTION, EXECUTE on DBMS_LOGMNR, the V$ views) and, in a container
     database, a common user (C##). Each finding carries the statement that fixes it. Raises CdcError when the source
     cannot be reached."""
-    return _read(connector, lambda cur: _preflight(cur, connector))
+    return read_server(connector, lambda cur: _preflight(cur, connector))
 
 
 def _preflight(cur: Any, connector: ConnectorConfig) -> list[Finding]:
@@ -291,7 +175,7 @@ def _preflight(cur: Any, connector: ConnectorConfig) -> list[Finding]:
                                      'CREATE USER C##DBZUSER IDENTIFIED BY "..." CONTAINER=ALL; then grant it the '
                                      "privileges with CONTAINER=ALL, and make it the connector's user"))
     findings += _privilege_findings(cur, user, cdb == "YES")
-    _enter_pdb(cur, connector)
+    enter_pdb(cur, connector)
     if all_columns != "YES":
         findings += _table_logging_findings(cur, connector)
     return findings
@@ -337,7 +221,7 @@ def _table_logging_findings(cur: Any, connector: ConnectorConfig) -> list[Findin
     missing = [table for table in connector.tables if table not in tables]
     if missing:
         findings.append(source_error("tables", f"the connector's tables {', '.join(missing)} do not exist"
-                                               + (f" in {_pdb(connector)}" if _pdb(connector) else ""),
+                                               + (f" in {pdb_name(connector)}" if pdb_name(connector) else ""),
                                      "correct the connector's `tables` (OWNER.TABLE, as the dictionary spells them)"))
     captured = [table for table in tables if table in connector.tables] if connector.tables else tables
     unlogged = [table for table in captured if table not in logged]
@@ -355,17 +239,12 @@ def _table_logging_findings(cur: Any, connector: ConnectorConfig) -> list[Findin
 def row_counts(connector: ConnectorConfig, captured: Callable[[str], bool]) -> dict[str, int]:
     """The rows of each table (outside Oracle's own schemas) that `captured` accepts (`OWNER.TABLE`: rows)."""
     def count(cur: Any) -> dict[str, int]:
-        _enter_pdb(cur, connector)
-        cur.execute(USER_TABLES)
-        tables = [(owner, table) for owner, table in cur.fetchall() if captured(f"{owner}.{table}")]
-        counts = {}
-        for owner, table in tables:
-            # python-oracledb binds values, not names: the names are double-quoted by quote.
-            cur.execute("SELECT COUNT(*) FROM " + qualified(owner, table))
-            counts[f"{owner}.{table}"] = int(cur.fetchone()[0])
-        return counts
+        enter_pdb(cur, connector)
+        # python-oracledb binds values, not names: the names are double-quoted by quote.
+        return count_rows(cur, captured_tables(cur, USER_TABLES, captured),
+                          lambda owner, table: "SELECT COUNT(*) FROM " + qualified(owner, table))
 
-    return _read(connector, count)
+    return read_server(connector, count)
 
 
 def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool],
@@ -373,21 +252,13 @@ def key_range_counts(connector: ConnectorConfig, captured: Callable[[str], bool]
     """For `verify`: the rows of each captured table per range of its key (a primary key of one NUMBER column of
     scale 0; other tables as one range), about `chunk_rows` rows a range (`OWNER.TABLE`: counts)."""
     def count(cur: Any) -> dict[str, RangeCounts]:
-        _enter_pdb(cur, connector)
-        cur.execute(USER_TABLES)
-        tables = [(owner, table) for owner, table in cur.fetchall() if captured(f"{owner}.{table}")]
-        cur.execute(PRIMARY_KEYS)
-        keys: dict[tuple[str, str], list[tuple[str, bool]]] = {}
-        for owner, table, column, data_type, scale in cur.fetchall():
-            keys.setdefault((owner, table), []).append((column, data_type == "NUMBER" and scale == 0))
-        counts = {}
-        for owner, table in tables:
-            columns = keys.get((owner, table), [])
-            key = columns[0][0] if len(columns) == 1 and columns[0][1] else None
-            counts[f"{owner}.{table}"] = count_key_ranges(cur, key, chunk_rows, _range_statements(owner, table, key))
-        return counts
+        enter_pdb(cur, connector)
+        tables = captured_tables(cur, USER_TABLES, captured)
+        return count_rows_by_key_range(cur, tables, PRIMARY_KEYS,
+                                       lambda data_type, scale: data_type == "NUMBER" and scale == 0,
+                                       chunk_rows, _range_statements)
 
-    return _read(connector, count)
+    return read_server(connector, count)
 
 
 def _range_statements(owner: str, table: str, key: str | None) -> Callable[[int, int], tuple[str, str]]:

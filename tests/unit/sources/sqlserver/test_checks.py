@@ -13,7 +13,7 @@ import pytest
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import captures, sqlserver
-from tests.fixtures.recorded import closed_port, connectors_file, recorded_server
+from tests.fixtures.recorded import closed_port, connectors_file
 
 APPLIED = {"commit_lsn": "0000002c:00000a38:0005", "change_lsn": "0000002c:00000a38:0004", "event_serial_no": 1}
 PASSWORD = "s3cret-Pa55"
@@ -25,12 +25,6 @@ def connector(**fields) -> ConnectorConfig:
     return ConnectorConfig(**{"name": "erp", "type": "sqlserver", "hostname": "sql.example.com", "user": "dbz",
                               "password": PASSWORD, "database": "shop", "tables": ["dbo.orders", "dbo.customers"],
                               **fields})
-
-
-@pytest.fixture
-def server(monkeypatch):
-    """pymssql's connections answered from a scenario of the recorded answers."""
-    return recorded_server(monkeypatch, pymssql, "sqlserver")
 
 
 def check(server, scenario: str, applied: dict = APPLIED, **fields):
@@ -238,25 +232,3 @@ def test_verify_counts_the_rows_of_each_key_range_on_both_sides(destination_pg, 
     assert sent.count("SELECT MIN(CAST([id] AS bigint)), MAX(CAST([id] AS bigint)), COUNT_BIG(*) FROM [dbo].[orders]") \
         == 2
     assert sent[-1].startswith("SELECT s.name, t.name, ct.capture_instance"), "the change check, last"
-
-
-def test_a_run_is_told_of_changes_the_cleanup_job_removed_after_its_offset(server):
-    """What the fetch cycle asks before its engine starts (`sources.lost_position`): Debezium's connector would read
-    on from the change table's oldest row without a word."""
-    source = connector()
-    server.scenario = "out_of_retention"
-    lost = sqlserver.lost_position(source, APPLIED, lambda table: captures(source, table))
-    assert "fell out of the change tables' retention" in lost.held and "dbo_orders" in lost.held
-    assert lost.first_line("erp").startswith(f"connector 'erp': the source no longer holds the connector's position "
-                                             f"{lost.position}: ")
-    assert lost.first_line("erp").endswith("; recover with `cdc-pipeline restart erp always`")
-    server.scenario = "new_capture_instance"
-    assert sqlserver.lost_position(source, APPLIED, lambda table: captures(source, table)) is None
-
-
-def test_a_source_that_cannot_be_read_leaves_the_engine_to_say_so(caplog):
-    from cdc_pipeline.sources import lost_position
-
-    source = connector(hostname="127.0.0.1", port=closed_port())
-    assert lost_position(source, APPLIED) is None
-    assert "cannot check that the source still holds the connector's position" in caplog.text and PASSWORD not in caplog.text

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 
-import oracledb
 import pytest
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources import captures, oracle, oracle_checks
-from tests.fixtures.recorded import closed_port, connectors_file, recorded_server
+from cdc_pipeline.sources import captures, oracle
+from tests.fixtures.recorded import closed_port, connectors_file
 
 APPLIED = {"scn": "289100", "commit_scn": "289120:1:0a001b00", "txId": "0a001b00", "txSeq": 3}
 PASSWORD = "0racle-Secr3t"
@@ -24,12 +23,6 @@ def connector(**fields) -> ConnectorConfig:
                               "password": PASSWORD, "database": "ORCLCDB",
                               "tables": ["INVENTORY.ORDERS", "INVENTORY.CUSTOMERS"],
                               "debezium": {"database.pdb.name": "ORCLPDB1"}, **fields})
-
-
-@pytest.fixture
-def server(monkeypatch):
-    """python-oracledb's connections answered from a scenario of the recorded answers."""
-    return recorded_server(monkeypatch, oracledb, "oracle")
 
 
 def check(server, scenario: str, applied: dict = APPLIED, **fields):
@@ -53,7 +46,7 @@ def test_nothing_is_new_when_the_redo_since_the_applied_commit_holds_no_captured
     assert [params for text, params in sent if text.startswith("BEGIN DBMS_LOGMNR.START_LOGMNR")] == \
         [{"start_scn": 289100, "end_scn": 289200}]
     assert [params for text, params in sent if "v$logmnr_contents" in text] == \
-        [{"start_scn": 289100, "committed_scn": 289120, "row_limit": oracle_checks.CHECK_ROWS}]
+        [{"start_scn": 289100, "committed_scn": 289120, "row_limit": oracle.CHECK_ROWS}]
     assert server.last.statements()[-1] == "BEGIN DBMS_LOGMNR.END_LOGMNR; END;" and server.last.closed
 
 
@@ -92,14 +85,6 @@ def test_no_streamed_position_asks_for_a_run_without_connecting(server):
     assert check(server, "nothing_new", applied={}).changes and server.last is None
     snapshot = {"scn": "1001", "snapshot_scn": "1001", "snapshot": "INITIAL", "snapshot_completed": False}
     assert check(server, "nothing_new", applied=snapshot).changes and server.last is None
-
-
-def test_a_finished_snapshot_is_a_position_to_check_from(server):
-    finished = {"commit_scn": "289120:1:", "snapshot_scn": "289120", "scn": "289120", "snapshot_completed": True}
-    assert oracle.check_position(finished) == (289120, 289120)
-    assert oracle.check_position(APPLIED) == (289120, 289100)
-    assert oracle.check_position({"scn": "1001", "snapshot": "INITIAL", "snapshot_completed": False}) is None
-    assert oracle.check_position({"scn": "1001", "commit_scn": None}) == (1000, 1001), "no commit handled yet"
 
 
 def test_an_unreachable_server_names_the_connector_and_host_never_the_password():
