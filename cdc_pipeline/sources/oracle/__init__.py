@@ -12,20 +12,30 @@ names.
 - `ddl`: the DDL text LogMiner logged, through the shared `ddl_text` in Oracle's dialect
 """
 
+from cdc_pipeline.sources import stream_only
 from cdc_pipeline.sources.oracle.checks import (CHECK_REDO_BYTES, CHECK_ROWS, CHECK_SECONDS, check_changes,
                                                 key_range_counts, preflight, row_counts)
-from cdc_pipeline.sources.oracle.connector import (CONNECTOR_CLASS, connect, debezium_properties, qualified, quote,
-                                                   replicates)
+from cdc_pipeline.sources.oracle.connector import (CONNECTOR_CLASS, connect, debezium_properties, is_heartbeat_table,
+                                                   qualified, quote, replicates)
 from cdc_pipeline.sources.oracle.ddl import DDL_EVENTS, parse_ddl
 from cdc_pipeline.sources.oracle.positions import (OFFSET_SHAPE, ORDERED_WITHIN_TRANSACTION, check_position,
                                                    commit_state, committed_scn, source_partition, stream_order)
 from cdc_pipeline.sources.oracle.types import (IMPLICIT_DEFAULTS, ORACLE_TYPE_ALIASES, ORACLE_TYPE_MAP, TYPE_MAP_NOTES,
                                                TYPE_MAPS, always_nullable, column_type, default_expression)
+# The protocol's Optional members a source read by Debezium alone lacks (the bulk load's reads, binlog and slot
+# positions, row hashes), each None.
+from cdc_pipeline.sources.stream_only import *  # noqa: F401,F403
+
+# No check before a run of what the source no longer holds: the change check tells an applied position older
+# than every redo log the database keeps.
+lost_position = None
 
 __all__ = [
     "CHECK_REDO_BYTES", "CHECK_ROWS", "CHECK_SECONDS", "CONNECTOR_CLASS", "DDL_EVENTS", "IMPLICIT_DEFAULTS",
     "OFFSET_SHAPE", "ORACLE_TYPE_ALIASES", "ORACLE_TYPE_MAP", "ORDERED_WITHIN_TRANSACTION", "TYPE_MAPS",
     "TYPE_MAP_NOTES", "always_nullable", "check_changes", "check_position", "column_type", "commit_state",
-    "committed_scn", "connect", "debezium_properties", "default_expression", "key_range_counts", "parse_ddl",
-    "preflight", "qualified", "quote", "replicates", "row_counts", "source_partition", "stream_order",
+    "committed_scn", "connect", "debezium_properties", "default_expression", "is_heartbeat_table",
+    "key_range_counts", "lost_position", "parse_ddl", "preflight", "qualified", "quote", "replicates", "row_counts",
+    "source_partition", "stream_order",
+    *stream_only.__all__,
 ]

@@ -42,6 +42,11 @@ def replicates(connector: ConnectorConfig, source_table: str) -> bool:
     return True
 
 
+def is_heartbeat_table(connector: ConnectorConfig, source_table: str) -> bool:
+    """No table is the heartbeat's: Oracle's heartbeat is a record on the connector's heartbeat topic, written to no table."""
+    return False
+
+
 def quote(identifier: str) -> str:
     """An Oracle identifier in double quotes (as the dictionary spells it), embedded quotes doubled."""
     return '"' + identifier.replace('"', '""') + '"'

@@ -36,6 +36,11 @@ def replicates(connector: ConnectorConfig, source_table: str) -> bool:
     return True
 
 
+def is_heartbeat_table(connector: ConnectorConfig, source_table: str) -> bool:
+    """No table is the heartbeat's: SQL Server's heartbeat is a record on the connector's heartbeat topic, written to no table."""
+    return False
+
+
 def quote(identifier: str) -> str:
     """A SQL Server identifier in brackets, embedded closing brackets doubled."""
     return "[" + identifier.replace("]", "]]") + "]"
