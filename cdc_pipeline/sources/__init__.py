@@ -1,38 +1,37 @@
-"""One module per source type, holding what the pipeline knows of that type: its Debezium connector's properties,
-its offsets' shape, its type map, connecting (TLS, timeouts), the change check's, the preflight's and row counts'
-reads (SQL Server's and Oracle's in `sqlserver_checks`, `oracle_checks`, with the order of their offsets), and for
-MariaDB/MySQL and PostgreSQL the bulk snapshot's reads. The stages ask here (`module_for`) instead of testing the
-type."""
+"""The sources: one package per source type (`mariadb` for MariaDB and MySQL, `postgres`, `sqlserver`, `oracle`), each
+with the same rooms (`connector`, `types`, `positions`, `checks`, `snapshot`, `ddl`) and each a `protocol.Source`.
+This module is the only address the stages use: `module_for(type)` gives a type's package, and the functions below
+ask it (`captures`, `prepare_capture`, `lost_position`, `source_position`, ...), so that no stage tests the type.
+The modules beside the packages are the pieces they share (`ddl_text`, `debezium`, `quoting`, `offset_shape`, ...)."""
 
 from __future__ import annotations
 
 import logging
-from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from cdc_pipeline.config import ConnectorConfig
-from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources import mariadb, oracle, postgres, sqlserver
 from cdc_pipeline.sources.lost_position import LostPosition
+from cdc_pipeline.sources.protocol import Source
 
 log = logging.getLogger(__name__)
 
-_MODULES: dict[str, ModuleType] = {"mariadb": mariadb, "mysql": mariadb, "postgres": postgres, "sqlserver": sqlserver,
-                                  "oracle": oracle}
+_PACKAGES: dict[str, Source] = {"mariadb": cast(Source, mariadb), "mysql": cast(Source, mariadb),
+                                "postgres": cast(Source, postgres), "sqlserver": cast(Source, sqlserver),
+                                "oracle": cast(Source, oracle)}
+
+# MariaDB's geometry types (the bulk load reads them as WKB).
+GEOMETRY_TYPES = mariadb.GEOMETRY_TYPES
 
 
-# The source types whose stream ends at a log position its reader must reach (`source_position`).
-BINLOG_TYPES = frozenset({"mariadb", "mysql"})
-
-
-def module_for(connector_type: str) -> ModuleType:
-    """The module of a source type (`mysql` shares MariaDB's)."""
-    return _MODULES[connector_type]
+def module_for(connector_type: str) -> Source:
+    """The package of a source type (`mysql` shares MariaDB's)."""
+    return _PACKAGES[connector_type]
 
 
 def captures(connector: ConnectorConfig, source_table: str) -> bool:
     """Whether a source table (`db.table`, or `schema.table` for PostgreSQL) belongs to the connector: one its
-    source type replicates (`replicates` of the source module) and, when the connector lists `tables`, one of them.
+    source type replicates (`replicates` of the source package) and, when the connector lists `tables`, one of them.
 
     Debezium keeps every table of the source server in its schema history, and may report schema changes
     of tables it does not capture: those must never reach the destination.
@@ -58,17 +57,19 @@ def select_tables(connector: ConnectorConfig, named: Sequence[str] | None,
 
 
 def prepare_capture(connector: ConnectorConfig) -> None:
-    """What the source needs before the connector's engine starts: a PostgreSQL source's heartbeat table."""
-    if connector.type == "postgres":
-        postgres.ensure_heartbeat_table(connector)
+    """What the source needs before the connector's engine starts (`prepare_capture` of its package: a PostgreSQL
+    source's heartbeat table)."""
+    prepare = module_for(connector.type).prepare_capture
+    if prepare is not None:
+        prepare(connector)
 
 
 def lost_position(connector: ConnectorConfig, offset: dict[str, Any] | None) -> LostPosition | None:
-    """What the source no longer holds of the engine's stored `offset` (`lost_position` of the source module: a
+    """What the source no longer holds of the engine's stored `offset` (`lost_position` of the source package: a
     MariaDB/MySQL binlog purged past it, a PostgreSQL slot invalidated or dropped, SQL Server change tables cleaned
     past it), or None. A source that cannot be read now says nothing: the engine meets the same trouble and fails
     with its own words."""
-    check = getattr(module_for(connector.type), "lost_position", None)
+    check = module_for(connector.type).lost_position
     if check is None:
         return None
     try:
@@ -82,40 +83,50 @@ def lost_position(connector: ConnectorConfig, offset: dict[str, Any] | None) -> 
 def drop_lost_slot(connector: ConnectorConfig) -> None:
     """Before a new snapshot: a PostgreSQL source's replication slot that the server invalidated is dropped, so
     that the engine makes a new one (Debezium would stream from the invalidated one, and fail)."""
-    if connector.type == "postgres" and postgres.drop_lost_slot(connector):
+    drop = module_for(connector.type).drop_lost_slot
+    if drop is not None and drop(connector):
         log.warning("%s: dropped the replication slot %s, which the server had invalidated", connector.name,
                     connector.replication_slot)
+
+
+def _load_position_source(position: dict[str, Any]) -> Source | None:
+    """The package whose bulk load's position `position` is (by its `LOAD_POSITION_KEY`: a binlog position of
+    MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""
+    return next((source for source in _PACKAGES.values()
+                 if source.LOAD_POSITION_KEY is not None and source.LOAD_POSITION_KEY in position), None)
 
 
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed change was committed before the consistent snapshot `position` describes (a binlog
     position of MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""
-    module = postgres if "snapshot" in position else mariadb
-    return module.before_snapshot(offset, position)
+    source = _load_position_source(position)
+    return source is not None and source.before_snapshot is not None and source.before_snapshot(offset, position)
 
 
 def stream_passed(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether a streamed change (its offset) comes after every change committed before `position` (a binlog
-    position of MariaDB/MySQL, a transaction snapshot of PostgreSQL, as the source module's `load_end_position`
+    position of MariaDB/MySQL, a transaction snapshot of PostgreSQL, as the source package's `load_end_position`
     gives it) in the stream."""
-    module = postgres if "snapshot" in position else mariadb
-    return module.stream_passed(offset, position)
+    source = _load_position_source(position)
+    return source is not None and source.stream_passed is not None and source.stream_passed(offset, position)
 
 
 def position_reached(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:
     """Whether an event's Debezium offset (a snapshot's too) is at or past the binlog position `position` of a
     MariaDB/MySQL source; False for other sources and positions."""
-    return "file" in position and mariadb.position_reached(offset, position)
+    source = _load_position_source(position)
+    return source is not None and source.position_reached is not None and source.position_reached(offset, position)
 
 
 def source_position(connector: ConnectorConfig) -> dict[str, Any] | None:
-    """The source's binlog position now (MariaDB/MySQL), or None for other source types or when it cannot be read
-    (the check then finds no recorded position and launches a run)."""
-    if connector.type not in BINLOG_TYPES:
+    """The source's log position now, where its reader must reach (`current_position` of the package: a
+    MariaDB/MySQL binlog position), or None for other source types or when it cannot be read (the check then finds
+    no recorded position and launches a run)."""
+    current = module_for(connector.type).current_position
+    if current is None:
         return None
     try:
-        with mariadb.connect(connector) as source, source.cursor() as cur:
-            return mariadb.binlog_position(cur)
+        return current(connector)
     except Exception as exc:  # noqa: BLE001 - a position not recorded only costs a run
         log.warning("%s: cannot read the source's binlog position: %s", connector.name, exc)
         return None

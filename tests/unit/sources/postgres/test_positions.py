@@ -1,11 +1,11 @@
-"""PostgreSQL source helpers of the bulk snapshot that need no server: chunk predicates, type modifiers, and which
-streamed transactions a statement snapshot already saw."""
+"""PostgreSQL positions that need no server: which streamed transactions a statement snapshot already saw, and
+which began after it."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_pipeline.sources import before_snapshot, stream_passed, postgres
+from cdc_pipeline.sources import before_snapshot, postgres, stream_passed
 
 
 @pytest.mark.parametrize("tx_id, seen", [
@@ -39,33 +39,6 @@ def test_offsets_without_a_streamed_transaction_are_never_skipped(offset) -> Non
 
 def test_a_binlog_position_still_goes_to_the_mariadb_rule() -> None:
     assert before_snapshot({"file": "bin.000001", "pos": 4}, {"file": "bin.000002", "pos": 4})
-
-
-def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
-    assert postgres.chunk_predicate(["id"], ["5"], ["10"]) == """"id" >= E'5' AND "id" < E'10'"""
-    assert postgres.chunk_predicate(["re\"gion", "n"], None, ["it's", "3"]) == \
-        """ROW("re""gion", "n") < ROW(E'it''s', E'3')"""
-    assert postgres.chunk_predicate(["id"], None, None) == "true"
-
-
-def test_parts_of_a_table_without_a_key_are_block_ranges_of_its_heap() -> None:
-    assert postgres.ctid_predicate(None, [40]) == "ctid < '(40,0)'::tid"
-    assert postgres.ctid_predicate([40], [80]) == "ctid >= '(40,0)'::tid AND ctid < '(80,0)'::tid"
-    assert postgres.ctid_predicate([80], None) == "ctid >= '(80,0)'::tid"
-    assert postgres.import_snapshot("00000003-0000001B-1") == (
-        "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT E'00000003-0000001B-1'")
-
-
-def test_chunk_literals_read_the_same_whatever_standard_conforming_strings() -> None:
-    assert postgres.literal("k\\1100") == "E'k\\\\1100'"
-
-
-@pytest.mark.parametrize("type_name, typmod, modifiers", [
-    ("varchar", 24, (20, None)), ("numeric", (12 << 16) + 2 + 4, (12, 2)), ("timestamp", 3, (None, 3)),
-    ("bit", 5, (5, None)), ("int4", -1, (None, None)), ("timestamptz", -1, (None, None)),
-])
-def test_array_element_modifiers_are_read_from_the_type_modifier(type_name, typmod, modifiers) -> None:
-    assert postgres._modifiers(type_name, typmod) == modifiers
 
 
 @pytest.mark.parametrize("tx_id, passed", [

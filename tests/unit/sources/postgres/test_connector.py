@@ -1,10 +1,11 @@
-"""A PostgreSQL connector's heartbeat: Debezium writes the heartbeat table, which is in the publication (the include
+"""A PostgreSQL connector's Debezium properties and its heartbeat: Debezium writes the heartbeat table, which is in the publication (the include
 list) and never replicated."""
 
 from __future__ import annotations
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources import captures, postgres
+from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
 
 
 def _connector(**fields) -> ConnectorConfig:
@@ -20,7 +21,7 @@ def test_the_heartbeat_writes_the_connectors_row_of_the_heartbeat_table():
         "ON CONFLICT (slot_name) DO UPDATE SET beat_at = EXCLUDED.beat_at")
     assert props["table.include.list"] == r"sales\.orders,public\.cdc_heartbeat"
     assert props["schema.include.list"] == "sales,public"
-    assert props[postgres.HEARTBEAT_TOPICS_PROPERTY] == "shop.public.cdc_heartbeat"
+    assert props[HEARTBEAT_TOPICS_PROPERTY] == "shop.public.cdc_heartbeat"
 
 
 def test_the_heartbeat_table_is_never_replicated():

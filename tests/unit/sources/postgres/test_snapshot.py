@@ -1,36 +1,48 @@
-"""Each source's catalog read for its tables' secondary (non-unique) indexes, on the suite's servers: the order of
-their columns and their direction, the access method PostgreSQL gets, and why one it cannot rebuild from plain
-columns is skipped."""
+"""The PostgreSQL source's reads for the bulk snapshot that need no server: chunk predicates, a keyless table's parts,
+chunk literals, and type modifiers; and, on the suite's server, its catalog read of a table's secondary indexes (their
+columns, direction and access method, and why one PostgreSQL cannot rebuild from plain columns is skipped)."""
 
 from __future__ import annotations
 
 import uuid
 
 import psycopg
+import pytest
 
-from cdc_pipeline.sources import mariadb as mariadb_source
 from cdc_pipeline.sources import postgres
+from cdc_pipeline.sources.postgres import snapshot
 from cdc_pipeline.sources.source_index import IndexColumn, SourceIndex
+
+
+def test_chunk_predicates_are_row_comparisons_with_quoted_literals() -> None:
+    assert postgres.chunk_predicate(["id"], ["5"], ["10"]) == """"id" >= E'5' AND "id" < E'10'"""
+    assert postgres.chunk_predicate(["re\"gion", "n"], None, ["it's", "3"]) == \
+        """ROW("re""gion", "n") < ROW(E'it''s', E'3')"""
+    assert postgres.chunk_predicate(["id"], None, None) == "true"
+
+
+def test_parts_of_a_table_without_a_key_are_block_ranges_of_its_heap() -> None:
+    assert postgres.ctid_predicate(None, [40]) == "ctid < '(40,0)'::tid"
+    assert postgres.ctid_predicate([40], [80]) == "ctid >= '(40,0)'::tid AND ctid < '(80,0)'::tid"
+    assert postgres.ctid_predicate([80], None) == "ctid >= '(80,0)'::tid"
+    assert postgres.import_snapshot("00000003-0000001B-1") == (
+        "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT E'00000003-0000001B-1'")
+
+
+def test_chunk_literals_read_the_same_whatever_standard_conforming_strings() -> None:
+    assert postgres.literal("k\\1100") == "E'k\\\\1100'"
+
+
+@pytest.mark.parametrize("type_name, typmod, modifiers", [
+    ("varchar", 24, (20, None)), ("numeric", (12 << 16) + 2 + 4, (12, 2)), ("timestamp", 3, (None, 3)),
+    ("bit", 5, (5, None)), ("int4", -1, (None, None)), ("timestamptz", -1, (None, None)),
+])
+def test_array_element_modifiers_are_read_from_the_type_modifier(type_name, typmod, modifiers) -> None:
+    assert snapshot._modifiers(type_name, typmod) == modifiers
 
 
 def _by_name(indexes: list[SourceIndex]) -> dict[str, SourceIndex]:
     return {index.name: index for index in indexes}
-
-
-def test_mariadb_reads_non_unique_indexes_and_skips_fulltext_and_spatial(mariadb):
-    database = f"idx_{uuid.uuid4().hex[:8]}"
-    mariadb.execute([f"CREATE DATABASE {database}"])
-    mariadb.execute([
-        "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(40), body TEXT, g POINT NOT NULL, u INT UNIQUE, "
-        "KEY ab (a, b(10) DESC), FULLTEXT KEY words (body), SPATIAL KEY place (g))",
-        "CREATE TABLE m (id INT PRIMARY KEY, a INT, KEY a_hash (a) USING HASH) ENGINE=MEMORY"], database=database)
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        indexes = _by_name(mariadb_source.secondary_indexes(cur, database, ["t", "m"]))
-    assert set(indexes) == {"ab", "words", "place", "a_hash"}
-    assert indexes["ab"] == SourceIndex("t", "ab", "btree", (IndexColumn("a"), IndexColumn("b", descending=True)))
-    assert indexes["a_hash"] == SourceIndex("m", "a_hash", "btree", (IndexColumn("a"),))
-    assert indexes["words"].skipped == "a FULLTEXT index"
-    assert indexes["place"].skipped == "a SPATIAL index"
 
 
 def test_postgres_reads_non_unique_indexes_with_their_method_and_order(destination_pg):
