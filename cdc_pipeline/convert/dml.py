@@ -405,7 +405,7 @@ def zero_date(raw: Column, spec: FieldSpec) -> Column | None:
 
 ColumnKeys = Sequence[Column]
 """Where each column's value is found in a row image, in the order of the columns: by default its source name; a
-group's shared line (`sink/apply.py`) reads the names from the row instead, so that tables of one shape share one
+group's shared line (`dml_lines.py`) reads the names from the row instead, so that tables of one shape share one
 expression."""
 
 

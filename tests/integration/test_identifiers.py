@@ -72,7 +72,7 @@ def test_statements_with_parameters_take_names_with_a_percent(destination_pg):
     import psycopg
     from psycopg import sql
 
-    from cdc_pipeline.sink.apply import param_identifier
+    from cdc_pipeline.sink.table_writes import param_identifier
 
     destination_pg.create_database("percent_names")
     with psycopg.connect(destination_pg.dsn("percent_names"), autocommit=True) as conn:

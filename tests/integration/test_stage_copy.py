@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline.config import DestinationConfig, Secret
 from cdc_pipeline.mapping.transform_sql import staged_cast_type
-from cdc_pipeline.sink.apply import BatchApplier
+from cdc_pipeline.sink.merge_round import drop_superseded_sql
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 
 ITEMS = """CREATE TABLE items (
@@ -141,7 +141,7 @@ def test_superseded_changes_are_dropped_without_a_join_the_statistics_could_make
         assert second != first and staged == 6000
         with psycopg.connect(destination_pg.dsn(database)) as conn, conn.cursor() as cur:
             key, name = SimpleNamespace(dest_name="id"), SimpleNamespace(dest_name="name")
-            drop = BatchApplier._drop_superseded_sql(table, second, [key], [key, name])  # type: ignore[arg-type]
+            drop = drop_superseded_sql(table, second, [key], [key, name])  # type: ignore[arg-type]
             cur.execute(drop)
             kept = cur.execute(sql.SQL("SELECT v1, v2 FROM {} WHERE _cdc_step = %s ORDER BY v1::int").format(
                 table), (second,)).fetchall()
