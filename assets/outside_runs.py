@@ -34,7 +34,8 @@ from assets.connector_asset import connector_asset_key
 from assets.observations import latest_materializations
 from assets.schedules import ACTIVE_RUN_STATUSES
 from assets.table_assets import table_asset_key, table_metadata
-from cdc_pipeline import bulk_load, control
+from cdc_pipeline import control
+from cdc_pipeline.bulk_load import bookkeeping
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops.tables import ReplicatedTable, RunRecord, read_run_record, read_table_status, write_marks
@@ -117,7 +118,7 @@ def outside_run_events(instance: Any, conn: psycopg.Connection, schema: str, con
                and _written(table, record, latest.get(table_asset_key(table)), seen, marks)]
     events = []
     status = read_table_status(conn, schema, connector.name, written)
-    loads = {row["source_table"]: row for row in bulk_load.read_progress(conn, schema, connector.name)}
+    loads = {row["source_table"]: row for row in bookkeeping.read_progress(conn, schema, connector.name)}
     for table in written:
         metadata = table_metadata({}, status[table.source_table], next(
             (loads[source] for source in table.source_tables if source in loads), None))

@@ -30,7 +30,7 @@ from dagster import (
     sensor,
 )
 
-from cdc_pipeline import bulk_load
+from cdc_pipeline.bulk_load import bookkeeping
 from cdc_pipeline.config import ConnectorConfig, load_config
 from cdc_pipeline.errors import CdcError, ConfigError
 from cdc_pipeline.ops.tables import ReplicatedTable
@@ -147,7 +147,7 @@ def _after_load_sensor(connector: ConnectorConfig, job: JobDefinition) -> Sensor
     def verify_after_load(context: SensorEvaluationContext, destination: DestinationResource):
         try:
             with destination.connect() as conn:
-                load_id = bulk_load.reconciled_load(conn, destination.destination().control_schema, connector.name)
+                load_id = bookkeeping.reconciled_load(conn, destination.destination().control_schema, connector.name)
         except (psycopg.Error, CdcError) as exc:
             return SkipReason(f"cannot read connector {connector.name}'s bulk loads: {exc}")
         if load_id is None or str(load_id) == context.cursor:

@@ -23,7 +23,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 import psycopg
 from pyspark.sql import SparkSession
 
-from cdc_pipeline import bulk_load, control, faults, run_progress, sources
+from cdc_pipeline import control, faults, run_progress, sources
+from cdc_pipeline.bulk_load import bookkeeping
+from cdc_pipeline.bulk_load.engine import BulkLoader
 from cdc_pipeline.run_progress import process_started_epoch
 from cdc_pipeline.decode import offsets
 from cdc_pipeline.mapping import objmap, rule_store
@@ -306,7 +308,7 @@ class ConnectorSession:
             # The bulk engine's load was begun: PostgreSQL's engine stores no offset before the first change it
             # streams (its slot holds the position), so none says so.
             or (self.connector.bulk_snapshot and self.connector.type in SCHEMA_FROM_EVENTS_TYPES
-                and bulk_load.has_load(self.conn, self.control_schema, name)))
+                and bookkeeping.has_load(self.conn, self.control_schema, name)))
         if not takes_snapshot:
             self._start_past_checked()
             takes_snapshot = self._snapshot_for_lost_position()
@@ -370,15 +372,15 @@ class ConnectorSession:
 
     def _start_past_checked(self) -> None:
         """Moves the engine's stored offset on to the position a change check or an idle run recorded as read, when
-        the source's module can start its engine there (`resume_offset`: MariaDB/MySQL, past other databases' events
+        the source's package can start its engine there (`resume_offset`: MariaDB/MySQL, past other databases' events
         after the last change captured), so that a run does not read again what is known to hold nothing to capture.
         Not for an offset given to the run, nor while a bulk load runs or waits to be reconciled against the stream."""
         assert self.conn is not None
-        resume = getattr(sources.module_for(self.connector.type), "resume_offset", None)
+        resume = sources.module_for(self.connector.type).resume_offset
         schema, name = self.control_schema, self.connector.name
         if resume is None or self.start_offset is not None or not self.streams \
-                or bulk_load.running_load(self.conn, schema, name) is not None \
-                or bulk_load.unreconciled_end(self.conn, schema, name) is not None:
+                or bookkeeping.running_load(self.conn, schema, name) is not None \
+                or bookkeeping.unreconciled_end(self.conn, schema, name) is not None:
             return
         stored = control.read_engine_offset(self.conn, schema, name)
         try:
@@ -404,18 +406,18 @@ class ConnectorSession:
         copies_rows = takes_snapshot and self.snapshot_mode in ROW_COPYING_MODES
         if not copies_rows:
             # A run that stopped after its batch passed the load's end and before reconciling it.
-            self.load_end = bulk_load.unreconciled_end(self.conn, schema, name)
+            self.load_end = bookkeeping.unreconciled_end(self.conn, schema, name)
             self.reconcile_load(self.applied_offset)
         if copies_rows:
             if has_offset:
-                bulk_load.forget_engine_position(self.conn, schema, name)
+                bookkeeping.forget_engine_position(self.conn, schema, name)
                 has_offset = False
-            bulk_load.begin_load(self.conn, schema, name)
-        self.bulk_load_pending = bulk_load.running_load(self.conn, schema, name) is not None
+            bookkeeping.begin_load(self.conn, schema, name)
+        self.bulk_load_pending = bookkeeping.running_load(self.conn, schema, name) is not None
         # The load waits for the engine's start (its schema snapshot, or its slot) when it begins now, and when the
         # engine has no position yet (a load begun by a run that failed before its engine started streaming).
         self.awaits_schema_snapshot = copies_rows or (self.bulk_load_pending and not has_offset)
-        self.snapshot_positions = bulk_load.snapshot_positions(self.conn, schema, name)
+        self.snapshot_positions = bookkeeping.snapshot_positions(self.conn, schema, name)
         if not copies_rows:
             # A load begun, and no offset yet: the engine streams from where its load began (for PostgreSQL, its
             # slot) and copies no rows.
@@ -433,7 +435,7 @@ class ConnectorSession:
             control.set_phase(self.conn, self.control_schema, self.connector.name, control.PHASE_LOADING,
                               stage=control.STAGE_SNAPSHOT)
         self._phase = control.PHASE_LOADING
-        loader = bulk_load.BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
+        loader = BulkLoader(self.conn, self.connector, self.destination, self.spark, self.object_map)
         with self.cycle_stats.timed("load"):
             # Looked up at every slice: a slice is a Spark job (a tenth of a second at least), and a load of small
             # slices would otherwise go on for a second past its pause.
@@ -441,9 +443,9 @@ class ConnectorSession:
                               self._count_index_seconds)
         self.bulk_load_pending = self.cycle_stats.bulk_snapshot_pending = not done
         if done:
-            self.snapshot_positions = bulk_load.snapshot_positions(self.conn, self.control_schema,
-                                                                   self.connector.name)
-            self.load_end = bulk_load.unreconciled_end(self.conn, self.control_schema, self.connector.name)
+            self.snapshot_positions = bookkeeping.snapshot_positions(self.conn, self.control_schema,
+                                                                     self.connector.name)
+            self.load_end = bookkeeping.unreconciled_end(self.conn, self.control_schema, self.connector.name)
             if self.streams:
                 self.record_streaming()
         return done
@@ -451,16 +453,16 @@ class ConnectorSession:
     def tables_awaiting_creation(self) -> list[str]:
         """The tables the running load copies whose destination table its schema snapshot has not created yet."""
         assert self.conn is not None and self.object_map is not None
-        return bulk_load.tables_awaiting_creation(self.conn, self.control_schema, self.connector, self.object_map)
+        return bookkeeping.tables_awaiting_creation(self.conn, self.control_schema, self.connector, self.object_map)
 
     def reconcile_load(self, offset: dict[str, Any] | None) -> None:
         """Once the stream has applied past the finished load's end (`offset`: the last applied change's, or a
         position before which every change is applied), the loaded tables show the source at one moment: their
         withheld constraints are made again and the tables that changed shape during the load are copied again
-        (`bulk_load.reconcile`; in a load that the next run begins)."""
+        (`bookkeeping.reconcile`; in a load that the next run begins)."""
         if self.load_end is None or self.conn is None or not sources.stream_passed(offset, self.load_end):
             return
-        bulk_load.reconcile(self.conn, self.destination, self.connector.name, offset, self._count_index_seconds)
+        bookkeeping.reconcile(self.conn, self.destination, self.connector.name, offset, self._count_index_seconds)
         self.load_end = None
 
     def _count_index_seconds(self, seconds: float) -> None:
@@ -660,7 +662,7 @@ class ConnectorSession:
         # (A run a restart launched keeps the state restarting until it ends.)
         self._next_run_awaited = (state.get("state") == control.RESTARTING and not self._requested_mode) or (
             not self.bulk_load_pending
-            and bulk_load.running_load(self.conn, self.control_schema, self.connector.name) is not None)
+            and bookkeeping.running_load(self.conn, self.control_schema, self.connector.name) is not None)
         return self._next_run_awaited
 
     def count_transactions(self, plan: BatchPlan) -> None:
@@ -685,14 +687,13 @@ class ConnectorSession:
         control.set_phase(self.conn, self.control_schema, self.connector.name, self._phase, stage=stage)
 
     def source_slot(self) -> dict[str, Any] | None:
-        """A PostgreSQL source's slot of the connector (the WAL it retains; `sources.postgres.slot_status`), logged
+        """A PostgreSQL source's slot of the connector (the WAL it retains; the source's `slot_status`), logged
         with a warning when it retains much; None for other sources or when it cannot be read."""
-        if self.connector.type != "postgres":
+        slot_status = sources.module_for(self.connector.type).slot_status
+        if slot_status is None:
             return None
-        from cdc_pipeline.sources import postgres
-
         try:
-            slot = postgres.slot_status(self.connector)
+            slot = slot_status(self.connector)
         except CdcError as exc:
             log.warning("%s: cannot read the replication slot's state: %s", self.connector.name, exc)
             return None
@@ -726,8 +727,8 @@ class ConnectorSession:
         assert self.conn is not None
         schema, name = self.control_schema, self.connector.name
         if not self.connector.bulk_snapshot or not unseen_tables.creates_tables(self.connector) \
-                or bulk_load.running_load(self.conn, schema, name) is not None \
-                or bulk_load.reconciled_load(self.conn, schema, name) is None:
+                or bookkeeping.running_load(self.conn, schema, name) is not None \
+                or bookkeeping.reconciled_load(self.conn, schema, name) is None:
             return
         source = sources.module_for(self.connector.type)
         try:
@@ -738,7 +739,7 @@ class ConnectorSession:
             log.warning("%s: cannot look for source tables the stream never created: %s", name, exc.message)
             return
         if unseen:
-            bulk_load.begin_load(self.conn, schema, name, unseen)
+            bookkeeping.begin_load(self.conn, schema, name, unseen)
             log.info("%s: %d source table(s) the stream never created (%s): the connector's next run copies them, the "
                      "other tables keep their rows", name, len(unseen), ", ".join(unseen[:10]) +
                      (", ..." if len(unseen) > 10 else ""))
@@ -779,7 +780,7 @@ class ConnectorSession:
         """Per table of the connector's latest bulk snapshot: rows done, estimated total, rows/s, ETA."""
         if self.conn is None or not self.connector.bulk_snapshot:
             return []
-        return bulk_load.read_progress(self.conn, self.control_schema, self.connector.name)
+        return bookkeeping.read_progress(self.conn, self.control_schema, self.connector.name)
 
     def applier(self) -> BatchApplier:
         assert self.conn is not None

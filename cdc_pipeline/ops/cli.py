@@ -16,7 +16,8 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import bulk_load, control, run_progress
+from cdc_pipeline import control, run_progress
+from cdc_pipeline.bulk_load import bookkeeping
 
 from cdc_pipeline.mapping import objmap, rule_store
 
@@ -183,7 +184,7 @@ class _ProgressBar(threading.Thread):
         with conn:
             while not self._stopped.wait(1.0):
                 try:
-                    tables = bulk_load.read_progress(conn, config.destination.control_schema, self.name)
+                    tables = bookkeeping.read_progress(conn, config.destination.control_schema, self.name)
                 except psycopg.Error:
                     continue  # the control schema is not there yet
                 running = [table for table in tables if table["finished_at"] is None]
@@ -225,7 +226,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
         config.connector(args.name)
     with _control_connection(config) as conn:
         rows = control.read_states(conn, config.destination.control_schema, args.name)
-        progress = bulk_load.read_progress(conn, config.destination.control_schema, args.name)
+        progress = bookkeeping.read_progress(conn, config.destination.control_schema, args.name)
         for row in rows:
             row["run_progress"] = run_progress.read_live(conn, config.destination.control_schema, row["connector"])
             row["paused_tables"] = control.paused_tables(conn, config.destination.control_schema, row["connector"])
@@ -290,7 +291,7 @@ def bulk_snapshot_lines(tables: list[dict[str, Any]], listed: int = STATE_TABLES
     """A load's progress for `state`: a line per table, or, for more than `listed` tables, the totals and the
     tables not done yet (those furthest along first, `listed` at most)."""
     if len(tables) <= listed:
-        return [bulk_load.format_progress(table) for table in tables]
+        return [bookkeeping.format_progress(table) for table in tables]
     done = [table for table in tables if table["finished_at"]]
     rows_done, rows_total = sum(int(table["rows_done"]) for table in tables), sum(int(table["rows_total"])
                                                                                  for table in tables)
@@ -299,7 +300,7 @@ def bulk_snapshot_lines(tables: list[dict[str, Any]], listed: int = STATE_TABLES
              f"{rows_total:,} rows{share}"]
     loading = sorted((table for table in tables if not table["finished_at"]),
                      key=lambda table: -int(table["rows_done"]))
-    lines += [bulk_load.format_progress(table) for table in loading[:listed]]
+    lines += [bookkeeping.format_progress(table) for table in loading[:listed]]
     if len(loading) > listed:
         lines.append(f"... and {len(loading) - listed} more tables not done")
     return lines

@@ -38,7 +38,8 @@ from typing import Any
 
 import psycopg
 
-from cdc_pipeline import bulk_load, control, sources
+from cdc_pipeline import control, sources
+from cdc_pipeline.bulk_load import bookkeeping
 from cdc_pipeline.mapping import rule_store
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 
@@ -70,7 +71,7 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending
             return Pending(False, held)
         if control.run_lock_held(conn, name):
             return Pending(False, "a fetch cycle of the connector is running (its run lock is held)", known=False)
-        if bulk_load.running_load(conn, schema, name) is not None:
+        if bookkeeping.running_load(conn, schema, name) is not None:
             return Pending(True, "its bulk snapshot is not finished")
         return _source_check(conn, schema, connector, state)
 
@@ -129,8 +130,8 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
                                                                       connector.fingerprint(destination)) \
                     or not control.has_offset(conn, schema, name) \
                     or control.offset_in_snapshot(conn, schema, name) \
-                    or bulk_load.running_load(conn, schema, name) is not None \
-                    or bulk_load.unreconciled_end(conn, schema, name) is not None:
+                    or bookkeeping.running_load(conn, schema, name) is not None \
+                    or bookkeeping.unreconciled_end(conn, schema, name) is not None:
                 return None
             found = _source_check(conn, schema, connector, state)
             if found.work or not found.caught_up:

@@ -20,7 +20,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline import bulk_load, control, sources
+from cdc_pipeline import control, sources
+from cdc_pipeline.bulk_load import bookkeeping
 from cdc_pipeline.capture.runner import failure_hint
 from cdc_pipeline.config import SESSION_SETTINGS, ConnectorConfig, DestinationConfig, destination_tables
 from cdc_pipeline.errors import CdcError, PreflightError
@@ -181,7 +182,7 @@ def has_run(conn: psycopg.Connection, schema: str, connector: str) -> bool:
         return False
     return (control.has_offset(conn, schema, connector)
             or control.read_applied_offset(conn, schema, connector) is not None
-            or (exists("bulk_loads") and bulk_load.has_load(conn, schema, connector)))
+            or (exists("bulk_loads") and bookkeeping.has_load(conn, schema, connector)))
 
 
 def require_ready(connector: ConnectorConfig, destination: DestinationConfig) -> None:

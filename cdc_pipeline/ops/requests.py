@@ -18,7 +18,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from cdc_pipeline import bulk_load, control
+from cdc_pipeline import control
+from cdc_pipeline.bulk_load import bookkeeping
 
 from cdc_pipeline.decode import offsets
 
@@ -216,10 +217,10 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         paused = set(control.paused_tables(conn, schema, name)) & set(tables)
         if paused:
             raise _Rejected(f"{', '.join(sorted(paused))} paused: resume them instead (their resume copies them)")
-        if bulk_load.running_load(conn, schema, name) is not None:
+        if bookkeeping.running_load(conn, schema, name) is not None:
             raise _Rejected("a bulk snapshot of the connector is still running; ask again when it is done "
                             f"(cdc-pipeline state {name})")
-        bulk_load.begin_load(conn, schema, name, tables)
+        bookkeeping.begin_load(conn, schema, name, tables)
         return (f"a bulk snapshot of {', '.join(tables)} begins with the connector's next cycle (their rows are "
                 "replaced; the other tables keep streaming)"), True
     try:
@@ -259,11 +260,11 @@ def _pause_tables(conn: psycopg.Connection, schema: str, connector: ConnectorCon
     not_paused = [table for table in tables if table not in paused]
     if not_paused:
         raise _Rejected(f"not paused: {', '.join(not_paused)} (paused: {', '.join(sorted(paused)) or 'none'})")
-    if bulk_load.running_load(conn, schema, name) is not None:
+    if bookkeeping.running_load(conn, schema, name) is not None:
         raise _Rejected("a bulk snapshot of the connector is still running; ask again when it is done "
                         f"(cdc-pipeline state {name})")
     control.set_tables_paused(conn, schema, name, tables, False)
-    bulk_load.begin_load(conn, schema, name, tables)
+    bookkeeping.begin_load(conn, schema, name, tables)
     return (f"{', '.join(tables)} resumed: the connector's next cycle copies them again (their changes were let go "
             "while they were paused)"), True
 

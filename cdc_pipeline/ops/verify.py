@@ -34,7 +34,9 @@ from typing import Any, Sequence
 import psycopg
 from psycopg import sql
 
-from cdc_pipeline import bulk_load, control, sources
+from cdc_pipeline import control, sources
+from cdc_pipeline.bulk_load import bookkeeping, chunk_plan, copy_plan
+from cdc_pipeline.bulk_load.engine import BulkLoader
 from cdc_pipeline.catalog import destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.copy_text import ESCAPES, NULL_TEXT
@@ -184,7 +186,7 @@ class _TableCheck:
             if dest_name not in existing.columns:
                 self.report.columns.append(ColumnReport(column.name, None, None, "the destination has no such column"))
                 continue
-            pg_type = bulk_load.input_type(existing, dest_name)
+            pg_type = copy_plan.input_type(existing, dest_name)
             transform = object_map.transform(source_table, column.name)
             text = ColumnText(left_out=f"written through the transform {transform.expression!r}") if transform \
                 else source.verify_text(column, pg_type, sql.Identifier(dest_name))
@@ -387,8 +389,8 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
     schema, name = destination.control_schema, connector.name
     with destination.connect(name) as conn, source.connect(connector) as source_conn, source_conn.cursor() as cur:
         control.ensure_control_schema(conn, schema)
-        if bulk_load.running_load(conn, schema, name) is not None or \
-                bulk_load.unreconciled_end(conn, schema, name) is not None:
+        if bookkeeping.running_load(conn, schema, name) is not None or \
+                bookkeeping.unreconciled_end(conn, schema, name) is not None:
             raise CdcError("the connector's bulk snapshot is not finished, or the stream has not passed its end: its "
                            "tables hold rows of different moments until then; verify once it has",
                            connector=name)
@@ -574,14 +576,14 @@ def _repair(connector: ConnectorConfig, destination: DestinationConfig, spark: A
 def _repair_table(conn: psycopg.Connection, connector: ConnectorConfig, destination: DestinationConfig, spark: Any,
                   object_map: ObjectMap, cur: Any, check: _TableCheck, leaves: list[Leaf]) -> None:
     report = check.report
-    table = bulk_load.TableLoad(report.source_table, check.dest_schema, check.dest_table, report.key, 0, None, True,
-                                False)
-    loader = bulk_load.BulkLoader(conn, connector, destination, spark, object_map)
-    chunks = [bulk_load.Chunk(0, leaf.lower, leaf.upper) for leaf in leaves] if check.ranged \
-        else [bulk_load.Chunk(0, None, None)]
+    table = chunk_plan.TableLoad(report.source_table, check.dest_schema, check.dest_table, report.key, 0, None, True,
+                                 False)
+    loader = BulkLoader(conn, connector, destination, spark, object_map)
+    chunks = [chunk_plan.Chunk(0, leaf.lower, leaf.upper) for leaf in leaves] if check.ranged \
+        else [chunk_plan.Chunk(0, None, None)]
     columns, lines = loader.repair_lines(cur, table, chunks)
     rows = [row[0] for row in lines.where("line IS NOT NULL").select("line").collect()]
-    before, copy, after = bulk_load.copy_statements(object_map, table, columns)
+    before, copy, after = copy_plan.copy_statements(object_map, table, columns)
     target = sql.Identifier(check.dest_schema, check.dest_table)
     with conn.transaction(), conn.cursor() as dest:
         for leaf in leaves if check.ranged else leaves[:1]:

@@ -353,7 +353,8 @@ def test_the_debezium_engine_finishes_a_snapshot_larger_than_the_run_budget(pipe
 def test_a_new_load_names_the_tables_whose_create_table_it_awaits(pipeline: Pipeline):
     """The schema snapshot's end waits for this (fetch_phases: a CREATE TABLE event still on its way from the engine
     of a loaded machine once the snapshot settled): a table the load copies, not created in the destination yet."""
-    from cdc_pipeline import bulk_load, control
+    from cdc_pipeline import control
+    from cdc_pipeline.bulk_load import bookkeeping
     from cdc_pipeline.config import load_config
     from cdc_pipeline.mapping.objmap import ObjectMap
 
@@ -362,10 +363,10 @@ def test_a_new_load_names_the_tables_whose_create_table_it_awaits(pipeline: Pipe
     mapping = ObjectMap(connector)
     with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
         control.ensure_control_schema(conn, "cdc")
-        assert bulk_load.tables_awaiting_creation(conn, "cdc", connector, mapping) == []  # no load running
-        bulk_load.begin_load(conn, "cdc", pipeline.name)
+        assert bookkeeping.tables_awaiting_creation(conn, "cdc", connector, mapping) == []  # no load running
+        bookkeeping.begin_load(conn, "cdc", pipeline.name)
         awaited = [f"{pipeline.source_db}.events", f"{pipeline.source_db}.items"]
-        assert sorted(bulk_load.tables_awaiting_creation(conn, "cdc", connector, mapping)) == awaited
+        assert sorted(bookkeeping.tables_awaiting_creation(conn, "cdc", connector, mapping)) == awaited
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{pipeline.dest_schema}"')
         conn.execute(f'CREATE TABLE "{pipeline.dest_schema}".items (id int PRIMARY KEY)')
-        assert bulk_load.tables_awaiting_creation(conn, "cdc", connector, mapping) == awaited[:1]
+        assert bookkeeping.tables_awaiting_creation(conn, "cdc", connector, mapping) == awaited[:1]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from cdc_pipeline import bulk_load
+from cdc_pipeline.bulk_load import engine
 from tests.helpers.mariadb_source import Pipeline
 from tests.helpers.runs import kill_at
 
 pytestmark = pytest.mark.integration
 
 # Just past the size below which a table keeps its indexes and its primary key through its load.
-ROWS = bulk_load.KEEP_INDEXES_BELOW_ROWS + 500
+ROWS = engine.KEEP_INDEXES_BELOW_ROWS + 500
 
 
 def _keys(pipeline: Pipeline) -> list[tuple[str, str]]:

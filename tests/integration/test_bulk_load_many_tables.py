@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from pyspark import SparkContext
 
-from cdc_pipeline import bulk_load
+from cdc_pipeline.bulk_load import slices
 from tests.helpers.mariadb_source import Pipeline
 from tests.helpers.runs import kill_at
 
@@ -49,7 +49,7 @@ def test_small_tables_share_spark_jobs_and_keep_their_indexes(pipeline: Pipeline
     pipeline.assert_same(*names)
     # 40 one-chunk tables, 32 chunks a job on the suite's two cores: two jobs, not one a table.
     tracker = SparkContext._active_spark_context.statusTracker()
-    assert len(tracker.getJobIdsForGroup(bulk_load.slice_job_group(pipeline.name))) == 2
+    assert len(tracker.getJobIdsForGroup(slices.slice_job_group(pipeline.name))) == 2
 
     schema = pipeline.dest_schema
     with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:  # indexes made by hand

@@ -127,7 +127,7 @@ def test_a_table_without_a_key_loads_exact_under_the_sources_idle_timeouts(pg_pi
 
 def test_the_session_holding_the_parts_snapshot_ends_when_their_copy_cannot_start(pg_pipeline: PostgresPipeline,
                                                                                    monkeypatch):
-    from cdc_pipeline import bulk_load
+    from cdc_pipeline.bulk_load import copy_plan
 
     def refused(self, parts, snapshot=None):
         raise CdcError("the copier cannot be made", connector=self.connector.name)
@@ -135,7 +135,7 @@ def test_the_session_holding_the_parts_snapshot_ends_when_their_copy_cannot_star
     pg_pipeline.source(KEYLESS)
     pg_pipeline.write_config(tables=[f"{SOURCE_SCHEMA}.notes"], snapshot_chunk_rows=5_000)
     with monkeypatch.context() as patched, pytest.raises(CdcError, match="the copier cannot be made") as failed:
-        patched.setattr(bulk_load.BulkLoader, "_source_copier", refused)
+        patched.setattr(copy_plan.CopyPlanner, "source_copier", refused)
         pg_pipeline.sync()
     with psycopg.connect(pg_pipeline.source_dsn, autocommit=True) as conn:
         held = conn.execute("SELECT pid, state, query FROM pg_stat_activity WHERE datname = %s AND application_name "

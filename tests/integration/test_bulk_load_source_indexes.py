@@ -10,12 +10,12 @@ import logging
 
 import pytest
 
-from cdc_pipeline import bulk_load
+from cdc_pipeline.bulk_load import engine
 from cdc_pipeline.ops.cli import main
 
 pytestmark = pytest.mark.integration
 
-LARGE = bulk_load.KEEP_INDEXES_BELOW_ROWS + 500
+LARGE = engine.KEEP_INDEXES_BELOW_ROWS + 500
 SMALL = 200
 
 
