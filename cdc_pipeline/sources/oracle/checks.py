@@ -75,8 +75,9 @@ def check_changes(connector: ConnectorConfig, checked: Any, applied: dict[str, A
         return ChangeCheck(True, "no streamed position is applied yet")
     committed, resume = position
     pdb = pdb_name(connector)
-    return read_server(connector, lambda cur: _check(cur, connector, resume, committed, lambda table, container: captured(
-        table) and (pdb is None or container == pdb.upper())))
+    return read_server(connector, lambda cur: _check(cur, connector, resume, committed,
+                                                     lambda table, container: captured(table)
+                                                     and (pdb is None or container == pdb.upper())))
 
 
 def _check(cur: Any, connector: ConnectorConfig, resume: int, committed: int,

@@ -43,7 +43,8 @@ def replicates(connector: ConnectorConfig, source_table: str) -> bool:
 
 
 def is_heartbeat_table(connector: ConnectorConfig, source_table: str) -> bool:
-    """No table is the heartbeat's: Oracle's heartbeat is a record on the connector's heartbeat topic, written to no table."""
+    """No table is the heartbeat's: Oracle's heartbeat is a record on the connector's heartbeat topic, written to
+    no table."""
     return False
 
 

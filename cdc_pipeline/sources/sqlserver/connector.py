@@ -37,7 +37,8 @@ def replicates(connector: ConnectorConfig, source_table: str) -> bool:
 
 
 def is_heartbeat_table(connector: ConnectorConfig, source_table: str) -> bool:
-    """No table is the heartbeat's: SQL Server's heartbeat is a record on the connector's heartbeat topic, written to no table."""
+    """No table is the heartbeat's: SQL Server's heartbeat is a record on the connector's heartbeat topic, written to
+    no table."""
     return False
 
 
