@@ -159,7 +159,7 @@ class GroupStage:
             if rows != staged[index]:
                 raise StagingMismatchError(
                     f"the merge sees {rows} of the {staged[index]} rows Spark's tasks staged in "
-                    f"{s.staging.as_string(cur)} (events {s.step.first_seq}..{s.step.last_seq} of the batch): the batch "
-                    "is not applied", connector=self.connector.name, table=s.step.source_table,
+                    f"{s.staging.as_string(cur)} (events {s.step.first_seq}..{s.step.last_seq} of the batch): the "
+                    "batch is not applied", connector=self.connector.name, table=s.step.source_table,
                     position=s.step.last_ref.position if s.step.last_ref else None)
             s.zero_dates, s.unchanged_sets = int(zero_dates), sorted(unchanged_sets)

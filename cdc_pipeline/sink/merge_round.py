@@ -94,9 +94,10 @@ def is_last_change(number: int, key_columns: list[ColumnPlan], columns: list[Col
 
 def drop_superseded_sql(staging: sql.Identifier, number: int, key_columns: list[ColumnPlan],
                         columns: list[ColumnPlan]) -> sql.Composed:
-    """The statement that deletes the staged changes of step `number` that a later change of the same key supersedes, leaving each
-    key's last change in source order, as `compact_by_key` leaves it. A delete's row holds its key (from the
-    row's `before`), any other change's its new key: a key update, sent as a delete and a create, ends as both.
+    """The statement that deletes the staged changes of step `number` that a later change of the same key
+    supersedes, leaving each key's last change in source order, as `compact_by_key` leaves it. A delete's row holds
+    its key (from the row's `before`), any other change's its new key: a key update, sent as a delete and a create,
+    ends as both.
 
     The rows go by their `ctid`, found by a window over the step's rows (one sort): no join, so no plan that the
     table's statistics can make quadratic. They were gathered while the table held another step (the step

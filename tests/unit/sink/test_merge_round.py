@@ -41,7 +41,8 @@ def test_a_steps_merge_deletes_once_and_upserts_once_per_set_of_columns_left_out
     statements = [statement.as_string() for statement in merge_sql(
         "app", "items", _step("u", "d", "u"), STAGING, 7, columns, columns[:1], {}, ["[]", '["note"]'])]
     assert len(statements) == 3
-    assert statements[0].startswith('DELETE FROM "app"."items" AS t USING "cdc"."_stage_x" AS s WHERE s."_cdc_step" = 7')
+    assert statements[0].startswith(
+        'DELETE FROM "app"."items" AS t USING "cdc"."_stage_x" AS s WHERE s."_cdc_step" = 7')
     assert '("id", "n", "note")' in statements[1] and "DO UPDATE SET \"n\" = EXCLUDED.\"n\", \"note\"" in statements[1]
     assert '("id", "n")' in statements[2] and '"note" = EXCLUDED' not in statements[2]
 
