@@ -6,9 +6,12 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RUNNER_DIR := cdc_pipeline/capture/debezium_runner
 RUNNER_JAR := $(RUNNER_DIR)/target/debezium-runner.jar
-RUNNER_SOURCES := $(RUNNER_DIR)/pom.xml $(shell find $(RUNNER_DIR)/src -name '*.java')
+RUNNER_SOURCES := $(RUNNER_DIR)/pom.xml $(shell find $(RUNNER_DIR)/src/main -name '*.java')
+# The tests' scripted SQL Server and Oracle sources: the runner's test source set, in a jar of its own.
+SCRIPTED_JAR := $(RUNNER_DIR)/target/debezium-runner-scripted.jar
+SCRIPTED_SOURCES := $(shell find $(RUNNER_DIR)/src/test -name '*.java')
 
-.PHONY: setup system-packages runner demo demo-stop test unit-test wheel wheel-test dagster-ui clean
+.PHONY: setup system-packages runner scripted-sources demo demo-stop test unit-test wheel wheel-test dagster-ui clean
 
 setup: system-packages $(VENV)/.installed $(RUNNER_JAR) $(VENV)/.jvm-archive
 
@@ -31,12 +34,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-# The Java half of the Debezium runner: pinned official Debezium artifacts from Maven Central.
+# The Java half of the Debezium runner: pinned official Debezium artifacts from Maven Central. Its test source set
+# (the scripted sources) is left out.
 $(RUNNER_JAR): $(RUNNER_SOURCES)
-	cd $(RUNNER_DIR) && mvn -q -B package -DskipTests
+	cd $(RUNNER_DIR) && mvn -q -B package -Dmaven.test.skip=true
 	@touch $@
 
 runner: $(RUNNER_JAR)
+
+# The scripted sources' jar, for the tests alone (tests/helpers/scripted_source.py puts it on the driver classpath):
+# the test source set compiled and packaged, the runner's jar left as it is (the JVM class archive is keyed by it).
+$(SCRIPTED_JAR): $(RUNNER_JAR) $(SCRIPTED_SOURCES)
+	cd $(RUNNER_DIR) && mvn -q -B test-compile jar:test-jar@scripted-jar
+	@touch $@
+
+scripted-sources: $(SCRIPTED_JAR)
 
 # The driver JVM's class archive (a shorter start for every run); a run without it only starts slower.
 $(VENV)/.jvm-archive: $(RUNNER_JAR) $(VENV)/.installed
@@ -49,7 +61,7 @@ demo: setup
 demo-stop:
 	@test -x $(PY) && $(PY) -m cdc_pipeline.testing.demo stop || true
 
-test: setup
+test: setup $(SCRIPTED_JAR)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest --durations=15
 

@@ -1,10 +1,11 @@
-"""SQL Server and Oracle connectors of one test, fed by a script instead of a server: the runner's
-`ScriptedSourceConnector` (cdc_pipeline/capture/debezium_runner/.../scripted/) replays the script through Debezium's
-own SQL Server and Oracle classes inside the real embedded engine, so the events a test applies are made by the
-connectors' code: value converters and `TableSchemaBuilder` on column definitions as the JDBC driver reports them,
-the connector's schema-change emitter and Debezium's `tableChanges` serializer, its offset context and source struct,
-and for Oracle the LogMiner DML parser on redo SQL text and the Oracle DDL parser on DDL text. Everything after the
-engine is the product's: the runner's serializer, the fetch cycle, Spark and the apply.
+"""SQL Server and Oracle connectors of one test, fed by a script instead of a server: the runner's test source set
+(`ScriptedSourceConnector`, cdc_pipeline/capture/debezium_runner/src/test/java/.../scripted/, in a jar of its own,
+`debezium-runner-scripted.jar`, never in the runner's) replays the script through Debezium's own SQL Server and
+Oracle classes inside the real embedded engine, so the events a test applies are made by the connectors' code: value
+converters and `TableSchemaBuilder` on column definitions as the JDBC driver reports them, the connector's
+schema-change emitter and Debezium's `tableChanges` serializer, its offset context and source struct, and for Oracle
+the LogMiner DML parser on redo SQL text and the Oracle DDL parser on DDL text. Everything after the engine is the
+product's: the runner's serializer, the fetch cycle, Spark and the apply.
 
 Usage (tests/integration/test_scripted_source.py shows both sources)::
 
@@ -37,6 +38,11 @@ microsoft.sql.DateTimeOffset "2024-01-02 03:04:05.1234567 +05:30", ...), `hexbyt
 Positions grow by themselves: SQL Server change/commit LSNs, Oracle SCNs and transaction ids; a script appended
 between runs continues them.
 
+The scripted jar goes on the driver classpath of the test process and of the `sync` processes it starts when this
+module is imported (`put_scripted_jar_on_driver_classpath`): the test process's one driver JVM takes its classpath
+when it starts, and pytest imports every test module that uses the harness while it collects, before any test starts
+that JVM. A run of tests that use no scripted source leaves the classpath as production has it.
+
 Re-delivery, two ways. `set_stored_offset` moves the engine's stored offset back while the destination keeps what it
 applied: exactly a crash between a batch's commit and the offset's flush; the connector resumes from the older offset
 and the pipeline must skip what it applied. `write_config(redeliver=N)` makes the task replay the N steps before its
@@ -49,6 +55,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -58,11 +66,21 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from cdc_pipeline.capture.runner import RUNNER_DIR
 from cdc_pipeline.config import load_config
 from cdc_pipeline.testing.servers import PostgresServer
 from tests.helpers.destination import DestinationChecks
 
 SCRIPTED_CONNECTOR = "io.cdcpipeline.runner.scripted.ScriptedSourceConnector"
+SCRIPTED_JAR = RUNNER_DIR / "target" / "debezium-runner-scripted.jar"
+SCRIPTED_SOURCES = RUNNER_DIR / "src" / "test" / "java"
+# What `make test` runs to build the scripted jar: the test source set compiled and packaged, the runner's jar untouched
+# (the JVM class archive is keyed by it).
+SCRIPTED_JAR_BUILD = ["mvn", "-q", "-B", "test-compile", "jar:test-jar@scripted-jar"]
+# Spark's launcher appends this to the driver JVM's classpath, after Spark's own jars: the class archive built for
+# the runner's classpath (`cdc-pipeline jvm-archive`) still maps, that classpath being the start of this one. A jar
+# named by spark.driver.extraClassPath would come first, and the JVM would refuse the archive (a second slower start).
+SPARK_APPENDED_CLASSPATH_ENV = "SPARK_DIST_CLASSPATH"
 SQLSERVER_DATABASE = "testdb"
 # A step's time of change (the source struct's ts_ms): this, plus a second for each position.
 SCRIPT_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -77,6 +95,31 @@ SQLSERVER_JDBC_TYPES: dict[str, int] = {
     "nchar": -15, "nvarchar": -9, "ntext": -16, "binary": -2, "varbinary": -3, "image": -4, "timestamp": -2,
     "uniqueidentifier": 1, "xml": -16, "hierarchyid": -3, "geometry": -3, "geography": -3, "sql_variant": -150,
 }
+
+
+def build_scripted_jar() -> Path:
+    """The scripted sources' jar, built with Maven when it is missing or older than its sources (`make test` builds it
+    first); returns its path."""
+    sources = [RUNNER_DIR / "pom.xml", *SCRIPTED_SOURCES.rglob("*.java")]
+    if SCRIPTED_JAR.is_file() and SCRIPTED_JAR.stat().st_mtime >= max(source.stat().st_mtime for source in sources):
+        return SCRIPTED_JAR
+    result = subprocess.run(SCRIPTED_JAR_BUILD, cwd=RUNNER_DIR, capture_output=True, text=True)
+    assert result.returncode == 0, f"the Maven build of the scripted sources' jar failed:\n{result.stdout[-4000:]}" \
+                                   f"{result.stderr[-4000:]}"
+    SCRIPTED_JAR.touch()  # Maven leaves a jar of unchanged classes as it was
+    return SCRIPTED_JAR
+
+
+def put_scripted_jar_on_driver_classpath() -> None:
+    """Appends the scripted jar to the classpath of the driver JVMs this process and its children start next; does
+    nothing if it is there already."""
+    jar = str(build_scripted_jar())
+    appended = os.environ.get(SPARK_APPENDED_CLASSPATH_ENV, "")
+    if jar not in appended.split(os.pathsep):
+        os.environ[SPARK_APPENDED_CLASSPATH_ENV] = os.pathsep.join(part for part in (appended, jar) if part)
+
+
+put_scripted_jar_on_driver_classpath()
 
 
 def java(java_class: str, text: str) -> dict[str, str]:
