@@ -23,9 +23,10 @@ from dagster import (
 from assets.connector_asset import connector_asset_key
 from assets.source_assets import source_asset_key
 from assets.table_assets import FRESH_CHECK, LAST_UPDATED
+from cdc_pipeline import sources
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ops.pending import Pending
-from cdc_pipeline.ops.tables import ESTIMATING_SOURCES, ReplicatedTable, estimated_source_rows
+from cdc_pipeline.ops.tables import ReplicatedTable, estimated_source_rows
 from cdc_pipeline.sources.change_check import SourceLag
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,9 @@ def source_row_observations(instance: Any, connector: ConnectorConfig,
                             tables: Sequence[ReplicatedTable]) -> list[AssetObservation]:
     """The rows of the source tables of the connector's `tables` (those of its definitions, whose source assets
     exist) as the source's catalog estimates them (`dagster/row_count`, with `row_count_estimated`), when it
-    estimates them cheaply (`ESTIMATING_SOURCES`), at most every TABLE_OBSERVATION_SECONDS; none when the source
-    does not answer (logged)."""
-    if connector.type not in ESTIMATING_SOURCES:
+    estimates them cheaply (the source's `estimated_rows`), at most every TABLE_OBSERVATION_SECONDS; none when the
+    source does not answer (logged)."""
+    if sources.module_for(connector.type).estimated_rows is None:
         return []
     keys = {source_table: source_asset_key(connector, source_table)
             for table in tables for source_table in table.source_tables}

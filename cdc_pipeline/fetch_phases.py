@@ -12,7 +12,7 @@ load, then the stream (or Debezium's own data snapshot).
 - The stream yields groups until the source is idle, paused, or the run's budget (`max_events_per_run`,
   `max_seconds_per_run`) is spent, never splitting the records of one statement between runs, nor ending a run
   (whose last commit moves the applied position and Debezium's offset past its last record) between PostgreSQL
-  changes that share one LSN (`postgres.may_share_lsn_ahead`); a group within the run waits the same way after
+  changes that share one LSN (`may_share_lsn_ahead` of the PostgreSQL source); a group within the run waits the same way after
   an insert seen sharing its LSN (`_lsn_seen_shared`).
 
 Groups and runs end only at source commits. Debezium's transaction metadata brackets each source transaction's
@@ -32,16 +32,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterator
 
 from cdc_pipeline import control, faults, sources
-from cdc_pipeline.sources import postgres
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.decode.events import (BEGIN, OTHER, TRANSACTION, TRANSACTION_BEGUN, TRANSACTION_OPEN,
                                          pg_record_follows, same_stream_position, transaction_state_after)
 from cdc_pipeline.errors import RunnerError
+from cdc_pipeline.sources.protocol import Source
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
 
 if TYPE_CHECKING:
@@ -307,7 +308,7 @@ class FetchCycle:
                 # Where the end is a position the reader must reach (MariaDB/MySQL), from the start of the fetch that
                 # found nothing (after a load: from its end); where it is time alone (PostgreSQL: the WAL of tables
                 # not captured is decoded meanwhile, see limitations.md), from when streaming was seen.
-                streaming_since = streaming_since or (asked if connector.type in sources.BINLOG_TYPES else now)
+                streaming_since = streaming_since or (asked if self.source.current_position is not None else now)
                 # A run that applied something lingers: its quiet counts only once the linger's extra wait is over,
                 # so the idle mark and the end come `linger_seconds` after the last change, not idle_timeout_seconds.
                 quiet_for = now - max(self.last_batch_at, streaming_since) - self._linger_extra()
@@ -321,8 +322,8 @@ class FetchCycle:
                     # for the rest of the idle timeout, every change before it is applied (what the change sensor
                     # reads the source's log from).
                     idle_mark = (sources.source_position(connector), now)
-                    if connector.type == "postgres":
-                        wal_mark = postgres.mark_wal_end(connector)
+                    if self.source.mark_wal_end is not None:
+                        wal_mark = self.source.mark_wal_end(connector)
                 if idle_mark is not None and idle_mark[0] is not None and self._fetched_past(idle_mark[0]) \
                         and self._engine_drained():
                     # A batch at or past the mark was fetched already (on a source quiet since the schema snapshot
@@ -382,14 +383,14 @@ class FetchCycle:
 
     def _last_change_open(self) -> bool:
         """Whether the last change fetched may share its offset with changes the engine has not handed over yet (a
-        PostgreSQL insert, `postgres.may_share_lsn_ahead`) unless every batch the engine handed over was fetched
+        PostgreSQL insert, the source's `may_share_lsn_ahead`) unless every batch the engine handed over was fetched
         and a record after it was handed over (the runner's received offset): until then the run does not end,
         whatever its budget or a pause; the next batch fetched tells whether it goes on at that offset
         (`_continues_statement`)."""
         last = self.last_fetched
-        if last is None or self.connector.type != "postgres":
+        if last is None or self.source.may_share_lsn_ahead is None:
             return False
-        if not last.index or not postgres.may_share_lsn_ahead(last.index[-1], self.connector):
+        if not last.index or not self.source.may_share_lsn_ahead(last.index[-1], self.connector):
             return False
         received = self.runner.received_offset()  # read before the queues: a batch queued since is seen there
         return not (self._engine_drained() and pg_record_follows(received, last.last_offset))
@@ -412,7 +413,8 @@ class FetchCycle:
         last = self.last_fetched.last_offset
         if self.open_change is None or self.open_change[0] != last:
             self.open_change = (last, now)
-            postgres.mark_wal_end(self.connector)
+            assert self.source.mark_wal_end is not None  # a change that may share its LSN is PostgreSQL's
+            self.source.mark_wal_end(self.connector)
             return
         waited = now - self.open_change[1]
         if self.runner.state == "STOPPED" or waited >= self.connector.source_lost_timeout_seconds:
@@ -467,6 +469,11 @@ class FetchCycle:
 
     # Shared by the phases.
 
+    @cached_property
+    def source(self) -> Source:
+        """The connector's source package, which the stream's end asks (its log position, its WAL mark)."""
+        return sources.module_for(self.connector.type)
+
     def _marks_idle(self, quiet_for: float, first: bool) -> bool:
         """Whether the stream, quiet for `quiet_for`, takes its idle mark now (`first`: its first of the run): once
         quiet for half the idle timeout, or at once after batches of this run (a binlog position a batch fetched may
@@ -475,15 +482,16 @@ class FetchCycle:
         at most), so that the row is committed by the runner, not applied as a group of its own that brings the next
         mark; a run that loaded takes its first mark at once, as a MariaDB one does after batches of the run."""
         idle = self.connector.idle_timeout_seconds
-        if self.connector.type != "postgres":
+        if self.source.mark_wal_end is None:
             return quiet_for >= idle / 2 or self.last_offset is not None
         return quiet_for >= idle or ((quiet_for >= idle / 2 or first and self.loaded)
                                      and self.runner.in_flight_batches() == 0)
 
     def _wal_mark_passed(self, wal_mark: int) -> bool:
-        """Whether Debezium handed over a record at or past a PostgreSQL mark (`postgres.mark_wal_end`) and nothing
-        the engine read is still on its way to us: every change committed before the mark was fetched."""
-        return self._engine_drained() and postgres.received_past(self.runner.received_offset(), wal_mark)
+        """Whether Debezium handed over a record at or past a PostgreSQL mark (the source's `mark_wal_end`) and
+        nothing the engine read is still on its way to us: every change committed before the mark was fetched."""
+        assert self.source.received_past is not None  # only a source that marks its WAL's end has a mark
+        return self._engine_drained() and self.source.received_past(self.runner.received_offset(), wal_mark)
 
     def _fetched_past(self, end: dict[str, Any]) -> bool:
         """Whether the last batch fetched in this run is at or past the source position `end` (a binlog position;

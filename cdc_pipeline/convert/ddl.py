@@ -25,7 +25,7 @@ from cdc_pipeline.config import DATABASE_PLACEHOLDER
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.sources.type_choice import balanced
 from cdc_pipeline import sources
-from cdc_pipeline.sources.ddl_text import QualifiedName, Statement, names_table, parse_statements, statements_about
+from cdc_pipeline.sources.ddl_text import QualifiedName, Statement, names_table, statements_about
 from cdc_pipeline.convert.typemap import (
     INTEGER_PG_TYPES,
     ColumnDef,
@@ -110,29 +110,19 @@ def parse_table_id(table_id: str) -> tuple[str, ...]:
 
 
 def ddl_statements(ddl_text: str, connector_type: str) -> list[Statement]:
-    """What the DDL text of a schema change does, read by the source type's parser (`parse_ddl` of its module:
-    Oracle's names and quoting, none for SQL Server, whose changes carry no text); MariaDB/MySQL's by default."""
-    parse = getattr(sources.module_for(connector_type), "parse_ddl", parse_statements)
-    return parse(ddl_text)
+    """What the DDL text of a schema change does, read by the source type's parser (`parse_ddl` of its package:
+    MariaDB/MySQL's, Oracle's names and quoting, none for SQL Server and PostgreSQL, whose changes carry no text)."""
+    return sources.module_for(connector_type).parse_ddl(ddl_text)
 
 
-# A MariaDB/MySQL statement that drops a whole database, whose schema-change event names no table.
-_DROP_DATABASE = re.compile(r"\s*DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?:`((?:[^`]|``)+)`|([\w$]+))\s*;?\s*",
-                            re.IGNORECASE)
 DROP_DATABASE = "drop_database"
 
 
 def dropped_database(payload: dict[str, Any], connector_type: str) -> str | None:
-    """The database a streamed MariaDB/MySQL schema change drops (`DROP DATABASE`), or None. Debezium's event of it
-    carries no table changes, and its snapshot's `DROP DATABASE IF EXISTS` (rebuilding its own history) is not one."""
-    if connector_type not in ("mariadb", "mysql"):
-        return None
-    if str((payload.get("source") or {}).get("snapshot") or "false").lower() != "false":
-        return None
-    match = _DROP_DATABASE.fullmatch(str(payload.get("ddl") or ""))
-    if match is None:
-        return None
-    return match.group(1).replace("``", "`") if match.group(1) is not None else match.group(2)
+    """The database a streamed schema change drops (`DROP DATABASE`, `dropped_database` of the source package:
+    MariaDB/MySQL's), or None. Debezium's event of it carries no table changes."""
+    dropped = sources.module_for(connector_type).dropped_database
+    return None if dropped is None else dropped(payload)
 
 
 def database_drop(database: str, ddl_text: str) -> DdlChange:

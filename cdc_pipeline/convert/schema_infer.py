@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from cdc_pipeline.catalog import CatalogCache, DestinationTable, destination_table
-from cdc_pipeline.config import ConnectorConfig
+from cdc_pipeline import sources
+from cdc_pipeline.config import CONNECTOR_TYPES, ConnectorConfig
 from cdc_pipeline.convert.ddl import TableDef, alter_table_sql, create_table_sql
 from cdc_pipeline.errors import ConversionError
 from cdc_pipeline.decode.events import FieldSpec
@@ -41,7 +42,9 @@ SOURCE_LENGTH_PARAMETER = "__debezium.source.column.length"
 SOURCE_SCALE_PARAMETER = "__debezium.source.column.scale"
 DECIMAL_PRECISION_PARAMETER = "connect.decimal.precision"
 
-SCHEMA_FROM_EVENTS_TYPES = frozenset({"postgres"})
+# The source types that emit no DDL (`DDL_EVENTS` of their package: PostgreSQL): their destination tables are made
+# and altered from the row images' value schemas.
+SCHEMA_FROM_EVENTS_TYPES = frozenset(kind for kind in CONNECTOR_TYPES if not sources.module_for(kind).DDL_EVENTS)
 
 CONNECT_PG_TYPES: dict[str, str] = {
     "int8": "smallint",

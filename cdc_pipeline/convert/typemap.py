@@ -1,8 +1,8 @@
 """Source column types to PostgreSQL column types, and the destination column definition built from them.
 
-Each source type's map is a module-level table of its source module (`sources.mariadb.MYSQL_TYPE_MAP`,
-`sources.postgres.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`, and the module reads a column
-of its own by it (`column_type`: unsigned integers, arrays, fractional-second digits). A template may carry one
+Each source type's map is a module-level table of its source package's `types` room (`sources.mariadb.types.
+MYSQL_TYPE_MAP`, `sources.postgres.types.POSTGRES_TYPE_MAP`, ...), which the docs print with `type_map_rows`, and the
+package reads a column of its own by it (`column_type`: unsigned integers, arrays, fractional-second digits). A template may carry one
 placeholder that the column fills in here: `(n)` a length, `(p,s)` precision and scale, `(fsp)` fractional-second
 digits. Every type produced is spelled the way PostgreSQL's `format_type()` spells it, so a later ALTER can compare
 the destination's types with the ones wanted.
@@ -15,7 +15,6 @@ import logging
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from types import ModuleType
 from typing import Any
 
 from psycopg import sql
@@ -25,6 +24,7 @@ from psycopg import sql
 from cdc_pipeline.config import ConnectorConfig, default_table_name, dest_identifier  # noqa: F401
 from cdc_pipeline import sources
 from cdc_pipeline.errors import ConversionError
+from cdc_pipeline.sources.protocol import Source
 from cdc_pipeline.sources.type_choice import column_length, column_number
 
 logger = logging.getLogger(__name__)
@@ -104,13 +104,13 @@ def type_map_rows(connector_type: str) -> list[tuple[str, str]]:
     return rows + source.TYPE_MAP_NOTES[connector_type]
 
 
-def _type_map_source(connector_type: str) -> ModuleType:
-    """The source module holding the connector type's map (`TYPE_MAPS`)."""
+def _type_map_source(connector_type: str) -> Source:
+    """The source package holding the connector type's map (`TYPE_MAPS`)."""
     try:
         source = sources.module_for(connector_type)
     except KeyError:
         source = None
-    if source is None or connector_type not in getattr(source, "TYPE_MAPS", {}):
+    if source is None or connector_type not in source.TYPE_MAPS:
         raise ConversionError(f"no type map for connector type {connector_type!r}")
     return source
 
@@ -163,10 +163,10 @@ def column_def_from_source(column: dict[str, Any], *, connector_type: str, lette
     )
 
 
-def _source_default(source: ModuleType, expression: Any) -> Any:
-    """A default expression in the spelling `_default_sql` reads: the source module's `default_expression` rewrites
+def _source_default(source: Source, expression: Any) -> Any:
+    """A default expression in the spelling `_default_sql` reads: the source package's `default_expression` rewrites
     its own (SQL Server's `((0))`, Oracle's `SYSDATE`), where it has one."""
-    rewrite = getattr(source, "default_expression", None)
+    rewrite = source.default_expression
     if expression is None or rewrite is None:
         return expression
     return rewrite(str(expression))

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import psycopg
 
-from cdc_pipeline import control, run_progress
+from cdc_pipeline import control, run_progress, sources
 from cdc_pipeline.bulk_load import bookkeeping
 
 from cdc_pipeline.mapping import objmap, rule_store
@@ -239,7 +239,7 @@ def _cmd_state(args: argparse.Namespace) -> int:
             rows.append({"connector": name, "connector_type": connector.type, "state": requests.NEVER_RUN})
     for row in rows:
         connector = config.connectors.get(row["connector"])
-        if connector is not None and connector.type == "postgres":
+        if connector is not None and sources.module_for(connector.type).slot_status is not None:
             row["source_slot"] = _slot_status(connector)
     if not args.verbose:
         for row in rows:
@@ -308,10 +308,10 @@ def bulk_snapshot_lines(tables: list[dict[str, Any]], listed: int = STATE_TABLES
 
 def _slot_status(connector: Any) -> dict[str, Any] | None:
     """The PostgreSQL source's slot of the connector, or what kept it from being read."""
-    from cdc_pipeline.sources import postgres
-
+    slot_status = sources.module_for(connector.type).slot_status
+    assert slot_status is not None
     try:
-        return postgres.slot_status(connector)
+        return slot_status(connector)
     except CdcError as exc:
         return {"error": str(exc)}
 

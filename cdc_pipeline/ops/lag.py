@@ -18,7 +18,7 @@ def measure(connector: ConnectorConfig, destination: DestinationConfig) -> Sourc
     """The connector's lag behind its source now, or None when its source type has no measure or the connector
     has no position yet (it never ran, or its slot does not exist)."""
     source = sources.module_for(connector.type)
-    if not hasattr(source, "replication_lag"):
+    if source.replication_lag is None:
         return None
     schema, name = destination.control_schema, connector.name
     with destination.connect(name) as conn:

@@ -81,7 +81,7 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
     was read when only other tables' changes were found)."""
     name = connector.name
     source = sources.module_for(connector.type)
-    if not hasattr(source, "check_changes"):
+    if source.check_changes is None:
         return Pending(True, f"no change check for {connector.type} sources: every check launches a run")
     found = source.check_changes(connector, state.get("source_checked"), checked_offset(conn, schema, name, source),
                                  lambda table: sources.captures(connector, table))
@@ -96,7 +96,7 @@ def checked_offset(conn: psycopg.Connection, schema: str, name: str, source: Any
     the engine's stored offset when it is later. Their offsets move on without events to apply (a finished
     snapshot's, a heartbeat's), and their engine stores an offset only once what precedes it is applied."""
     applied = control.read_applied_offset(conn, schema, name) or {}
-    if not hasattr(source, "check_position"):
+    if source.check_position is None:
         return applied
     engine = control.read_engine_offset(conn, schema, name)
     later = engine is not None and (source.check_position(engine) or ()) > (source.check_position(applied) or ())
@@ -118,7 +118,7 @@ def nothing_to_do(connector: ConnectorConfig, destination: DestinationConfig) ->
     snapshot, and no change of its tables in the source (the change check above). The mapping rules are re-read as
     a run does (renames and retypes are applied), under the run lock."""
     schema, name = destination.control_schema, connector.name
-    if not hasattr(sources.module_for(connector.type), "check_changes"):
+    if sources.module_for(connector.type).check_changes is None:
         return None
     with destination.connect(name) as conn:
         control.ensure_control_schema(conn, schema)

@@ -56,7 +56,7 @@ def check(connector: ConnectorConfig, destination: DestinationConfig) -> Preflig
     """Checks the connector's source (when its source type has checks) and the destination; changes nothing."""
     report = Preflight(connector.name, connector.type)
     module = sources.module_for(connector.type)
-    if hasattr(module, "preflight"):
+    if module.preflight is not None:
         report.findings.extend(_source_findings(module, connector))
     else:
         report.notes.append(f"no preflight checks for {connector.type} sources")

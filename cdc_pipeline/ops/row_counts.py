@@ -54,7 +54,7 @@ def _exists(conn: psycopg.Connection, schema: str, table: str) -> bool:
 
 def _source_row_counts(connector: ConnectorConfig) -> dict[str, int]:
     source = sources.module_for(connector.type)
-    if not hasattr(source, "row_counts"):
+    if source.row_counts is None:
         raise CdcError(f"row counts of {connector.type} sources are not available: the project ships no "
                        f"{connector.type} client driver for Python", connector=connector.name)
     return source.row_counts(connector, lambda table: sources.captures(connector, table))

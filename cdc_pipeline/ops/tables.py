@@ -195,29 +195,16 @@ def write_marks(conn: psycopg.Connection, tables: Iterable[tuple[str, str]]) -> 
     return {(schema, table): mark for schema, table, mark in rows}
 
 
-# The source types whose catalog estimates a table's rows in one cheap query.
-ESTIMATING_SOURCES = ("postgres", "mariadb", "mysql")
-
-
 def estimated_source_rows(connector: ConnectorConfig, source_tables: Iterable[str]) -> dict[str, int]:
     """Per source table, its rows as the source's catalog estimates them without reading the table (PostgreSQL's
     pg_class.reltuples, MariaDB/MySQL's information_schema.TABLES.TABLE_ROWS); a table the catalog has no estimate
-    of (never analyzed) is left out, and so is every table of a source type where no estimate is cheap."""
+    of (never analyzed) is left out, and so is every table of a source type where no estimate is cheap (the source's
+    `estimated_rows` is None)."""
     wanted = {table.lower(): table for table in source_tables}
-    if not wanted or connector.type not in ESTIMATING_SOURCES:
-        return {}
     source = sources.module_for(connector.type)
+    if not wanted or source.estimated_rows is None:
+        return {}
     with source.connect(connector) as conn, conn.cursor() as cur:
-        if connector.type == "postgres":
-            cur.execute("SELECT n.nspname || '.' || c.relname, c.reltuples::bigint FROM pg_catalog.pg_class c "
-                        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-                        "WHERE c.relkind IN ('r', 'p') AND n.nspname || '.' || c.relname = ANY(%s)",
-                        (list(wanted.values()),))
-        else:
-            names = sorted({table.split(".", 1)[0] for table in wanted.values()})
-            cur.execute("SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME), TABLE_ROWS FROM information_schema.TABLES "
-                        "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA IN (" + ", ".join(["%s"] * len(names)) + ")",
-                        names)
-        rows = cur.fetchall()
+        rows = source.estimated_rows(cur, list(wanted.values()))
     return {wanted[name.lower()]: int(estimate) for name, estimate in rows
             if name.lower() in wanted and estimate is not None and int(estimate) >= 0}

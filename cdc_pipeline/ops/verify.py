@@ -44,7 +44,6 @@ from cdc_pipeline.errors import CdcError, ConnectorBusyError
 from cdc_pipeline.mapping.objmap import ObjectMap
 from cdc_pipeline.mapping.rule_store import read_rules
 from cdc_pipeline.ops.pending import checked_offset
-from cdc_pipeline.sources import postgres
 from cdc_pipeline.sources.table import ColumnText
 
 log = logging.getLogger(__name__)
@@ -243,7 +242,7 @@ class _TableCheck:
         self.cur.execute(self._source_select(
             f"COUNT(*), COALESCE(SUM({self.source.row_hash_sql(self.source_line)}), 0)", lower, upper))
         source_rows, source_sum = self.cur.fetchone()
-        dest_hash = sql.SQL(postgres.row_hash_sql("{}")).format(self.dest_line)
+        dest_hash = sql.SQL(sources.postgres_row_hash_sql("{}")).format(self.dest_line)
         query = sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} WHERE {}").format(
             dest_hash, sql.Identifier(self.dest_schema, self.dest_table), self._dest_where(lower, upper))
         dest_rows, dest_sum = self.conn.execute(query).fetchone()
@@ -374,13 +373,13 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
     """Compares the connector's tables (or `tables`, `db.table`) in the source and the destination; with `repair`
     (which needs `spark`, a SparkSession), copies the ranges that differ again. See the module's docstring."""
     source = sources.module_for(connector.type)
-    if not hasattr(source, "verify_text") and hasattr(source, "key_range_counts"):
+    if source.verify_text is None and source.key_range_counts is not None:
         if repair:
             raise CdcError(f"verify --repair of {connector.type} sources is not available: the bulk snapshot's "
                            "reader, which repair copies ranges with, reads MariaDB/MySQL and PostgreSQL only",
                            connector=connector.name)
         return _count_ranges(connector, destination, source, tables, chunk_rows, rechecks, recheck_seconds)
-    if not hasattr(source, "verify_text"):
+    if source.verify_text is None:
         raise CdcError(f"verify of {connector.type} sources is not available", connector=connector.name)
     if repair and spark is None:
         raise CdcError("verify --repair reads the source with Spark: it needs a Spark session",
@@ -395,7 +394,7 @@ def verify_connector(connector: ConnectorConfig, destination: DestinationConfig,
                            "tables hold rows of different moments until then; verify once it has",
                            connector=name)
         with conn.cursor() as dest:
-            postgres.verify_session(dest)
+            sources.postgres_verify_session(dest)
         source.verify_session(cur)
         object_map = ObjectMap(connector, read_rules(conn, schema, name))
         listed = [table.name for table in source.tables_of(cur, connector) if sources.captures(connector, table.name)]

@@ -22,6 +22,9 @@ _PACKAGES: dict[str, Source] = {"mariadb": cast(Source, mariadb), "mysql": cast(
 
 # MariaDB's geometry types (the bulk load reads them as WKB).
 GEOMETRY_TYPES = mariadb.GEOMETRY_TYPES
+# PostgreSQL's renderings for verify, which the destination's side runs too (its session, a row's hash).
+postgres_verify_session = postgres.verify_session
+postgres_row_hash_sql = postgres.row_hash_sql
 
 
 def module_for(connector_type: str) -> Source:

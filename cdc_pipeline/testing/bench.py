@@ -60,7 +60,7 @@ from cdc_pipeline.config import PipelineConfig, parse_config
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV
 from cdc_pipeline.testing import peer_chameleon, warm_driver
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, end_process_group, start_mariadb, start_postgres
-from cdc_pipeline.sources.mariadb import quote_mysql
+from cdc_pipeline.sources.quoting import quote_mysql
 
 log = logging.getLogger(__name__)
 

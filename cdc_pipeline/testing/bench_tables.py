@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Sequence
 
-from cdc_pipeline.sources.mariadb import quote_mysql
+from cdc_pipeline.sources.quoting import quote_mysql
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, destination_fingerprints,
                                         items_table_statements, measure_sync_process, source_fingerprints,
                                         sum_cycle_seconds)

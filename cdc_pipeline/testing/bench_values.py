@@ -32,7 +32,7 @@ import psycopg
 import pymysql
 from psycopg import sql
 
-from cdc_pipeline.sources.mariadb import quote_mysql
+from cdc_pipeline.sources.quoting import quote_mysql
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, SyncFailed, measure_copy_ceiling)
 from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres

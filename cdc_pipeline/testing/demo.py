@@ -41,7 +41,7 @@ from psycopg import sql
 from cdc_pipeline.ops.cli import format_summary, run_sync
 from cdc_pipeline.config import CONFIG_PATH_ENV, redact_dsn
 from cdc_pipeline.testing.servers import LOOPBACK_HOST, MariaDbServer, PostgresServer, free_port
-from cdc_pipeline.sources.mariadb import quote_mysql
+from cdc_pipeline.sources.quoting import quote_mysql
 
 logger = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ def test_a_change_behind_more_events_of_other_databases_than_a_page_is_found(pip
 
     # Out of time after one page: the check says there is work and records how far it read; sync runs a cycle.
     with monkeypatch.context() as patch:
-        patch.setattr(mariadb, "CHECK_SECONDS", 0)
+        patch.setattr(mariadb.checks, "CHECK_SECONDS", 0)
         short = pending.check(connector, config.destination)
         assert short.work and not short.caught_up and "was not read to its end" in short.reason, short
         moved = _source_checked(pipeline)
