@@ -20,9 +20,12 @@ mark_wal_end = None
 received_past = None
 may_share_lsn_ahead = None
 
-# Checks of a replication slot, the catalog's row estimates, and verify's row hashes.
+# Checks of a replication slot, the lag in bytes of a binlog or WAL, the catalog's row estimates, and verify's row
+# hashes (verify counts these sources' rows per key range: `key_range_counts`).
 slot_status = None
+replication_lag = None
 estimated_rows = None
+verify_text = None
 row_hash_sql = None
 verify_session = None
 
