@@ -9,6 +9,7 @@ from typing import Any, Callable
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import driver_words, read_source
+from cdc_pipeline.sources.quoting import qualified_double, quote_double
 from cdc_pipeline.sources.topic_heartbeat import heartbeat_properties
 
 CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"
@@ -48,13 +49,9 @@ def is_heartbeat_table(connector: ConnectorConfig, source_table: str) -> bool:
     return False
 
 
-def quote(identifier: str) -> str:
-    """An Oracle identifier in double quotes (as the dictionary spells it), embedded quotes doubled."""
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def qualified(owner: str, table: str) -> str:
-    return quote(owner) + "." + quote(table)
+# An Oracle identifier in double quotes (as the dictionary spells it), embedded quotes doubled; OWNER.TABLE.
+quote = quote_double
+qualified = qualified_double
 
 
 def connect(connector: ConnectorConfig) -> Any:
