@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from cdc_pipeline import copy_text
 from cdc_pipeline.mapping import objmap, transform_sql
-from cdc_pipeline.sink.apply import staging_table_sql
+from cdc_pipeline.sink.table_writes import staging_table_sql
 from cdc_pipeline.catalog import DestinationTable, destination_table
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.convert.dml import ColumnPlan
