@@ -40,7 +40,7 @@ from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
 from cdc_pipeline.decode.events import (BEGIN, OTHER, TRANSACTION, TRANSACTION_BEGUN, TRANSACTION_OPEN,
-                                         pg_record_follows, same_stream_position, transaction_state_after)
+                                         same_stream_position, transaction_state_after)
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sources.protocol import Source
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
@@ -393,7 +393,7 @@ class FetchCycle:
         if not last.index or not self.source.may_share_lsn_ahead(last.index[-1], self.connector):
             return False
         received = self.runner.received_offset()  # read before the queues: a batch queued since is seen there
-        return not (self._engine_drained() and pg_record_follows(received, last.last_offset))
+        return not (self._engine_drained() and sources.pg_record_follows(received, last.last_offset))
 
     def _lsn_seen_shared(self) -> bool:
         """Whether the last change fetched shares its offset with the change before it (in its batch, or in the

@@ -7,6 +7,10 @@ key, source block and offset, is made only for a dead letter: `ParsedBatch.data_
 maps, so one row type serves every table and every version of its schema; a JSON line (a replayed dead letter's)
 is parsed into the same (`parse_events`, `ROW_IMAGES`). The per-column types come from the batch's value schemas
 (see `FieldSpec`).
+
+The batch's records in the stream: which share one offset (`same_stream_position`) and which a run was given before
+(`redelivery_test`, `StreamRedeliveries`), by each source's order of its offsets, which its package's `positions`
+room holds (a binlog's `offset_order`, PostgreSQL's `pg_stream_offset`, SQL Server's and Oracle's `stream_order`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,18 @@ import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import ModuleType
 from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_pipeline.errors import CdcError
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.decode.offsets import public_offset
-from cdc_pipeline.sources import oracle, sqlserver
+from cdc_pipeline import sources
+from cdc_pipeline.sources import (binlog_base, binlog_redelivery_test, offset_order, pg_before, pg_redelivery_test,
+                                  pg_stream_offset)
+from cdc_pipeline.sources.protocol import Source
 
 log = logging.getLogger(__name__)
 
@@ -326,36 +331,13 @@ def row_image_fields(value_schema: dict[str, Any], image: str = "after") -> list
     return []
 
 
-def offset_order(offset: dict[str, Any] | None) -> tuple[int | str, int, int, int] | None:
-    """A sortable key of a binlog streaming offset (file, transaction position, event, row), or None.
-
-    Debezium's MySQL/MariaDB offsets grow strictly from record to record while streaming, which is what lets
-    re-delivered records be recognised. Snapshot offsets (all records share one position) and offsets of
-    other sources have no such order here: None.
-    """
-    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
-        return None
-    file_name = str(offset["file"])
-    suffix = file_name.rsplit(".", 1)[-1]
-    return (int(suffix) if suffix.isdigit() else file_name, int(offset["pos"]), int(offset.get("event") or 0),
-            int(offset.get("row") or 0))
-
-
-def _pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | None:
-    """(txId, lsn, lsn_commit) of a PostgreSQL streaming record's offset, or None (snapshot or other source)."""
-    if not offset or offset.get("snapshot") or offset.get("last_snapshot_record") is not None \
-            or "lsn" not in offset or "txId" not in offset:
-        return None
-    return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
-
-
-# Sources whose module orders its streaming offsets (`stream_order`: the transaction's order, the transaction, the
+# Sources whose package orders its streaming offsets (`stream_order`: the transaction's order, the transaction, the
 # record's place in it; `ORDERED_WITHIN_TRANSACTION`: whether records come in that place's order within it).
-_ORDERED_SOURCES = (sqlserver, oracle)
+_ORDERED_SOURCES = tuple(source for source in sources.packages() if source.stream_order is not None)
 
 
-def _ordered_place(offset: dict[str, Any] | None) -> tuple[ModuleType, tuple[Any, Any, Any]] | None:
-    """The source module that orders a streaming offset, and where the offset lies (`stream_order`), or None."""
+def _ordered_place(offset: dict[str, Any] | None) -> tuple[Source, tuple[Any, Any, Any]] | None:
+    """The source package that orders a streaming offset, and where the offset lies (`stream_order`), or None."""
     for module in _ORDERED_SOURCES:
         place = module.stream_order(offset)
         if place is not None:
@@ -363,7 +345,7 @@ def _ordered_place(offset: dict[str, Any] | None) -> tuple[ModuleType, tuple[Any
     return None
 
 
-def _ordered_before(module: ModuleType, place: tuple[Any, Any, Any], other: tuple[Any, Any, Any], *,
+def _ordered_before(module: Source, place: tuple[Any, Any, Any], other: tuple[Any, Any, Any], *,
                     or_same: bool = False) -> bool:
     """Whether a record (its `stream_order` place) comes before `other` (or is it, with `or_same`): by transaction,
     then within one transaction by place when its records come in that order. Records of two transactions that
@@ -384,35 +366,12 @@ def same_stream_position(first: dict[str, Any] | None, second: dict[str, Any] | 
         return False
     binlog = offset_order(first)
     if binlog is not None:
-        return offset_order(second) == binlog and _binlog_base(first) == _binlog_base(second)
-    pg = _pg_stream_offset(first)
+        return offset_order(second) == binlog and binlog_base(first) == binlog_base(second)
+    pg = pg_stream_offset(first)
     if pg is not None:
-        return _pg_stream_offset(second) == pg
+        return pg_stream_offset(second) == pg
     ordered = _ordered_place(first)
     return ordered is not None and _ordered_place(second) == ordered
-
-
-def pg_record_follows(record: dict[str, Any] | None, other: dict[str, Any] | None) -> bool:
-    """Whether the PostgreSQL streamed record at offset `record` comes after the one at `other` in the stream (a
-    later LSN of its transaction, or a later transaction); False when either is no such offset."""
-    later, earlier = _pg_stream_offset(record), _pg_stream_offset(other)
-    return later is not None and earlier is not None and _pg_before(earlier, later)
-
-
-class SourceLogChangedError(CdcError):
-    """A streamed record that cannot be placed after what was applied: the source's binlog is not the one the
-    applied position belongs to."""
-
-
-def _binlog_base(offset: dict[str, Any]) -> str:
-    """The binlog's base name (`mariadb-bin` of `mariadb-bin.000012`)."""
-    name = str(offset.get("file", ""))
-    stem, _, suffix = name.rpartition(".")
-    return stem if suffix.isdigit() else name
-
-
-def _binlog_place(offset: dict[str, Any]) -> str:
-    return f"{offset.get('file')}:{offset.get('pos')}"
 
 
 def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
@@ -424,8 +383,9 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
     Binlog offsets (MariaDB/MySQL) grow strictly while streaming. PostgreSQL's stream comes in commit order, each
     transaction whole: a record is re-delivered when it belongs to the applied record's transaction (`txId`) at
     or before its `lsn` (a transaction's changes have growing LSNs), or to a transaction before it, which its
-    `lsn_commit` (the commit LSN of the transaction before the record's) tells: lower than the applied record's.
-    SQL Server and Oracle order their own offsets (`stream_order` of their source modules, `_ordered_test`): SQL
+    `lsn_commit` (the commit LSN of the transaction before the record's) tells: lower than the applied record's
+    (`binlog_redelivery_test` and `pg_redelivery_test` of their source packages).
+    SQL Server and Oracle order their own offsets (`stream_order` of their source packages, `_ordered_test`): SQL
     Server by commit LSN, then change LSN and `event_serial_no`; Oracle by the commits recorded before a record
     (`commit_scn`), then its `txSeq` in its transaction.
     Snapshot records never count: they are tracked per table (`SnapshotStep`).
@@ -435,43 +395,19 @@ def redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any]
     there), means the source's log was reset (`RESET MASTER`), renamed, or is another server's (a failover). Such a
     record would compare as already applied and be lost: `SourceLogChangedError` stops the run instead.
     """
-    binlog = offset_order(applied)
-    if binlog is not None:
-        assert applied is not None
-        base = _binlog_base(applied)
-        start = offset_order(resumed_from) if resumed_from and _binlog_base(resumed_from) == base else None
-
-        def binlog_test(offset: dict[str, Any] | None) -> bool:
-            order = offset_order(offset)
-            if order is None:
-                return False
-            assert offset is not None
-            if _binlog_base(offset) != base or (start is not None and order[:2] < start[:2]):
-                raise SourceLogChangedError(
-                    f"the source's binlog changed: a streamed event at {_binlog_place(offset)} cannot be placed "
-                    f"after the applied position {_binlog_place(applied)}"
-                    + (f" (the engine resumed from {_binlog_place(resumed_from)})" if start is not None else "")
-                    + ": the binlog was reset (RESET MASTER), renamed (log_bin), or belongs to another server (a "
-                    "failover). Nothing of it was applied. Take a new snapshot (`cdc-pipeline restart NAME always`), "
-                    "or, if every change before it is applied, move the offset to it (`cdc-pipeline set-offset`)",
-                    connector=connector, position=offset)
-            return order <= binlog
-        return binlog_test
-    pg = _pg_stream_offset(applied)
-    if pg is not None:
-        def pg_test(offset: dict[str, Any] | None) -> bool:
-            record = _pg_stream_offset(offset)
-            return record is not None and _pg_before(record, pg, or_same=True)
-        return pg_test
+    for source_test in (binlog_redelivery_test, pg_redelivery_test):
+        test = source_test(applied, resumed_from, connector=connector)
+        if test is not None:
+            return test
     ordered = _ordered_place(applied)
     if ordered is not None:
         return _ordered_test(*ordered, resumed_from)
     return None
 
 
-def _ordered_test(module: ModuleType, applied: tuple[Any, Any, Any],
+def _ordered_test(module: Source, applied: tuple[Any, Any, Any],
                   resumed_from: dict[str, Any] | None) -> Callable[[dict[str, Any] | None], bool]:
-    """`redelivery_test` of a source whose module orders its offsets (SQL Server, Oracle): a record of a transaction
+    """`redelivery_test` of a source whose package orders its offsets (SQL Server, Oracle): a record of a transaction
     before the applied one's is re-delivered, and one of the applied transaction at or before the applied place.
 
     Where records of a transaction do not always come in the order of their places (SQL Server: a multi-row update
@@ -499,15 +435,6 @@ def _ordered_test(module: ModuleType, applied: tuple[Any, Any, Any],
     return ordered_test
 
 
-def _pg_before(record: tuple[Any, ...], other: tuple[Any, ...], *, or_same: bool = False) -> bool:
-    """Whether a PostgreSQL streamed record (`_pg_stream_offset`: txId, lsn, lsn_commit) comes before `other` (or
-    is `other`, with `or_same`): in one transaction by LSN, otherwise by the commit LSN of the transaction before
-    it, lower for a transaction committed before `other`'s."""
-    if record[0] == other[0]:
-        return record[1] <= other[1] if or_same else record[1] < other[1]
-    return record[2] < other[2]
-
-
 class StreamRedeliveries:
     """Which streamed events a run was given before: those at or before the applied position (`redelivery_test`: a
     crash between a commit and the offset's flush), and those the run took already.
@@ -523,7 +450,7 @@ class StreamRedeliveries:
     offset), so such an event starts repeats at that very offset. Reads do not count (an incremental snapshot's
     chunk shares the stream's offset). PostgreSQL gives the rows of one multi-row WAL record (a COPY) one LSN, so
     there repeats that begin at the last offset taken are not told. SQL Server and Oracle events are placed by their
-    source modules (`stream_order`); within a SQL Server transaction an event placed before the one taken before it
+    source packages (`stream_order`); within a SQL Server transaction an event placed before the one taken before it
     is no repeat (its rows do not always come in the order of their change LSNs). Call it on every event, in order,
     with `change` (op, table) for data changes."""
 
@@ -577,17 +504,17 @@ class StreamRedeliveries:
             return here[2] < last[2]
         if here[0] == "ordered":
             return _ordered_before(here[1], here[2], last[2])
-        return _pg_before(here[1], last[1])
+        return pg_before(here[1], last[1])
 
 
 def _stream_place(offset: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """Where a streamed record is, for `StreamRedeliveries`: ("binlog", base name, `offset_order`), ("pg",
-    `_pg_stream_offset`) or ("ordered", source module, `stream_order`); None for a snapshot's or an unordered one."""
+    `pg_stream_offset`) or ("ordered", source package, `stream_order`); None for a snapshot's or an unordered one."""
     order = offset_order(offset)
     if order is not None:
         assert offset is not None
-        return "binlog", _binlog_base(offset), order
-    record = _pg_stream_offset(offset)
+        return "binlog", binlog_base(offset), order
+    record = pg_stream_offset(offset)
     if record is not None:
         return "pg", record
     ordered = _ordered_place(offset)

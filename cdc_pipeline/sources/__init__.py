@@ -25,6 +25,21 @@ GEOMETRY_TYPES = mariadb.GEOMETRY_TYPES
 # PostgreSQL's renderings for verify, which the destination's side runs too (its session, a row's hash).
 postgres_verify_session = postgres.verify_session
 postgres_row_hash_sql = postgres.row_hash_sql
+# The stream order and re-delivery of a binlog (MariaDB/MySQL) and of PostgreSQL's stream, which decode's re-delivery
+# tests read by an offset's shape (SQL Server's and Oracle's are their packages' `stream_order`).
+SourceLogChangedError = mariadb.SourceLogChangedError
+offset_order = mariadb.offset_order
+binlog_base = mariadb.binlog_base
+binlog_redelivery_test = mariadb.binlog_redelivery_test
+pg_stream_offset = postgres.pg_stream_offset
+pg_before = postgres.pg_before
+pg_record_follows = postgres.pg_record_follows
+pg_redelivery_test = postgres.pg_redelivery_test
+
+
+def packages() -> list[Source]:
+    """Each source package once (`mysql` shares MariaDB's)."""
+    return list(dict.fromkeys(_PACKAGES.values()))
 
 
 def module_for(connector_type: str) -> Source:
@@ -95,7 +110,7 @@ def drop_lost_slot(connector: ConnectorConfig) -> None:
 def _load_position_source(position: dict[str, Any]) -> Source | None:
     """The package whose bulk load's position `position` is (by its `LOAD_POSITION_KEY`: a binlog position of
     MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""
-    return next((source for source in _PACKAGES.values()
+    return next((source for source in packages()
                  if source.LOAD_POSITION_KEY is not None and source.LOAD_POSITION_KEY in position), None)
 
 

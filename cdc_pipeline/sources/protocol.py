@@ -68,6 +68,11 @@ class Source(Protocol):
     mark_wal_end: Callable[[ConnectorConfig], int | None] | None
     received_past: Callable[[Offset | None, int], bool] | None
     may_share_lsn_ahead: Callable[[dict[str, Any] | None, ConnectorConfig], bool] | None
+    # Where a streamed offset lies (the transaction's order, the transaction, the record's place in it), and whether a
+    # transaction's records come in that place's order: a source whose offsets decode orders this way (SQL Server,
+    # Oracle; MariaDB/MySQL's and PostgreSQL's have their own rules, `binlog_redelivery_test`, `pg_redelivery_test`).
+    stream_order: Callable[[Offset | None], tuple[Any, Any, Any] | None] | None
+    ORDERED_WITHIN_TRANSACTION: bool | None
 
     # checks: the change check, lag, preflight, row counts, verify's SQL.
     check_changes: Callable[[ConnectorConfig, Any, Offset, Captured], ChangeCheck] | None

@@ -17,11 +17,13 @@ from cdc_pipeline.sources.mariadb.connector import (CONNECTOR_CLASSES, CONNECT_T
                                                     jdbc_url, qualified, quote, quote_mysql, replicates, truststore)
 from cdc_pipeline.sources.mariadb.types import (GEOMETRY_TYPES, IMPLICIT_DEFAULTS, MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES,
                                                 MYSQL_TYPE_MAP, TYPE_MAPS, TYPE_MAP_NOTES, always_nullable, column_type)
-from cdc_pipeline.sources.mariadb.positions import (LOAD_POSITION_KEY, OFFSET_SHAPE, TRANSACTION_STARTS,
-                                                    before_snapshot, binlog_position, check_position, current_position,
-                                                    file_order, load_end_position, lost_position, mariadb_gtid_domains,
-                                                    mysql_gtids_missing, parse_position, position_reached,
-                                                    resume_offset, source_partition, stream_passed)
+from cdc_pipeline.sources.mariadb.positions import (LOAD_POSITION_KEY, OFFSET_SHAPE, SourceLogChangedError,
+                                                    TRANSACTION_STARTS, before_snapshot, binlog_base, binlog_place,
+                                                    binlog_position, binlog_redelivery_test, check_position,
+                                                    current_position, file_order, load_end_position, lost_position,
+                                                    mariadb_gtid_domains, mysql_gtids_missing, offset_order,
+                                                    parse_position, position_reached, resume_offset, source_partition,
+                                                    stream_passed)
 from cdc_pipeline.sources.mariadb.checks import (BINLOG_PAGE_EVENTS, BinlogScan, CAPTURE_PRIVILEGES, CHECK_SECONDS,
                                                  LAG_EVENTS_LIMIT, REQUIRED_BINLOG_SETTINGS, check_changes,
                                                  estimated_rows, preflight, replication_lag, row_counts, row_hash_sql,
@@ -50,3 +52,5 @@ export_snapshot = None
 import_snapshot = None
 copy_out_column = None
 copy_out_query = None
+stream_order = None
+ORDERED_WITHIN_TRANSACTION = None

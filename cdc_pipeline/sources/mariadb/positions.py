@@ -1,7 +1,8 @@
 """A MariaDB/MySQL source's positions: its Debezium offsets' shape and source partition, binlog positions and their
-order, a consistent snapshot's binlog position against the stream's offsets (`before_snapshot`, `stream_passed`),
-where a run's engine may start instead of its stored offset (`resume_offset`), and what a purged or reset binlog lost
-of a stored offset (`lost_position`, by its GTIDs)."""
+order, the stream's order of its offsets and which records a run was given before (`offset_order`,
+`binlog_redelivery_test`, which decode's re-delivery tests use), a consistent snapshot's binlog position against the
+stream's offsets (`before_snapshot`, `stream_passed`), where a run's engine may start instead of its stored offset
+(`resume_offset`), and what a purged or reset binlog lost of a stored offset (`lost_position`, by its GTIDs)."""
 
 from __future__ import annotations
 
@@ -266,3 +267,65 @@ def current_position(connector: ConnectorConfig) -> dict[str, Any]:
     """The source's binlog position now: where its log ends, which the engine's reader must reach."""
     with connect(connector) as source, source.cursor() as cur:
         return binlog_position(cur)
+
+
+class SourceLogChangedError(CdcError):
+    """A streamed record that cannot be placed after what was applied: the source's binlog is not the one the
+    applied position belongs to."""
+
+
+def offset_order(offset: dict[str, Any] | None) -> tuple[int | str, int, int, int] | None:
+    """A sortable key of a binlog streaming offset (file, transaction position, event, row), or None.
+
+    Debezium's MySQL/MariaDB offsets grow strictly from record to record while streaming, which is what lets
+    re-delivered records be recognised. Snapshot offsets (all records share one position) and offsets of
+    other sources have no such order here: None.
+    """
+    if not offset or "snapshot" in offset or "file" not in offset or "pos" not in offset:
+        return None
+    file_name = str(offset["file"])
+    suffix = file_name.rsplit(".", 1)[-1]
+    return (int(suffix) if suffix.isdigit() else file_name, int(offset["pos"]), int(offset.get("event") or 0),
+            int(offset.get("row") or 0))
+
+
+def binlog_base(offset: dict[str, Any]) -> str:
+    """The binlog's base name (`mariadb-bin` of `mariadb-bin.000012`)."""
+    name = str(offset.get("file", ""))
+    stem, _, suffix = name.rpartition(".")
+    return stem if suffix.isdigit() else name
+
+
+def binlog_place(offset: dict[str, Any]) -> str:
+    return f"{offset.get('file')}:{offset.get('pos')}"
+
+
+def binlog_redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
+                           connector: str | None = None) -> Callable[[dict[str, Any] | None], bool] | None:
+    """`redelivery_test` of a binlog (its decode module's docstring says the whole rule): a test telling whether a
+    record's offset is at or before the binlog offset `applied`, raising SourceLogChangedError for a record of
+    another binlog or one before the transaction the engine resumed from (`resumed_from`); None when `applied` is no
+    binlog streaming offset."""
+    binlog = offset_order(applied)
+    if binlog is None:
+        return None
+    assert applied is not None
+    base = binlog_base(applied)
+    start = offset_order(resumed_from) if resumed_from and binlog_base(resumed_from) == base else None
+
+    def binlog_test(offset: dict[str, Any] | None) -> bool:
+        order = offset_order(offset)
+        if order is None:
+            return False
+        assert offset is not None
+        if binlog_base(offset) != base or (start is not None and order[:2] < start[:2]):
+            raise SourceLogChangedError(
+                f"the source's binlog changed: a streamed event at {binlog_place(offset)} cannot be placed "
+                f"after the applied position {binlog_place(applied)}"
+                + (f" (the engine resumed from {binlog_place(resumed_from)})" if start is not None else "")
+                + ": the binlog was reset (RESET MASTER), renamed (log_bin), or belongs to another server (a "
+                "failover). Nothing of it was applied. Take a new snapshot (`cdc-pipeline restart NAME always`), "
+                "or, if every change before it is applied, move the offset to it (`cdc-pipeline set-offset`)",
+                connector=connector, position=offset)
+        return order <= binlog
+    return binlog_test

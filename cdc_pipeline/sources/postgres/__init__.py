@@ -20,8 +20,9 @@ from cdc_pipeline.sources.postgres.types import (GEOMETRY_TYPES, IMPLICIT_DEFAUL
                                                  array_element, column_type)
 from cdc_pipeline.sources.postgres.positions import (LOAD_POSITION_KEY, OFFSET_SHAPE, before_snapshot, drop_lost_slot,
                                                      load_end_position, lost_position, lsn_text, mark_wal_end,
-                                                     may_share_lsn_ahead, received_past, source_partition,
-                                                     stream_passed)
+                                                     may_share_lsn_ahead, pg_before, pg_record_follows,
+                                                     pg_redelivery_test, pg_stream_offset, received_past,
+                                                     source_partition, stream_passed)
 from cdc_pipeline.sources.postgres.checks import (RETAINED_WAL_WARNING_BYTES, SLOT_PEEK_MESSAGES, SlotPeek,
                                                   VERIFY_SESSION, check_changes, estimated_rows, peek_slot, preflight,
                                                   replication_lag, row_counts, row_hash_sql, slot_status,
@@ -45,3 +46,5 @@ check_position = None
 key_range_counts = None
 copy_field_sql = None
 dropped_database = None
+stream_order = None
+ORDERED_WITHIN_TRANSACTION = None

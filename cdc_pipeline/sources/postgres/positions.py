@@ -1,7 +1,8 @@
-"""A PostgreSQL source's positions: its Debezium offsets' shape and source partition, a transaction snapshot against
-the stream's offsets (`before_snapshot`, `stream_passed`), the WAL's end marked by a heartbeat and a record past it
-(`mark_wal_end`, `received_past`), changes that may share an LSN, and a slot the server invalidated or dropped
-(`lost_position`, `drop_lost_slot`).
+"""A PostgreSQL source's positions: its Debezium offsets' shape and source partition, the stream's order of its
+records and which a run was given before (`pg_stream_offset`, `pg_redelivery_test`, which decode's re-delivery tests
+use), a transaction snapshot against the stream's offsets (`before_snapshot`, `stream_passed`), the WAL's end marked
+by a heartbeat and a record past it (`mark_wal_end`, `received_past`), changes that may share an LSN, and a slot the
+server invalidated or dropped (`lost_position`, `drop_lost_slot`).
 
 A table without a primary key is read as one chunk under one statement's snapshot, and that snapshot itself
 (`pg_current_snapshot()`, PostgreSQL 13 or later) is its position: a streamed change belongs to a transaction the
@@ -139,3 +140,42 @@ def received_past(offset: dict[str, Any] | None, lsn: int) -> bool:
 
 def lsn_text(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def pg_stream_offset(offset: dict[str, Any] | None) -> tuple[Any, int, int] | None:
+    """(txId, lsn, lsn_commit) of a PostgreSQL streaming record's offset, or None (snapshot or other source)."""
+    if not offset or offset.get("snapshot") or offset.get("last_snapshot_record") is not None \
+            or "lsn" not in offset or "txId" not in offset:
+        return None
+    return offset["txId"], int(offset["lsn"]), int(offset.get("lsn_commit") or 0)
+
+
+def pg_before(record: tuple[Any, ...], other: tuple[Any, ...], *, or_same: bool = False) -> bool:
+    """Whether a PostgreSQL streamed record (`pg_stream_offset`: txId, lsn, lsn_commit) comes before `other` (or
+    is `other`, with `or_same`): in one transaction by LSN, otherwise by the commit LSN of the transaction before
+    it, lower for a transaction committed before `other`'s."""
+    if record[0] == other[0]:
+        return record[1] <= other[1] if or_same else record[1] < other[1]
+    return record[2] < other[2]
+
+
+def pg_record_follows(record: dict[str, Any] | None, other: dict[str, Any] | None) -> bool:
+    """Whether the PostgreSQL streamed record at offset `record` comes after the one at `other` in the stream (a
+    later LSN of its transaction, or a later transaction); False when either is no such offset."""
+    later, earlier = pg_stream_offset(record), pg_stream_offset(other)
+    return later is not None and earlier is not None and pg_before(earlier, later)
+
+
+def pg_redelivery_test(applied: dict[str, Any] | None, resumed_from: dict[str, Any] | None = None, *,
+                       connector: str | None = None) -> Callable[[dict[str, Any] | None], bool] | None:
+    """`redelivery_test` of PostgreSQL's stream (its decode module's docstring says the whole rule): a test telling
+    whether a record belongs to the applied record's transaction at or before its LSN, or to a transaction committed
+    before it; None when `applied` is no PostgreSQL streaming offset."""
+    pg = pg_stream_offset(applied)
+    if pg is None:
+        return None
+
+    def pg_test(offset: dict[str, Any] | None) -> bool:
+        record = pg_stream_offset(offset)
+        return record is not None and pg_before(record, pg, or_same=True)
+    return pg_test

@@ -226,7 +226,8 @@ def _binlog(file: str, pos: int, event: int = 0, row: int = 0) -> dict:
 
 
 def test_a_record_of_a_reset_renamed_or_other_binlog_stops_the_run_instead_of_counting_as_applied():
-    from cdc_pipeline.decode.events import SourceLogChangedError, redelivery_test
+    from cdc_pipeline.decode.events import redelivery_test
+    from cdc_pipeline.sources import SourceLogChangedError
 
     applied = _binlog("mariadb-bin.000012", 5000, 1, 3)
     resumed = _binlog("mariadb-bin.000012", 4000, 2)
