@@ -36,21 +36,9 @@ from cdc_pipeline.sources.mariadb.snapshot import (CONSISTENT_SNAPSHOT, SESSION_
                                                    utf8_literal, zero_dates)
 from cdc_pipeline.sources.mariadb.ddl import DDL_EVENTS, create_statements, dropped_database, names_database, parse_ddl
 
-# The protocol's optional members this source lacks.
-prepare_capture = None
-default_expression = None
-drop_lost_slot = None
-mark_wal_end = None
-received_past = None
-may_share_lsn_ahead = None
-slot_status = None
-key_range_counts = None
-COPY_SNAPSHOT = None
-ctid_split = None
-ctid_predicate = None
-export_snapshot = None
-import_snapshot = None
-copy_out_column = None
-copy_out_query = None
-stream_order = None
-ORDERED_WITHIN_TRANSACTION = None
+# The protocol's optional members MariaDB/MySQL lacks: PostgreSQL's heartbeat table, replication slot and WAL mark;
+prepare_capture = drop_lost_slot = slot_status = mark_wal_end = received_past = may_share_lsn_ahead = None
+# the load's reads of a keyless table in heap parts under one exported snapshot, and of a chunk piped COPY to COPY;
+COPY_SNAPSHOT = ctid_split = ctid_predicate = export_snapshot = import_snapshot = copy_out_column = copy_out_query = None
+# the column defaults to rewrite, the key-range counts and the offsets' own order of SQL Server and Oracle.
+default_expression = key_range_counts = stream_order = ORDERED_WITHIN_TRANSACTION = None

@@ -37,14 +37,9 @@ from cdc_pipeline.sources.postgres.snapshot import (CONSISTENT_SNAPSHOT, COPY_SN
 from cdc_pipeline.sources.postgres.ddl import (DDL_EVENTS, ensure_heartbeat_table, is_heartbeat_table, parse_ddl,
                                                prepare_capture)
 
-# The protocol's optional members this source lacks.
-default_expression = None
-position_reached = None
-current_position = None
-resume_offset = None
-check_position = None
-key_range_counts = None
-copy_field_sql = None
-dropped_database = None
-stream_order = None
-ORDERED_WITHIN_TRANSACTION = None
+# The protocol's optional members PostgreSQL lacks: a binlog's position to reach, to resume from and to check from;
+current_position = position_reached = resume_offset = check_position = None
+# DDL text, so no DROP DATABASE to read; the load's fields written by the driver (a chunk is piped COPY to COPY);
+dropped_database = copy_field_sql = None
+# the column defaults to rewrite, the key-range counts and the offsets' own order of SQL Server and Oracle.
+default_expression = key_range_counts = stream_order = ORDERED_WITHIN_TRANSACTION = None
