@@ -33,7 +33,7 @@ from psycopg import sql
 from cdc_pipeline.config import DEFAULT_LINGER_SECONDS
 from cdc_pipeline.testing.bench import CAPTURE_PASSWORD, CAPTURE_USER, _connector_env, measure_sync_process
 from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_postgres, start_source
 
 ACCOUNTS = 20_000
 BALANCE = 100
@@ -236,8 +236,7 @@ def run_bank(source_type: str = "mariadb", accounts: int = ACCOUNTS, transfers: 
     rng = random.Random(51)
     with tempfile.TemporaryDirectory(prefix="cdc-bench-bank-") as tmp:
         work = Path(tmp)
-        servers = start_mariadb(work) if source_type == "mariadb" else start_postgres(work, logical=True)
-        with servers as server, start_postgres(work) as destination:
+        with start_source(source_type, work) as server, start_postgres(work) as destination:
             if isinstance(server, MariaDbServer):
                 server.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             source = _Source(server)

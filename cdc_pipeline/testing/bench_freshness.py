@@ -34,8 +34,8 @@ from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench_server import start_pipeline_server
-from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
-                                          start_postgres)
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_postgres,
+                                          start_source)
 
 CAPTURE_USER = "fresh"
 CAPTURE_PASSWORD = "fresh-capture"
@@ -66,8 +66,7 @@ def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle
     build_runner()
     rounds = []
     with (contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory(prefix="cdc-fresh-")) as work:
-        with (start_mariadb(Path(work)) if source_type == "mariadb" else start_postgres(Path(work), logical=True)) \
-                as source, start_postgres(Path(work)) as destination:
+        with start_source(source_type, Path(work)) as source, start_postgres(Path(work)) as destination:
             if isinstance(source, MariaDbServer):
                 source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             for index, linger in enumerate(lingers):

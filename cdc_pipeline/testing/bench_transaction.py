@@ -33,7 +33,7 @@ from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, DATABASE
                                         create_postgres_items, destination_items_fingerprint, load_source,
                                         postgres_load_connector, source_items_fingerprint)
 from cdc_pipeline.testing.bench_tables import summarize_runs, sync_until_done
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_postgres, start_source
 
 TRANSACTION_ROWS = 1_000_000
 KILL_AFTER_SECONDS = 3.0  # how long the killed run's destination transaction is open before the kill
@@ -114,7 +114,7 @@ def run_transaction(rows: int = TRANSACTION_ROWS, source_type: str = "mariadb") 
     checks."""
     results: dict[str, Any] = {"rows": rows, "source": source_type}
     with tempfile.TemporaryDirectory(prefix="cdc-bench-transaction-") as tmp, \
-            (start_mariadb() if source_type == "mariadb" else start_postgres(logical=True)) as source, \
+            start_source(source_type) as source, \
             start_postgres() as destination:
         work = Path(tmp)
         mariadb = source if isinstance(source, MariaDbServer) else None

@@ -40,7 +40,7 @@ from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, LOAD_DAT
                                         source_items_fingerprint, sum_cycle_seconds, write_sync_config)
 from cdc_pipeline.testing.bench_server import serve_connector, server_peak_mb
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, _apt_install, end_process_group,
-                                          start_mariadb, start_postgres)
+                                          start_postgres, start_source)
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ def run_peer_loaders(source_type: str, rows: int, runs: int, served: bool = Fals
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as directory:
         work = Path(directory)
-        with (start_mariadb(work) if source_type == "mariadb" else start_postgres(work, logical=True)) as source, \
+        with start_source(source_type, work) as source, \
                 start_postgres(work) as destination:
             create_source_table(source, rows)
             destination.create_database(LOAD_DATABASE)

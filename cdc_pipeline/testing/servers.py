@@ -108,6 +108,13 @@ def start_postgres(base_dir: Path | None = None, logical: bool = False, tls: boo
     return server.start()
 
 
+def start_source(source_type: str, base_dir: Path | None = None) -> MariaDbServer | PostgresServer:
+    """Start a source server of a bench's source type (`mariadb`, `postgres`): MariaDB, or PostgreSQL with logical
+    decoding for capture."""
+    starts = {"mariadb": lambda: start_mariadb(base_dir), "postgres": lambda: start_postgres(base_dir, logical=True)}
+    return starts[source_type]()
+
+
 @dataclass
 class MariaDbServer:
     """A mariadbd process with binary logging in ROW format; its files live in the parent of datadir."""
