@@ -59,7 +59,8 @@ from cdc_pipeline import cycle
 from cdc_pipeline.config import PipelineConfig, parse_config
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV
 from cdc_pipeline.testing import peer_chameleon, warm_driver
-from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, end_process_group, start_mariadb, start_postgres
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb, start_postgres,
+                                          start_source)
 from cdc_pipeline.sources.quoting import quote_mysql
 
 log = logging.getLogger(__name__)
@@ -697,10 +698,9 @@ def run_initial_load(rows: int, debezium_rows: int, source_type: str = "mariadb"
 
     build_runner()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as work:
-        if source_type == "postgres":
-            with start_postgres(Path(work), logical=True) as source, start_postgres(Path(work)) as destination:
+        with start_source(source_type, Path(work)) as source, start_postgres(Path(work)) as destination:
+            if isinstance(source, PostgresServer):
                 return measure_postgres_initial_load(source, destination, Path(work), rows)
-        with start_mariadb(Path(work)) as source, start_postgres(Path(work)) as destination:
             source.create_capture_user(CAPTURE_USER, CAPTURE_PASSWORD)
             return measure_initial_load(source, destination, Path(work), rows, debezium_rows, peer, served=served)
 
