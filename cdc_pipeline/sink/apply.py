@@ -32,8 +32,6 @@ from cdc_pipeline.sink.merge_round import StagedStep, merge_round
 from cdc_pipeline.sink.plan import BatchPlan, DdlStep, DmlStep, SnapshotStep, TruncateStep, table_counts
 from cdc_pipeline.sink.stage_copy import ExecutorStaging
 from cdc_pipeline.sink.steps import StepPath
-# bulk_load reads the statement of the driver's temporary staging table from here.
-from cdc_pipeline.sink.table_writes import staging_table_sql  # noqa: F401
 
 log = logging.getLogger(__name__)
 
