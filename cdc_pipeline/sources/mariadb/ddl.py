@@ -1,6 +1,6 @@
 """A MariaDB/MySQL source's DDL: the schema snapshot and the stream carry each table's DDL text, read by the shared
-parser (`sources.ddl_text`); whether a binlog statement names one of the connector's databases; a table's CREATE
-TABLE as the server writes it."""
+parser (`sources.ddl_text`, `parse_ddl`); the database a streamed DROP DATABASE drops (`dropped_database`); whether a
+binlog statement names one of the connector's databases; a table's CREATE TABLE as the server writes it."""
 
 from __future__ import annotations
 
