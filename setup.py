@@ -20,7 +20,7 @@ def runner_outdated() -> bool:
     """Whether the runner's jar or its dependency jars are missing, or the jar is older than a source."""
     if not RUNNER_JAR.is_file() or not any(RUNNER_LIB.glob("*.jar")):
         return True
-    sources = [RUNNER_DIR / "pom.xml", *(RUNNER_DIR / "src").rglob("*.java")]
+    sources = [RUNNER_DIR / "pom.xml", *(RUNNER_DIR / "src" / "main").rglob("*.java")]
     return RUNNER_JAR.stat().st_mtime < max(source.stat().st_mtime for source in sources)
 
 
@@ -32,7 +32,7 @@ class BuildPyWithRunner(build_py):
             if shutil.which("mvn") is None:
                 raise SystemExit(f"the Debezium runner in {RUNNER_DIR} is not built and Maven (mvn) is not on the "
                                  "PATH: install Maven and a JDK 17, or run `make runner` first")
-            subprocess.run(["mvn", "-q", "-B", "package", "-DskipTests"], cwd=RUNNER_DIR, check=True)
+            subprocess.run(["mvn", "-q", "-B", "package", "-Dmaven.test.skip=true"], cwd=RUNNER_DIR, check=True)
             self.__dict__.pop("data_files", None)  # collected again, with the jars just built
         super().run()
 

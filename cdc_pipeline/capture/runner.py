@@ -47,7 +47,7 @@ def build_runner(force: bool = False) -> Path:
         return RUNNER_JAR
     log.info("Building the Debezium runner with Maven in %s", RUNNER_DIR)
     result = subprocess.run(
-        ["mvn", "-q", "-B", "package", "-DskipTests"], cwd=RUNNER_DIR, capture_output=True, text=True
+        ["mvn", "-q", "-B", "package", "-Dmaven.test.skip=true"], cwd=RUNNER_DIR, capture_output=True, text=True
     )
     if result.returncode != 0:
         raise RunnerError(f"Maven build of the Debezium runner failed:\n{result.stdout[-4000:]}{result.stderr[-4000:]}")
