@@ -118,7 +118,7 @@ def test_keys_changed_many_times_in_one_group_end_as_their_last_change(pipeline,
                      "DELETE FROM hot WHERE id = 4",
                      *(f"UPDATE pairs SET v = {i} WHERE a = 1" for i in range(1, 10)),
                      "UPDATE pairs SET b = 'z' WHERE b = 'y'", "INSERT INTO pairs VALUES (1, 'y', 5)"])
-    with caplog.at_level("INFO", logger="cdc_pipeline.sink.apply"):
+    with caplog.at_level("INFO", logger="cdc_pipeline.sink"):
         pipeline.sync()
 
     assert pipeline.dest_rows("hot") == [(1, 100, "back"), (2, 8, "third"), (3, 7, "again")]
