@@ -566,9 +566,9 @@ class FetchCycle:
     def _heartbeats_only(self, batch: FetchedBatch) -> bool:
         """Whether the batch holds only heartbeats (Debezium's records with neither op nor table, and PostgreSQL's
         heartbeat table's writes with their BEGIN and END): no sign that an open transaction goes on."""
-        heartbeat_table = getattr(self.connector, "heartbeat_table", None)
         beats = [entry for entry in batch.index if entry.get("kind") != TRANSACTION]
-        return bool(beats) and all(entry.get("kind") == OTHER or entry.get("table") == heartbeat_table
+        return bool(beats) and all(entry.get("kind") == OTHER
+                                   or self.source.is_heartbeat_table(self.connector, entry.get("table"))
                                    for entry in beats)
 
     def _over_bounds(self, events: int, size: int, batch: FetchedBatch, first: bool = True) -> bool:

@@ -191,7 +191,7 @@ class ChunkPlanner:
         """Where a table without a key is cut (`ctid_split`: at most a slice of parts, each of about a chunk's rows
         by the table's average row size, PART_BYTES_AT_LEAST at least), or nothing: one chunk, read under its own
         snapshot."""
-        split = getattr(self.source, "ctid_split", None)
+        split = self.source.ctid_split
         if split is None:
             return []
         part_bytes = min(CHUNK_BYTES, table.chunk_rows * table.row_bytes) if table.row_bytes else CHUNK_BYTES

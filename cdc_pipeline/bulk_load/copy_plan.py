@@ -25,7 +25,7 @@ from cdc_pipeline.convert.dml import ColumnPlan
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.decode.events import FieldSpec
 from cdc_pipeline.capture.runner import JAVA_PACKAGE, jdbc_target
-from cdc_pipeline.sources import mariadb
+from cdc_pipeline.sources import GEOMETRY_TYPES
 from cdc_pipeline.bulk_load.bookkeeping import table_sql
 from cdc_pipeline.bulk_load.chunk_plan import Chunk, TableLoad, chunks_per_slice, whole_table
 
@@ -92,10 +92,10 @@ class CopyPlanner:
         """How the source selects each column as a value the runner's SourceChunkCopier writes as a COPY text field
         (`copy_field_sql`), or as its own COPY writes it (`copy_out_column`: the kind is then unused); None where a
         column needs Spark (`lines`)."""
-        copy_out = getattr(self.source, "copy_out_column", None)
+        copy_out = self.source.copy_out_column
         if copy_out is not None:
             return [(copy_out(column.source, column.pg_type), copy_text.FIELD_PLAIN) for column in columns] or None
-        field_sql = getattr(self.source, "copy_field_sql", None)
+        field_sql = self.source.copy_field_sql
         fields = [field_sql(column.source, column.pg_type) for column in columns] if field_sql else []
         if not columns or not fields or any(field is None for field in fields):
             return None
@@ -108,7 +108,7 @@ class CopyPlanner:
         the source nor Spark row between; a PostgreSQL source's chunks are its own COPY text, piped into the
         destination's COPY (`copy_out_query`), the parts of a table without a key under the exported `snapshot`
         (`slices._SliceCopy`). None where a column needs Spark (`lines`)."""
-        copy_out = getattr(self.source, "copy_out_query", None)
+        copy_out = self.source.copy_out_query
         queries, positions, kinds, fetch_sizes = [], [], [], []
         for part in parts:
             fields = self.copy_fields(part.columns)
@@ -262,7 +262,7 @@ def input_type(existing: DestinationTable, column: str) -> str:
 
 def _column_plan(column: BulkColumn) -> ColumnPlan:
     """The column as the mapping rules' transforms see it (geometry is told by its logical type)."""
-    geometry = column.source.data_type in mariadb.GEOMETRY_TYPES
+    geometry = column.source.data_type in GEOMETRY_TYPES
     spec = FieldSpec(name=column.source.name, type="struct" if geometry else "string",
                      logical=_GEOMETRY_LOGICAL if geometry else None, parameters={}, optional=True)
     return ColumnPlan(source_name=column.source.name, dest_name=column.dest_name, pg_type=column.pg_type, spec=spec,

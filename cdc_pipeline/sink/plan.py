@@ -32,7 +32,7 @@ from cdc_pipeline.decode.events import (
     fail_on_malformed,
 )
 from cdc_pipeline.mapping import objmap
-from cdc_pipeline.sources import before_snapshot, captures, stream_passed
+from cdc_pipeline.sources import before_snapshot, captures, module_for, stream_passed
 
 log = logging.getLogger(__name__)
 
@@ -313,9 +313,9 @@ def _schema_change_table(ref: EventRef, connector: ConnectorConfig) -> str:
 def is_heartbeat(connector: ConnectorConfig, ref: EventRef) -> bool:
     """Whether an event is the connector's heartbeat, not the source's: Debezium's heartbeat message of any connector
     (`HeartbeatImpl`: a struct value, {ts_ms}, with no source block and no op; a tombstone has no value), or a
-    PostgreSQL connector's write of its heartbeat table. Neither is applied nor counted."""
+    write of the connector's heartbeat table (a PostgreSQL source's, `is_heartbeat_table`). Neither is applied nor counted."""
     if ref.kind == DATA_CHANGE:
-        return connector.type == "postgres" and ref.source_table == connector.heartbeat_table
+        return module_for(connector.type).is_heartbeat_table(connector, ref.source_table)
     return (ref.kind == OTHER and ref.schema_id is not None and ref.op is None and ref.source_table is None
             and not ref.raw_source)
 

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def creates_tables(connector: ConnectorConfig) -> bool:
     """Whether the connector's source type can describe a table as its stream's DDL would (`create_statements`)."""
-    return hasattr(module_for(connector.type), "create_statements")
+    return module_for(connector.type).create_statements is not None
 
 
 def unseen_tables(cur: psycopg.Cursor, schema: str, connector: ConnectorConfig, object_map: objmap.ObjectMap,

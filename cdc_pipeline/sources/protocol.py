@@ -6,9 +6,6 @@ A capability only some sources have is an Optional member: a package that lacks 
 None` in mariadb), and a caller tests `source.name is None`, never `getattr`/`hasattr`. The bulk snapshot's reads are
 None in a source the bulk snapshot does not read (SQL Server, Oracle). `tests/unit/sources/test_protocol.py` checks
 that every package has every member.
-
-`create_statements` (MariaDB/MySQL's tables as their CREATE TABLE) is not a member yet: `sink/unseen_tables.py`
-asks for it with `hasattr`, so it stays absent where it is absent.
 """
 
 from __future__ import annotations
@@ -124,6 +121,8 @@ class Source(Protocol):
     def parse_ddl(self, ddl_text: str) -> list[Statement]: ...
     # The database a streamed schema change drops (`DROP DATABASE`, whose event names no table), or None.
     dropped_database: Callable[[dict[str, Any]], str | None] | None
+    # The tables of a database as their CREATE TABLE text (a table the stream never described), or None.
+    create_statements: Callable[[Any, str, Sequence[str]], list[str]] | None
 
 
 def members() -> list[str]:

@@ -3,9 +3,11 @@ whose tables the bulk load does not read (Debezium's snapshot loads them), whose
 replication slot, and whose rows `verify` counts per key range rather than hashing them. Each such Optional member
 is None here, and the two packages take them all (`from cdc_pipeline.sources.stream_only import *`)."""
 
-# Before the engine starts, and the schema changes' DDL: nothing to prepare, no DROP DATABASE to read.
+# Before the engine starts, and the schema changes' DDL: nothing to prepare, no DROP DATABASE to read, no table's
+# CREATE TABLE to read from the source.
 prepare_capture = None
 dropped_database = None
+create_statements = None
 
 # Positions of a bulk load, of a binlog and of a replication slot.
 LOAD_POSITION_KEY = None

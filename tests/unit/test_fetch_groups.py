@@ -13,7 +13,7 @@ from cdc_pipeline.fetch_phases import FetchCycle
 
 
 def _cycle(batch_size: int, apply_batch_events: int, apply_batch_mb: int = 64) -> FetchCycle:
-    connector = SimpleNamespace(name="c", batch_size=batch_size, apply_batch_events=apply_batch_events,
+    connector = SimpleNamespace(name="c", type="mariadb", batch_size=batch_size, apply_batch_events=apply_batch_events,
                                 apply_batch_mb=apply_batch_mb, max_seconds_per_run=300.0)
     return FetchCycle(SimpleNamespace(runner=object(), connector=connector, cycle_stats=SimpleNamespace(
         first_fetch_at=None)))  # type: ignore[arg-type]

@@ -39,7 +39,8 @@ from cdc_pipeline.sources.postgres.ddl import (DDL_EVENTS, ensure_heartbeat_tabl
 
 # The protocol's optional members PostgreSQL lacks: a binlog's position to reach, to resume from and to check from;
 current_position = position_reached = resume_offset = check_position = None
-# DDL text, so no DROP DATABASE to read; the load's fields written by the driver (a chunk is piped COPY to COPY);
-dropped_database = copy_field_sql = None
+# DDL text, so no DROP DATABASE to read and no CREATE TABLE text of a table (its tables come from the events' schemas);
+# the load's fields written by the driver (a chunk is piped COPY to COPY);
+dropped_database = create_statements = copy_field_sql = None
 # the column defaults to rewrite, the key-range counts and the offsets' own order of SQL Server and Oracle.
 default_expression = key_range_counts = stream_order = ORDERED_WITHIN_TRANSACTION = None

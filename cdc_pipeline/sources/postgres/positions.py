@@ -11,12 +11,15 @@ PostgreSQL applies to the rows."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.sources.lost_position import LostPosition
 from cdc_pipeline.sources.offset_shape import FLAG, INT, OffsetShape, TEXT
 from cdc_pipeline.sources.postgres.connector import connect, heartbeat_query
+
+log = logging.getLogger(__name__)
 
 # A bulk load's position is a transaction snapshot (`load_end_position`, `snapshot_position_select`).
 LOAD_POSITION_KEY = "snapshot"

@@ -3,7 +3,12 @@ which began after it."""
 
 from __future__ import annotations
 
+import logging
+import socket
+
 import pytest
+
+from cdc_pipeline.config import ConnectorConfig
 
 from cdc_pipeline.sources import before_snapshot, postgres, stream_passed
 
@@ -50,3 +55,14 @@ def test_a_snapshot_is_passed_by_a_transaction_that_began_after_it(tx_id: int, p
     epoch = 3 << 32
     assert stream_passed({"txId": tx_id}, {"snapshot": f"{epoch + 100}:{epoch + 104}:{epoch + 100}"}) is passed
     assert not stream_passed({"lsn": 1, "txId": tx_id, "snapshot": True}, {"snapshot": "100:104:"})
+
+
+def test_a_wal_end_that_cannot_be_marked_is_none_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    connector = ConnectorConfig(name="shop", type="postgres", hostname="127.0.0.1", port=closed_port, user="u",
+                                password="p", database="shop")
+    with caplog.at_level(logging.WARNING, logger="cdc_pipeline.sources"):
+        assert postgres.mark_wal_end(connector) is None
+    assert "shop: cannot mark the end of the source's WAL" in caplog.text
