@@ -19,8 +19,8 @@ has not applied, which its source type's module tells (`check_changes`):
   the max LSN too). A position the cleanup job removed changes after (a capture instance's oldest LSN is later) is
   said, and launches nothing: the changes are gone, and Debezium would read on without them.
 - Oracle: the SCN moves with any activity of the database, so the redo since the applied position is mined with
-  LogMiner (archived redo up to `oracle_checks.CHECK_REDO_BYTES`, for `CHECK_SECONDS`) for a change of a captured
-  table the connector has not applied; more redo asks for a run. A position older than every redo log the database
+  LogMiner (archived redo up to `CHECK_REDO_BYTES` of `sources/oracle/checks.py`, for `CHECK_SECONDS`) for a change
+  of a captured table the connector has not applied; more redo asks for a run. A position older than every redo log the database
   keeps is said, and launches nothing (Debezium cannot resume from it).
 Only a check that read the source to its end tells that there is nothing to do (`Pending.caught_up`, what `sync`
 asks in `nothing_to_do`).

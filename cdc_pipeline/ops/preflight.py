@@ -1,8 +1,8 @@
 """The preflight check of a connector: what its source and the destination lack before its first run, each finding
 with the statement that fixes it (`cdc-pipeline check NAME`).
 
-The source's checks are its source type's module's (`preflight` of `sources/mariadb.py`, `sources/postgres.py`,
-`sources/sqlserver_checks.py`, `sources/oracle_checks.py`). The destination's are here: it can be reached, it is a primary that
+The source's checks are its source type's module's (`preflight` of each package's `checks` room:
+`sources/<type>/checks.py`). The destination's are here: it can be reached, it is a primary that
 takes writes, the session settings the pipeline pins (`config.SESSION_SETTINGS`) take effect, no default the
 session leaves alone (read-only transactions, idle transaction timeouts) breaks a run, and the role may create the
 control schema and the connector's destination schemas.

@@ -58,7 +58,7 @@ class DmlStep:
     fields: list[FieldSpec] = field(default_factory=list)
     frame: DataFrame | None = None
     # The batch's rows, and whether the step holds them all: its `frame` is made from them on first use
-    # (`with_frame`), since a group staged whole (`sink/apply.py`) never needs one per step.
+    # (`with_frame`), since a group staged whole (`sink/group_stage.py`) never needs one per step.
     rows_of_batch: tuple[DataFrame, bool] | None = None
 
 
