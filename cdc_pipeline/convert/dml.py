@@ -18,6 +18,7 @@ import psycopg
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdc_pipeline import sources
 from cdc_pipeline.catalog import ColumnType
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.copy_text import NULL_TEXT, copy_escape, ewkb_hex
@@ -428,13 +429,11 @@ def zero_dates(image: str, columns: list[ColumnPlan], keys: ColumnKeys | None = 
 
 DEFAULT_UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
 UNAVAILABLE_PLACEHOLDER_PROPERTY = "unavailable.value.placeholder"
-# Sources whose events may leave a large value out (PostgreSQL's unchanged TOASTed values, Oracle's LOBs).
-_PLACEHOLDER_SOURCES = frozenset({"postgres", "oracle"})
 
 
 def unavailable_placeholder(connector: ConnectorConfig) -> str | None:
     """The placeholder the connector's events put for a value they leave out, or None for sources without one."""
-    if connector.type not in _PLACEHOLDER_SOURCES:
+    if not sources.module_for(connector.type).LEAVES_VALUES_OUT:
         return None
     return connector.debezium.get(UNAVAILABLE_PLACEHOLDER_PROPERTY, DEFAULT_UNAVAILABLE_PLACEHOLDER)
 

@@ -41,6 +41,9 @@ class Source(Protocol):
     TYPE_MAPS: dict[str, dict[str, str]]
     TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]]
     IMPLICIT_DEFAULTS: bool
+    # Whether an event may leave a value out, as Debezium's placeholder (PostgreSQL's unchanged TOASTed values,
+    # Oracle's LOBs).
+    LEAVES_VALUES_OUT: bool
     def column_type(self, source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None: ...
     def always_nullable(self, source_type: str) -> bool: ...
     # A column default as the source reports it, in the form the type map's defaults read (None: read as it is).

@@ -15,7 +15,7 @@ from cdc_pipeline.sources.mariadb.connector import (CONNECTOR_CLASSES, CONNECT_T
                                                     KEEP_ALIVE_INTERVAL_MS, SYSTEM_SCHEMAS, TRUSTSTORE_PASSWORD,
                                                     connect, databases_of, debezium_properties, is_heartbeat_table,
                                                     jdbc_url, qualified, quote, quote_mysql, replicates, truststore)
-from cdc_pipeline.sources.mariadb.types import (GEOMETRY_TYPES, IMPLICIT_DEFAULTS, MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES,
+from cdc_pipeline.sources.mariadb.types import (GEOMETRY_TYPES, IMPLICIT_DEFAULTS, LEAVES_VALUES_OUT, MARIADB_TYPE_MAP, MYSQL_TYPE_ALIASES,
                                                 MYSQL_TYPE_MAP, TYPE_MAPS, TYPE_MAP_NOTES, always_nullable, column_type)
 from cdc_pipeline.sources.mariadb.positions import (LOAD_POSITION_KEY, OFFSET_SHAPE, SourceLogChangedError,
                                                     TRANSACTION_STARTS, before_snapshot, binlog_base, binlog_place,

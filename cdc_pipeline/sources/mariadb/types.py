@@ -122,6 +122,8 @@ TYPE_MAPS: dict[str, dict[str, str]] = {"mariadb": MARIADB_TYPE_MAP, "mysql": MY
 # A NOT NULL column added without a DEFAULT gives the rows already there its type's implicit default (0, '', the
 # first ENUM value...), which the destination column takes while it is added (`ColumnDef.implicit_default_sql`).
 IMPLICIT_DEFAULTS = True
+# The events carry every value whole.
+LEAVES_VALUES_OUT = False
 
 
 def column_type(source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None:

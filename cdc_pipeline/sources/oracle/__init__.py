@@ -20,7 +20,7 @@ from cdc_pipeline.sources.oracle.connector import (CONNECTOR_CLASS, connect, deb
 from cdc_pipeline.sources.oracle.ddl import DDL_EVENTS, parse_ddl
 from cdc_pipeline.sources.oracle.positions import (OFFSET_SHAPE, ORDERED_WITHIN_TRANSACTION, check_position,
                                                    commit_state, committed_scn, source_partition, stream_order)
-from cdc_pipeline.sources.oracle.types import (IMPLICIT_DEFAULTS, ORACLE_TYPE_ALIASES, ORACLE_TYPE_MAP, TYPE_MAP_NOTES,
+from cdc_pipeline.sources.oracle.types import (IMPLICIT_DEFAULTS, LEAVES_VALUES_OUT, ORACLE_TYPE_ALIASES, ORACLE_TYPE_MAP, TYPE_MAP_NOTES,
                                                TYPE_MAPS, always_nullable, column_type, default_expression)
 # The protocol's Optional members a source read by Debezium alone lacks (the bulk load's reads, binlog and slot
 # positions, row hashes), each None.
@@ -31,7 +31,7 @@ from cdc_pipeline.sources.stream_only import *  # noqa: F401,F403
 lost_position = None
 
 __all__ = [
-    "CHECK_REDO_BYTES", "CHECK_ROWS", "CHECK_SECONDS", "CONNECTOR_CLASS", "DDL_EVENTS", "IMPLICIT_DEFAULTS",
+    "CHECK_REDO_BYTES", "CHECK_ROWS", "CHECK_SECONDS", "CONNECTOR_CLASS", "DDL_EVENTS", "IMPLICIT_DEFAULTS", "LEAVES_VALUES_OUT",
     "OFFSET_SHAPE", "ORACLE_TYPE_ALIASES", "ORACLE_TYPE_MAP", "ORDERED_WITHIN_TRANSACTION", "TYPE_MAPS",
     "TYPE_MAP_NOTES", "always_nullable", "check_changes", "check_position", "column_type", "commit_state",
     "committed_scn", "connect", "debezium_properties", "default_expression", "is_heartbeat_table",

@@ -63,6 +63,8 @@ TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
 TYPE_MAPS: dict[str, dict[str, str]] = {"oracle": ORACLE_TYPE_MAP}
 # Oracle refuses to add a NOT NULL column without a DEFAULT to a table with rows: no implicit value to copy.
 IMPLICIT_DEFAULTS = False
+# An event may leave a LOB out, as Debezium's placeholder (`unavailable.value.placeholder`).
+LEAVES_VALUES_OUT = True
 _DEFAULT_TIMESTAMP_DIGITS = 6
 _PRECISION = re.compile(r"\(\s*(\d+)")
 _NOW = re.compile(r"(sysdate|systimestamp|current_timestamp|localtimestamp|current_date)\s*(\(\s*\d*\s*\))?",

@@ -15,7 +15,7 @@ from cdc_pipeline.sources.postgres.connector import (CONNECTOR_CLASS, CONNECT_TI
                                                      LIFT_IDLE_LIMITS, SYSTEM_SCHEMAS, connect, debezium_properties,
                                                      heartbeat_query, jdbc_url, qualified, quote, replicates,
                                                      session_options, tls_parameters)
-from cdc_pipeline.sources.postgres.types import (GEOMETRY_TYPES, IMPLICIT_DEFAULTS, POSTGRES_TYPE_ALIASES,
+from cdc_pipeline.sources.postgres.types import (GEOMETRY_TYPES, IMPLICIT_DEFAULTS, LEAVES_VALUES_OUT, POSTGRES_TYPE_ALIASES,
                                                  POSTGRES_TYPE_MAP, TYPE_MAPS, TYPE_MAP_NOTES, always_nullable,
                                                  array_element, column_type)
 from cdc_pipeline.sources.postgres.positions import (LOAD_POSITION_KEY, OFFSET_SHAPE, before_snapshot, drop_lost_slot,

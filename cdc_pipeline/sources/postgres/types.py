@@ -83,6 +83,9 @@ TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
 TYPE_MAPS: dict[str, dict[str, str]] = {"postgres": POSTGRES_TYPE_MAP}
 # PostgreSQL emits no DDL: no column is added by a statement whose implicit default the destination would need.
 IMPLICIT_DEFAULTS = False
+# An update's event leaves an unchanged TOASTed value out, as Debezium's placeholder
+# (`unavailable.value.placeholder`).
+LEAVES_VALUES_OUT = True
 
 
 def column_type(source_type: str, column: dict[str, Any], connector_type: str) -> TypeChoice | None:

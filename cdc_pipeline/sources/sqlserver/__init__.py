@@ -17,14 +17,14 @@ from cdc_pipeline.sources.sqlserver.ddl import DDL_EVENTS, parse_ddl
 from cdc_pipeline.sources.sqlserver.positions import (OFFSET_SHAPE, ORDERED_WITHIN_TRANSACTION, check_position,
                                                       lost_position, lsn_bytes, lsn_text, source_partition,
                                                       stream_order)
-from cdc_pipeline.sources.sqlserver.types import (IMPLICIT_DEFAULTS, SQLSERVER_TYPE_MAP, TYPE_MAP_NOTES, TYPE_MAPS,
+from cdc_pipeline.sources.sqlserver.types import (IMPLICIT_DEFAULTS, LEAVES_VALUES_OUT, SQLSERVER_TYPE_MAP, TYPE_MAP_NOTES, TYPE_MAPS,
                                                   always_nullable, column_type, default_expression)
 # The protocol's Optional members a source read by Debezium alone lacks (the bulk load's reads, binlog and slot
 # positions, row hashes), each None.
 from cdc_pipeline.sources.stream_only import *  # noqa: F401,F403
 
 __all__ = [
-    "CONNECTOR_CLASS", "DDL_EVENTS", "IMPLICIT_DEFAULTS", "OFFSET_SHAPE", "ORDERED_WITHIN_TRANSACTION",
+    "CONNECTOR_CLASS", "DDL_EVENTS", "IMPLICIT_DEFAULTS", "LEAVES_VALUES_OUT", "OFFSET_SHAPE", "ORDERED_WITHIN_TRANSACTION",
     "SQLSERVER_TYPE_MAP", "TYPE_MAPS", "TYPE_MAP_NOTES", "always_nullable", "check_changes", "check_position",
     "column_type", "connect", "debezium_properties", "default_expression", "is_heartbeat_table", "key_range_counts",
     "lost_position", "lsn_bytes", "lsn_text", "parse_ddl", "preflight", "qualified", "quote", "replicates",

@@ -65,6 +65,8 @@ TYPE_MAP_NOTES: dict[str, list[tuple[str, str]]] = {
 TYPE_MAPS: dict[str, dict[str, str]] = {"sqlserver": SQLSERVER_TYPE_MAP}
 # SQL Server refuses to add a NOT NULL column without a DEFAULT to a table with rows: no implicit value to copy.
 IMPLICIT_DEFAULTS = False
+# The events carry every value whole.
+LEAVES_VALUES_OUT = False
 _TIME_TYPES = frozenset({"time", "datetime2", "datetimeoffset"})
 _DEFAULT_TIME_DIGITS = 7
 _LOCAL_NOW = re.compile(r"(getdate|sysdatetime|sysdatetimeoffset|current_timestamp)\s*(\(\s*\))?", re.IGNORECASE)
