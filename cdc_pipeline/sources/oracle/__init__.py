@@ -12,7 +12,7 @@ names.
 - `ddl`: the DDL text LogMiner logged, through the shared `ddl_text` in Oracle's dialect
 """
 
-from cdc_pipeline.sources import stream_only
+import cdc_pipeline.sources.stream_only as stream_only
 from cdc_pipeline.sources.oracle.checks import (CHECK_REDO_BYTES, CHECK_ROWS, CHECK_SECONDS, check_changes,
                                                 key_range_counts, preflight, row_counts)
 from cdc_pipeline.sources.oracle.connector import (CONNECTOR_CLASS, connect, debezium_properties, is_heartbeat_table,

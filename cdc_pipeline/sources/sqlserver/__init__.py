@@ -9,7 +9,7 @@
 - `ddl`: schema changes come without DDL text
 """
 
-from cdc_pipeline.sources import stream_only
+import cdc_pipeline.sources.stream_only as stream_only
 from cdc_pipeline.sources.sqlserver.checks import check_changes, key_range_counts, preflight, row_counts
 from cdc_pipeline.sources.sqlserver.connector import (CONNECTOR_CLASS, connect, debezium_properties, is_heartbeat_table,
                                                       qualified, quote, replicates)
