@@ -107,11 +107,15 @@ def drop_lost_slot(connector: ConnectorConfig) -> None:
                     connector.replication_slot)
 
 
+# The packages a bulk load reads, by the key only their load positions hold (`LOAD_POSITION_KEY`).
+_LOAD_POSITION_PACKAGES = {source.LOAD_POSITION_KEY: source for source in packages()
+                           if source.LOAD_POSITION_KEY is not None}
+
+
 def _load_position_source(position: dict[str, Any]) -> Source | None:
     """The package whose bulk load's position `position` is (by its `LOAD_POSITION_KEY`: a binlog position of
-    MariaDB/MySQL, a transaction snapshot of PostgreSQL)."""
-    return next((source for source in packages()
-                 if source.LOAD_POSITION_KEY is not None and source.LOAD_POSITION_KEY in position), None)
+    MariaDB/MySQL, a transaction snapshot of PostgreSQL). Asked for every change a load's table streams."""
+    return next((source for key, source in _LOAD_POSITION_PACKAGES.items() if key in position), None)
 
 
 def before_snapshot(offset: dict[str, Any] | None, position: dict[str, Any]) -> bool:

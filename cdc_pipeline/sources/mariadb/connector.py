@@ -14,7 +14,7 @@ from urllib.parse import quote as url_quote
 
 from cdc_pipeline.config import ConnectorConfig, pattern_regex
 from cdc_pipeline.errors import CdcError, RunnerError
-from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
+from cdc_pipeline.sources.debezium import topic_heartbeat_properties
 from cdc_pipeline.sources.quoting import qualified_mysql, quote_mysql
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -54,9 +54,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         # Debezium's heartbeat carries the reader's position while it reads other databases' events, which no record
         # of the connector's own does: the runner commits a batch of heartbeats itself, so a run that ends on its
         # budget on a busy server leaves the next one further on.
-        "heartbeat.interval.ms": str(max(1, round(connector.heartbeat_interval_seconds * 1000))),
-        HEARTBEAT_TOPICS_PROPERTY: f"{connector.debezium.get('topic.heartbeat.prefix', '__debezium-heartbeat')}."
-                                   f"{connector.name}",
+        **topic_heartbeat_properties(connector),
     }
 
 

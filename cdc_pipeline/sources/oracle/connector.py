@@ -10,7 +10,7 @@ from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import driver_words, read_source
 from cdc_pipeline.sources.quoting import qualified_double, quote_double
-from cdc_pipeline.sources.topic_heartbeat import heartbeat_properties
+from cdc_pipeline.sources.debezium import topic_heartbeat_properties
 
 CONNECTOR_CLASS = "io.debezium.connector.oracle.OracleConnector"
 CONNECT_TIMEOUT_SECONDS = 10
@@ -34,7 +34,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     """
     props = {"connector.class": CONNECTOR_CLASS, "database.dbname": connector.database, "lob.enabled": "true",
              "interval.handling.mode": "string", "time.precision.mode": "microseconds"}
-    props.update(heartbeat_properties(connector))
+    props.update(topic_heartbeat_properties(connector))
     return props
 
 

@@ -12,7 +12,7 @@ from psycopg import sql
 
 from cdc_pipeline.config import ConnectorConfig, KEEPALIVES
 from cdc_pipeline.errors import CdcError
-from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY
+from cdc_pipeline.sources.debezium import HEARTBEAT_TOPICS_PROPERTY, heartbeat_interval_ms
 from cdc_pipeline.sources.quoting import qualified_double, quote_double
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -61,7 +61,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
         schemas = dict.fromkeys(connector.split_table(table)[0] for table in watched)
         props["schema.include.list"] = ",".join(re.escape(schema) for schema in schemas if schema)
         props["table.include.list"] = ",".join(re.escape(table) for table in watched)
-    props["heartbeat.interval.ms"] = str(max(1, round(connector.heartbeat_interval_seconds * 1000)))
+    props["heartbeat.interval.ms"] = heartbeat_interval_ms(connector)
     props["heartbeat.action.query"] = heartbeat_query(connector)
     # The runner commits a batch of heartbeats itself when nothing waits before it (its own property).
     props[HEARTBEAT_TOPICS_PROPERTY] = f"{connector.name}.{connector.heartbeat_table}"

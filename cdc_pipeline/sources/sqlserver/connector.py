@@ -8,7 +8,7 @@ from typing import Any, Callable
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.sources.change_check import driver_words, read_source
-from cdc_pipeline.sources.topic_heartbeat import heartbeat_properties
+from cdc_pipeline.sources.debezium import topic_heartbeat_properties
 
 CONNECTOR_CLASS = "io.debezium.connector.sqlserver.SqlServerConnector"
 CONNECT_TIMEOUT_SECONDS = 10
@@ -26,7 +26,7 @@ def debezium_properties(connector: ConnectorConfig) -> dict[str, str]:
     `binary.handling.mode=bytes`."""
     props = {"connector.class": CONNECTOR_CLASS, "database.names": connector.database, "database.encrypt": "false",
              "time.precision.mode": "microseconds"}
-    props.update(heartbeat_properties(connector))
+    props.update(topic_heartbeat_properties(connector))
     return props
 
 
