@@ -185,11 +185,13 @@ def _geometry(value: Column, spec: FieldSpec, pg_type: str) -> Column:
     input reads; without a source SRID just the hex WKB.
     """
     wkb = F.unbase64(F.get_json_object(value, "$.wkb"))
-    if pg_type == "bytea":
-        return F.concat(F.lit("\\x"), ewkb_hex(F.lower(F.hex(wkb)), F.get_json_object(value, "$.srid").cast("long")))
-    if pg_type == "point":
-        return F.when(value.isNotNull(), F.format_string("(%s,%s)", F.get_json_object(value, "$.x"),
-                                                         F.get_json_object(value, "$.y")))
+    match pg_type:
+        case "bytea":
+            return F.concat(F.lit("\\x"),
+                            ewkb_hex(F.lower(F.hex(wkb)), F.get_json_object(value, "$.srid").cast("long")))
+        case "point":
+            return F.when(value.isNotNull(), F.format_string("(%s,%s)", F.get_json_object(value, "$.x"),
+                                                             F.get_json_object(value, "$.y")))
     srid = F.get_json_object(value, "$.srid")
     return F.concat(F.when(srid.isNotNull(), F.concat(F.lit("SRID="), srid, F.lit(";"))).otherwise(F.lit("")),
                     F.hex(wkb))
@@ -388,6 +390,8 @@ def plan_columns(fields: list[FieldSpec], dest_columns: dict[str, str], name_of:
 
 
 _ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+# The source column types whose zero value Debezium sends as the epoch: MariaDB/MySQL's TIMESTAMP.
+_ZERO_AS_EPOCH_TYPES = frozenset({"TIMESTAMP"})
 _ZERO_TIMESTAMP = r"^1970-01-01T00:00:00(\.0+)?Z$"
 
 
@@ -399,7 +403,7 @@ def zero_date(raw: Column, spec: FieldSpec) -> Column | None:
     sends as NULL (or, in a NOT NULL column, as 1970-01-01, which cannot be told from that real date).
     """
     source_type = spec.parameters.get(SOURCE_TYPE_PARAMETER, "").split("(")[0].strip().upper()
-    if spec.logical == _ZONED_TIMESTAMP and source_type == "TIMESTAMP":
+    if spec.logical == _ZONED_TIMESTAMP and source_type in _ZERO_AS_EPOCH_TYPES:
         return raw.rlike(_ZERO_TIMESTAMP)
     return None
 
@@ -445,13 +449,14 @@ def placeholder_forms(placeholder: str, connect_type: str) -> tuple[str, ...]:
     the array of its octets. Debezium's `hex:` prefix gives the placeholder as hex octets.
     """
     octets = bytes.fromhex(placeholder[4:]) if placeholder.startswith("hex:") else placeholder.encode()
-    if connect_type == "string":
-        return (octets.decode("utf-8", "replace"),)
-    if connect_type == "bytes":
-        return (base64.b64encode(octets).decode(),)
-    if connect_type == "array":
-        return (json.dumps([octets.decode("utf-8", "replace")], separators=(",", ":")),
-                "[" + ",".join(str(octet) for octet in octets) + "]")
+    match connect_type:
+        case "string":
+            return (octets.decode("utf-8", "replace"),)
+        case "bytes":
+            return (base64.b64encode(octets).decode(),)
+        case "array":
+            return (json.dumps([octets.decode("utf-8", "replace")], separators=(",", ":")),
+                    "[" + ",".join(str(octet) for octet in octets) + "]")
     return ()
 
 

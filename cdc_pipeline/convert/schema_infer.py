@@ -56,6 +56,7 @@ CONNECT_PG_TYPES: dict[str, str] = {
     "boolean": "boolean",
     "string": "text",
     "bytes": "bytea",
+    "array": "text[]",  # an array whose element type the event schema does not give
 }
 
 LOGICAL_PG_TYPES: dict[str, str] = {
@@ -136,8 +137,6 @@ def pg_type_from_connect(spec: FieldSpec) -> str:
         return LOGICAL_PG_TYPES[spec.logical]
     if spec.type in CONNECT_PG_TYPES:
         return CONNECT_PG_TYPES[spec.type]
-    if spec.type == "array":
-        return "text[]"
     log.warning("Unknown Connect type %s (%s) of column %r: mapped to text", spec.type, spec.logical, spec.name)
     return "text"
 

@@ -240,7 +240,7 @@ def _default_sql(expression: Any, pg_type: str, column_name: str) -> str | None:
             return "CURRENT_TIMESTAMP"
         return _dropped_default(expression, pg_type, column_name)
     if _CURRENT_DATE_DEFAULT.fullmatch(text):
-        if pg_type == "date" or pg_type.startswith("timestamp"):
+        if pg_type.startswith(("date", "timestamp")) and "range" not in pg_type:
             return "CURRENT_DATE"
         return _dropped_default(expression, pg_type, column_name)
     quoted = len(text) >= 2 and text.startswith("'") and text.endswith("'")
