@@ -61,9 +61,15 @@ demo: setup
 demo-stop:
 	@test -x $(PY) && $(PY) -m cdc_pipeline.testing.demo stop || true
 
+# The suite in two passes: its tests spread over TEST_WORKERS processes (pytest-xdist; each has its own throwaway
+# servers and Spark session, a test module's tests stay in one process), then the tests marked `alone` (they count
+# Spark's jobs or a run's budget, which a busy machine changes), one at a time.
+TEST_WORKERS ?= 2
+
 test: setup $(SCRIPTED_JAR)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15
+	$(PY) -m pytest -m alone --durations=5
 
 unit-test: setup
 	$(PY) -m pytest -m "not integration"

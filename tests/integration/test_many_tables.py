@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# Counts the Spark jobs of a group, which a group cut short on a busy machine multiplies.
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 TABLES = 40
 
