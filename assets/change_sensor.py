@@ -27,10 +27,11 @@ from assets import observations
 from assets.schedules import active_run_skip
 from assets.table_assets import table_asset_key
 from cdc_pipeline import control
-from cdc_pipeline.ops import lag, pending
+from cdc_pipeline.ops import lag, pending, pipeline_server
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops.tables import ReplicatedTable
+from resources.debezium_runner import ENGINE_OWN, ENGINE_SERVED, ENGINE_TAG
 from resources.destination import DestinationResource
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,9 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
         if not found.work:
             decision = SkipReason(found.reason)
         else:
-            decision = RunRequest(run_key=f"changes-{time.time_ns()}", tags={TRIGGER_TAG: found.reason[:200]})
+            decision = RunRequest(run_key=f"changes-{time.time_ns()}", tags={
+                TRIGGER_TAG: found.reason[:200],
+                ENGINE_TAG: ENGINE_SERVED if pipeline_server.serves() else ENGINE_OWN})
         # A check that answers ends the failed checks' backoff.
         cursor = json.dumps({"checked_at": time.time()})
         if isinstance(decision, SkipReason):

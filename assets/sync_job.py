@@ -47,7 +47,7 @@ from assets.table_assets import (
 from cdc_pipeline import cycle
 from cdc_pipeline.config import ConnectorConfig
 from cdc_pipeline.ops.tables import ReplicatedTable, TableChanges, count_applied
-from resources.debezium_runner import CONNECTOR_TAG, DebeziumRunnerResource
+from resources.debezium_runner import CONNECTOR_TAG, ENGINE_OWN, ENGINE_TAG, DebeziumRunnerResource
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
 
@@ -106,7 +106,8 @@ def build_sync_job(connector: ConnectorConfig, sync_assets: AssetsDefinition) ->
         description=f"One fetch cycle of connector {connector.name} ({connector.type} {connector.hostname}:"
                     f"{connector.port}/{connector.databases_text}) into PostgreSQL.",
         executor_def=in_process_executor,
-        tags={CONNECTOR_TAG: connector.name, **run_retry_tags(connector)},
+        # A run starts a driver JVM of its own unless the change sensor found a pipeline server to serve it.
+        tags={CONNECTOR_TAG: connector.name, ENGINE_TAG: ENGINE_OWN, **run_retry_tags(connector)},
     )
 
 

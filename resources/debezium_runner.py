@@ -23,23 +23,31 @@ from resources.spark_session import SparkSessionResource
 
 # The run tag naming a sync run's connector (the run queue allows one run per value).
 CONNECTOR_TAG = "cdc/connector"
+# The run tag saying where a run's engine runs: ENGINE_OWN, a driver JVM of the run's own (the jobs' default), or
+# ENGINE_SERVED, a pipeline server's (set by the change sensor when the server answers it). dagster.yaml limits the
+# runs with a JVM of their own apart, so that runs served by a server, which hold none, can be more.
+ENGINE_TAG = "cdc/engine"
+ENGINE_OWN = "own"
+ENGINE_SERVED = "served"
 # How often a lingering run asks the instance about its run queue (counts of its runs).
 QUEUE_CHECK_SECONDS = 2.0
 
 
 class RunQueueWait:
     """Whether runs wait in the instance's run queue for the slot a lingering run of `connector` holds: a queued run of
-    the same connector (one run per connector at a time), or any queued run while the runs in progress fill
-    `run_queue.max_concurrent_runs`. The session's `linger_yields`: such a run then ends as soon as it is caught up,
-    so a change of another connector does not wait behind it. Asked of the instance at most once in
-    QUEUE_CHECK_SECONDS."""
+    the same connector (one run per connector at a time); any queued run while the runs in progress fill
+    `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
+    `tags` count against, while the runs in progress fill it (runs with a driver JVM of their own wait for one another,
+    not for served ones). The session's `linger_yields`: such a run then ends as soon as it is caught up, so a change of
+    another connector does not wait behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
 
-    def __init__(self, instance: DagsterInstance, connector: str) -> None:
+    def __init__(self, instance: DagsterInstance, connector: str, tags: Optional[dict[str, str]] = None) -> None:
         self.instance = instance
         self.connector = connector
         # None without a run queue (an in-process or ephemeral instance): only the connector's own queued run counts.
         queue = instance.get_concurrency_config().run_queue_config
         self.max_concurrent_runs = queue.max_concurrent_runs if queue is not None else None
+        self.tag_limits = _tag_limits(queue.tag_concurrency_limits if queue is not None else (), tags or {})
         self._checked_at = float("-inf")
         self._waiting = False
 
@@ -57,8 +65,28 @@ class RunQueueWait:
                                                            tags={CONNECTOR_TAG: self.connector})):
             return True
         limit = self.max_concurrent_runs
-        return limit is not None and 0 <= limit <= self.instance.get_runs_count(
-            filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+        if limit is not None and 0 <= limit <= self.instance.get_runs_count(
+                filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES))):
+            return True
+        return any(self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED], tags=tag))
+                   and limit <= self.instance.get_runs_count(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES),
+                                                                                tags=tag))
+                   for tag, limit in self.tag_limits)
+
+
+def _tag_limits(limits: Any, tags: dict[str, str]) -> list[tuple[dict[str, str], int]]:
+    """The run queue's tag limits that a run of `tags` counts against, each as the tag its runs share and the limit:
+    a limit on the run's value of a tag, or one per unique value (`applyLimitPerUniqueValue`). The connector's own
+    limit is left out (RunQueueWait asks about the connector's queued runs in any case)."""
+    counted = []
+    for limit in limits or ():
+        key, value = limit.get("key"), limit.get("value")
+        if key not in tags or key == CONNECTOR_TAG or limit.get("limit") is None:
+            continue
+        per_value = isinstance(value, dict) and value.get("applyLimitPerUniqueValue")
+        if per_value or value == tags[key]:
+            counted.append(({key: tags[key]}, int(limit["limit"])))
+    return counted
 
 
 def _log_line(log: Any, level: int, message: str) -> None:
@@ -94,11 +122,13 @@ class DebeziumRunnerResource(ConfigurableResource):
     _served: dict[str, dict] = PrivateAttr(default_factory=dict)
     _readers: dict[str, ConnectorSession] = PrivateAttr(default_factory=dict)
     _instance: Optional[DagsterInstance] = PrivateAttr(default=None)
+    _run_tags: dict[str, str] = PrivateAttr(default_factory=dict)
     _errors: dict[str, BaseException] = PrivateAttr(default_factory=dict)
     _table_changes: dict[str, TableChanges] = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._instance = context.instance
+        self._run_tags = dict(context.run.tags) if context.run is not None else {}
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         sessions, self._sessions = self._sessions, {}
@@ -121,7 +151,8 @@ class DebeziumRunnerResource(ConfigurableResource):
             return None
         summary = served_sync(
             connector, start_offset=self.replay.start_offset, linger=True,
-            linger_yields=RunQueueWait(self._instance, connector) if self._instance is not None else None,
+            linger_yields=RunQueueWait(self._instance, connector, self._run_tags)
+            if self._instance is not None else None,
             on_log=None if log is None else lambda level, _name, message: _log_line(log, level, message))
         if summary is not None:
             self._served[connector] = summary
@@ -155,7 +186,7 @@ class DebeziumRunnerResource(ConfigurableResource):
             session = ConnectorSession(connector_config, config.destination, self.spark.get_session(),
                                        start_offset=self.replay.start_offset,
                                        linger_seconds=connector_config.linger_seconds,
-                                       linger_yields=RunQueueWait(self._instance, connector)
+                                       linger_yields=RunQueueWait(self._instance, connector, self._run_tags)
                                        if self._instance is not None else None)
             try:
                 session.open()

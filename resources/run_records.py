@@ -7,6 +7,8 @@ import sys
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
+from resources.debezium_runner import ENGINE_TAG
+
 
 def main(home: str) -> None:
     with DagsterInstance.from_config(home) as instance:
@@ -15,8 +17,16 @@ def main(home: str) -> None:
         failures = [event.message for r in failed[:3] for event in instance.all_logs(
             r.dagster_run.run_id, of_type={DagsterEventType.RUN_FAILURE, DagsterEventType.STEP_FAILURE})][:3]
         print(json.dumps({"runs": [{"status": r.dagster_run.status.value, "created": r.create_timestamp.timestamp(),
-                                    "start": r.start_time, "end": r.end_time} for r in records],
+                                    "starting": _starting(instance, r.dagster_run.run_id),
+                                    "start": r.start_time, "end": r.end_time,
+                                    "engine": r.dagster_run.tags.get(ENGINE_TAG)} for r in records],
                           "failures": [message[:400] for message in failures]}))
+
+
+def _starting(instance: DagsterInstance, run_id: str) -> float | None:
+    """When the launcher took the run (its process then starts, and the run starts once its code is loaded)."""
+    events = instance.all_logs(run_id, of_type=DagsterEventType.RUN_STARTING)
+    return events[0].timestamp if events else None
 
 
 if __name__ == "__main__":

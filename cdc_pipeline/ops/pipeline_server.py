@@ -50,6 +50,7 @@ REQUEST_LIMIT_BYTES = 1 << 20
 # How long a stopping server waits for the cycles it runs to end (each ends as a pause does).
 STOP_WAIT_SECONDS = 120.0
 LINGER_YIELDS_SECONDS = 1.0  # how often a client asks whether its lingering cycle is to yield
+SERVES_TIMEOUT_SECONDS = 2.0  # how long `serves` waits for the server's answer
 
 
 class ServerRefused(CdcError):
@@ -96,6 +97,9 @@ class _CycleHandler(socketserver.StreamRequestHandler):
         if refusal is not None:
             log.warning("refused a request: %s", refusal)
             _send(self.wfile, {"refused": refusal})
+            return
+        if request["command"] == "serves":
+            _send(self.wfile, {"serves": True})
             return
         name = str(request["connector"])
         threading.current_thread().name = f"cdc-serve-{name}"
@@ -192,7 +196,8 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
             return f"the token is not the server's (set {TOKEN_ENV} as the server's environment does)"
         if request.get("version") != PROTOCOL_VERSION:
             return f"protocol version {request.get('version')!r}, the server speaks {PROTOCOL_VERSION}: upgrade both"
-        if request.get("command") != "sync" or not request.get("connector"):
+        if request.get("command") not in ("sync", "serves") or (request["command"] == "sync"
+                                                                 and not request.get("connector")):
             return "the server runs `sync` of a named connector only"
         if request.get("config_path") != self.config_path:
             return (f"the server serves the connectors file {self.config_path}, this sync reads "
@@ -278,6 +283,27 @@ def serve(socket_path: Path) -> int:
     finally:
         server.stop()
     return 0
+
+
+def serves(timeout_seconds: float = SERVES_TIMEOUT_SECONDS) -> bool:
+    """Whether a sync of this process would run its cycle on the server named by CDC_PIPELINE_SERVER: one listens
+    there and takes this process's token, protocol and connectors file. False when none is configured, none answers
+    within `timeout_seconds`, or it would refuse (a sync then says why)."""
+    path = os.environ.get(SERVER_ENV)
+    if not path:
+        return False
+    request = {"version": PROTOCOL_VERSION, "command": "serves", "token": os.environ.get(TOKEN_ENV, ""),
+               "config_path": _config_path()}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(timeout_seconds)
+            client.connect(path)
+            with client.makefile("rwb") as stream:
+                _send(stream, request)
+                answer = next(_messages(stream), {})
+    except OSError:
+        return False
+    return answer.get("serves") is True
 
 
 def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields: Callable[[], bool] | None = None,

@@ -362,8 +362,12 @@ def _runs(home: Path) -> dict[str, Any]:
     records = found["runs"]
     queued = [run["start"] - run["created"] for run in records if run["start"]]
     ran = [run["end"] - run["start"] for run in records if run["start"] and run["end"]]
+    # From the launcher's taking the run to the run's start: its process's start and its code's load.
+    launched = [run["start"] - run["starting"] for run in records if run["start"] and run.get("starting")]
     return {"launched": len(records), "failed": sum(1 for run in records if run["status"] == "FAILURE"),
             "failures": found["failures"],
+            "served": sum(1 for run in records if run.get("engine") == "served"),
+            "launch_p50": _rounded(percentile(launched, 0.5)), "launch_max": _rounded(max(launched, default=None)),
             "queued_p50": _rounded(percentile(queued, 0.5)), "queued_max": _rounded(max(queued, default=None)),
             "run_p50": _rounded(percentile(ran, 0.5)), "run_max": _rounded(max(ran, default=None)),
             "not_ended": sum(1 for run in records if run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"))}
@@ -392,7 +396,8 @@ def describe(result: dict[str, Any]) -> str:
                      f"{f'exact {seconds} s after its rows were committed' if seconds is not None else 'not exact'}")
     lines.append(f"  peak memory (the daemon's process tree, summed RSS): {result['peak_rss_mb']} MB in "
                  f"{result['peak_processes']} processes")
-    lines.append(f"  runs: {runs['launched']} launched, {runs['failed']} failed, {runs['not_ended']} still going at the "
-                 f"end; queued p50 {runs['queued_p50']} s, max {runs['queued_max']} s; ran p50 {runs['run_p50']} s, "
-                 f"max {runs['run_max']} s")
+    lines.append(f"  runs: {runs['launched']} launched ({runs.get('served', 0)} tagged served), {runs['failed']} "
+                 f"failed, {runs['not_ended']} still going at the end; queued p50 {runs['queued_p50']} s, max "
+                 f"{runs['queued_max']} s; process start to run start p50 {runs.get('launch_p50')} s, max "
+                 f"{runs.get('launch_max')} s; ran p50 {runs['run_p50']} s, max {runs['run_max']} s")
     return "\n".join(lines)

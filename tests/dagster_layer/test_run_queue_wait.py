@@ -6,16 +6,17 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOr
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from resources import debezium_runner
-from resources.debezium_runner import CONNECTOR_TAG, RunQueueWait
+from resources.debezium_runner import CONNECTOR_TAG, ENGINE_OWN, ENGINE_SERVED, ENGINE_TAG, RunQueueWait
 
 
-def _add_run(instance, connector: str, status: DagsterRunStatus) -> None:
+def _add_run(instance, connector: str, status: DagsterRunStatus, engine: str | None = None) -> None:
     # A queued run carries where the daemon launches it from.
     origin = RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(
         code_location_origin=InProcessCodeLocationOrigin(loadable_target_origin=LoadableTargetOrigin(
             python_file=__file__)), repository_name="__repository__"), job_name=f"sync_{connector}")
     run = instance.add_run(DagsterRun(job_name=f"sync_{connector}", status=DagsterRunStatus.NOT_STARTED,
-                                      tags={CONNECTOR_TAG: connector}, remote_job_origin=origin))
+                                      tags={CONNECTOR_TAG: connector, **({ENGINE_TAG: engine} if engine else {})},
+                                      remote_job_origin=origin))
     event = {DagsterRunStatus.QUEUED: DagsterEventType.RUN_ENQUEUED,
              DagsterRunStatus.STARTED: DagsterEventType.RUN_START}[status]
     instance.run_storage.handle_run_event(run.run_id, DagsterEvent(event.value, run.job_name))
@@ -60,3 +61,29 @@ def test_an_instance_without_a_run_queue_yields_only_to_its_own_connector(monkey
     _add_run(instance, "beta", DagsterRunStatus.QUEUED)
     assert not RunQueueWait(instance, "alpha")()
     assert RunQueueWait(instance, "beta")()
+
+
+# The project's dagster.yaml: runs with a driver JVM of their own limited apart from all runs.
+ENGINE_LIMITS = {"max_concurrent_runs": 12, "tag_concurrency_limits": [
+    {"key": CONNECTOR_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+    {"key": ENGINE_TAG, "value": ENGINE_OWN, "limit": 2}]}
+
+
+def test_a_run_with_its_own_jvm_yields_to_one_queued_for_the_jvms_limit_and_a_served_run_does_not(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": ENGINE_LIMITS}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED, ENGINE_OWN)
+        _add_run(instance, "beta", DagsterRunStatus.STARTED, ENGINE_SERVED)
+        own = RunQueueWait(instance, "alpha", {CONNECTOR_TAG: "alpha", ENGINE_TAG: ENGINE_OWN})
+        served = RunQueueWait(instance, "beta", {CONNECTOR_TAG: "beta", ENGINE_TAG: ENGINE_SERVED})
+        # A served run queued: 10 slots are free for it, nobody yields.
+        _add_run(instance, "gamma", DagsterRunStatus.QUEUED, ENGINE_SERVED)
+        assert not own() and not served()
+        # A run with its own JVM queued while one JVM's slot of two is free: it starts.
+        _add_run(instance, "delta", DagsterRunStatus.QUEUED, ENGINE_OWN)
+        assert not own() and not served()
+        # Both JVM slots held: the queued run waits for the lingering run with a JVM, not for the served one.
+        _add_run(instance, "epsilon", DagsterRunStatus.STARTED, ENGINE_OWN)
+        assert own() and not served()
+        # A run without the tag (verify, cdc_control) counts only against all runs.
+        assert not RunQueueWait(instance, "zeta", {CONNECTOR_TAG: "zeta"})()

@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from cdc_pipeline import control
+from cdc_pipeline.config import CONFIG_PATH_ENV
+from cdc_pipeline.ops import pipeline_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from tests.helpers import PROJECT_ROOT
 from tests.helpers.pipeline_server import running_server
@@ -109,6 +111,26 @@ def test_a_wrong_token_is_refused_and_a_missing_server_leaves_the_sync_cold(pipe
     assert "no pipeline server at" in cold.stderr and "the run goes cold" in cold.stderr
     assert "served_by" not in _summary(cold)
     pipeline.assert_same("items")
+
+
+def test_serves_says_whether_a_sync_of_this_process_would_be_served(pipeline, server, tmp_path, monkeypatch):
+    """What the change sensor asks before it tags a run served (its own JVM's runs are limited apart)."""
+    for name in (SERVER_ENV, TOKEN_ENV, CONFIG_PATH_ENV):
+        monkeypatch.setenv(name, server.env[name])
+    assert pipeline_server.serves()
+    monkeypatch.setenv(TOKEN_ENV, "not-the-token")
+    assert not pipeline_server.serves()
+    monkeypatch.setenv(TOKEN_ENV, server.env[TOKEN_ENV])
+    other = tmp_path / "other.yaml"
+    other.write_text(Path(server.env[CONFIG_PATH_ENV]).read_text())
+    monkeypatch.setenv(CONFIG_PATH_ENV, str(other))
+    assert not pipeline_server.serves(), "a server of another connectors file does not serve this process"
+    monkeypatch.setenv(CONFIG_PATH_ENV, server.env[CONFIG_PATH_ENV])
+    monkeypatch.setenv(SERVER_ENV, str(tmp_path / "nobody.sock"))
+    assert not pipeline_server.serves()
+    monkeypatch.delenv(SERVER_ENV)
+    assert not pipeline_server.serves()
+    assert server.process.poll() is None and "Traceback" not in server.log.read_text()
 
 
 def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
