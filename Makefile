@@ -68,8 +68,9 @@ TEST_WORKERS ?= 2
 
 test: setup $(SCRIPTED_JAR)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15
-	$(PY) -m pytest -m alone --durations=5
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15; spread=$$?; \
+	$(PY) -m pytest -m alone --durations=5; alone=$$?; \
+	test $$spread = 0 -a $$alone = 0
 
 unit-test: setup
 	$(PY) -m pytest -m "not integration"

@@ -151,6 +151,7 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
                 sampler.join()
             result["peak_rss_mb"] = round(sampler.peak / 2**20)
             result["peak_processes"] = sampler.peak_processes
+            result["cpu_seconds"] = sampler.cpu_seconds()
     return result
 
 
@@ -290,7 +291,9 @@ class _Watcher(threading.Thread):
 
 
 class _MemorySampler(threading.Thread):
-    """Samples the summed resident set size of a process and all its descendants (read from /proc)."""
+    """Samples the summed resident set size of a process and all its descendants (read from /proc), and the CPU
+    seconds of each process of them by its kind (`cpu_seconds`: the last ones of a process that ended between two
+    samples are not counted)."""
 
     def __init__(self, root_pid: int, others: list[int] | None = None) -> None:
         super().__init__(daemon=True)
@@ -298,23 +301,39 @@ class _MemorySampler(threading.Thread):
         self.others = others or []  # more trees summed with it (a pipeline server's)
         self.peak = 0
         self.peak_processes = 0
+        self._cpu: dict[int, tuple[str, float]] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             rss, processes = 0, 0
             for pid in (self.root_pid, *self.others):
-                tree, count = tree_rss(pid)
+                tree, count = tree_rss(pid, self._cpu)
                 rss, processes = rss + tree, processes + count
             if rss > self.peak:
                 self.peak, self.peak_processes = rss, processes
             self.stop.wait(MEMORY_SAMPLE_SECONDS)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user and system) by kind of process: the daemon, its code server, the run workers, the JVMs,
+        the pipeline server's Python."""
+        kinds: dict[str, float] = {}
+        for kind, seconds in self._cpu.values():
+            kinds[kind] = round(kinds.get(kind, 0.0) + seconds, 1)
+        return kinds
 
-def tree_rss(root_pid: int) -> tuple[int, int]:
-    """The summed resident bytes of `root_pid` and its descendants, and how many processes they are."""
+
+# A process's kind, by the first of these its command line holds.
+_PROCESS_KINDS = (("java", "JVMs"), ("dagster-daemon", "daemon"), ("api grpc", "code server"),
+                  ("execute_run", "run workers"), ("multiprocessing", "run workers"), ("serve", "pipeline server"))
+
+
+def tree_rss(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> tuple[int, int]:
+    """The summed resident bytes of `root_pid` and its descendants, and how many processes they are; each one's CPU
+    seconds so far into `cpu` (pid: its kind and the seconds)."""
     children: dict[int, list[int]] = {}
     resident: dict[int, int] = {}
+    ticks: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -324,17 +343,30 @@ def tree_rss(root_pid: int) -> tuple[int, int]:
             pages = int(Path(entry.path, "statm").read_text().split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        fields = stat.rsplit(")", 1)[1].split()
+        parent = int(fields[1])
         children.setdefault(parent, []).append(int(entry.name))
         resident[int(entry.name)] = pages * page
+        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
     total, count, stack = 0, 0, [root_pid]
     while stack:
         pid = stack.pop()
         if pid in resident:
             total += resident[pid]
             count += 1
+            if cpu is not None:
+                kind = cpu[pid][0] if pid in cpu else _process_kind(pid)
+                cpu[pid] = (kind, ticks[pid] / os.sysconf("SC_CLK_TCK"))
         stack.extend(children.get(pid, ()))
     return total, count
+
+
+def _process_kind(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    return next((kind for marker, kind in _PROCESS_KINDS if marker in command), "other")
 
 
 @contextlib.contextmanager
@@ -396,6 +428,9 @@ def describe(result: dict[str, Any]) -> str:
                      f"{f'exact {seconds} s after its rows were committed' if seconds is not None else 'not exact'}")
     lines.append(f"  peak memory (the daemon's process tree, summed RSS): {result['peak_rss_mb']} MB in "
                  f"{result['peak_processes']} processes")
+    if result.get("cpu_seconds"):
+        lines.append("  CPU seconds by process: " + ", ".join(f"{kind} {seconds}" for kind, seconds in
+                                                              sorted(result["cpu_seconds"].items())))
     lines.append(f"  runs: {runs['launched']} launched ({runs.get('served', 0)} tagged served), {runs['failed']} "
                  f"failed, {runs['not_ended']} still going at the end; queued p50 {runs['queued_p50']} s, max "
                  f"{runs['queued_max']} s; process start to run start p50 {runs.get('launch_p50')} s, max "
