@@ -68,10 +68,10 @@ class RunQueueWait:
         if limit is not None and 0 <= limit <= self.instance.get_runs_count(
                 filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES))):
             return True
+        in_progress = list(IN_PROGRESS_RUN_STATUSES)
         return any(self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED], tags=tag))
-                   and limit <= self.instance.get_runs_count(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES),
-                                                                                tags=tag))
-                   for tag, limit in self.tag_limits)
+                   and tag_limit <= self.instance.get_runs_count(filters=RunsFilter(statuses=in_progress, tags=tag))
+                   for tag, tag_limit in self.tag_limits)
 
 
 def _tag_limits(limits: Any, tags: dict[str, str]) -> list[tuple[dict[str, str], int]]:
