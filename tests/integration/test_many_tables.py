@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-# Counts the Spark jobs of a group, which a group cut short on a busy machine multiplies.
-pytestmark = [pytest.mark.integration, pytest.mark.alone]
+pytestmark = pytest.mark.integration
 
 TABLES = 40
 
@@ -55,6 +54,8 @@ def _spark_jobs(spark) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
+# Counts the Spark jobs of a group, which a group cut short on a busy machine multiplies: run alone.
+@pytest.mark.alone
 def test_a_group_touching_many_tables_is_one_staging_job_and_every_table_ends_exact(any_source, spark):
     pipeline = any_source
     # No heartbeat falls inside the runs measured (a PostgreSQL heartbeat's write is an event of one more table).
