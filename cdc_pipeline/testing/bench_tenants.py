@@ -334,7 +334,7 @@ def tree_rss(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> 
     children: dict[int, list[int]] = {}
     resident: dict[int, int] = {}
     ticks: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
+    page, tick = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -356,7 +356,7 @@ def tree_rss(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> 
             count += 1
             if cpu is not None:
                 kind = cpu[pid][0] if pid in cpu else _process_kind(pid)
-                cpu[pid] = (kind, ticks[pid] / os.sysconf("SC_CLK_TCK"))
+                cpu[pid] = (kind, ticks[pid] / tick)
         stack.extend(children.get(pid, ()))
     return total, count
 
