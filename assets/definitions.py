@@ -23,7 +23,11 @@ from assets.table_assets import load_replicated_tables
 from assets.verify_checks import build_verify_checks
 from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
+from resources.run_processes import fork_runs_in_code_server
 from resources.spark_session import SparkSessionResource
+
+# Loaded by Dagster's code server: it starts the runs' processes from a forkserver that has imported this module.
+fork_runs_in_code_server(preload="assets.run_preload")
 
 
 def build_definitions(config: PipelineConfig) -> Definitions:

@@ -20,6 +20,7 @@ The daemon and both servers are stopped at the end, also after an error, Ctrl-C 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -150,8 +151,10 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
                 watcher.join()
                 sampler.join()
             result["peak_rss_mb"] = round(sampler.peak / 2**20)
+            result["peak_pss_mb"] = round(sampler.peak_pss / 2**20)
             result["peak_processes"] = sampler.peak_processes
             result["cpu_seconds"] = sampler.cpu_seconds()
+            result["run_processes"] = sampler.run_processes()
     return result
 
 
@@ -291,27 +294,30 @@ class _Watcher(threading.Thread):
 
 
 class _MemorySampler(threading.Thread):
-    """Samples the summed resident set size of a process and all its descendants (read from /proc), and the CPU
-    seconds of each process of them by its kind (`cpu_seconds`: the last ones of a process that ended between two
-    samples are not counted)."""
+    """Samples the memory of a process and all its descendants (read from /proc): the summed resident set size, and
+    the summed proportional set size (each page shared by n processes counted 1/n: the memory they take together,
+    which the RSS sum overstates for processes forked from one another); and the CPU seconds of each process by its
+    kind (`cpu_seconds`: the last ones of a process that ended between two samples are not counted)."""
 
     def __init__(self, root_pid: int, others: list[int] | None = None) -> None:
         super().__init__(daemon=True)
         self.root_pid = root_pid
         self.others = others or []  # more trees summed with it (a pipeline server's)
         self.peak = 0
+        self.peak_pss = 0
         self.peak_processes = 0
         self._cpu: dict[int, tuple[str, float]] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            rss, processes = 0, 0
+            rss, pss, processes = 0, 0, 0
             for pid in (self.root_pid, *self.others):
-                tree, count = tree_rss(pid, self._cpu)
-                rss, processes = rss + tree, processes + count
+                tree = process_tree(pid, self._cpu)
+                rss, pss, processes = rss + tree.rss, pss + tree.pss, processes + tree.processes
             if rss > self.peak:
                 self.peak, self.peak_processes = rss, processes
+            self.peak_pss = max(self.peak_pss, pss)
             self.stop.wait(MEMORY_SAMPLE_SECONDS)
 
     def cpu_seconds(self) -> dict[str, float]:
@@ -322,15 +328,30 @@ class _MemorySampler(threading.Thread):
             kinds[kind] = round(kinds.get(kind, 0.0) + seconds, 1)
         return kinds
 
+    def run_processes(self) -> dict[str, int]:
+        """How many run workers were seen, by how their process started: forked from the code server's forkserver
+        (`resources.run_processes`) or spawned as a fresh Python."""
+        kinds = [kind for kind, _ in self._cpu.values()]
+        return {"forked": kinds.count(FORKED_RUN_WORKERS), "spawned": kinds.count(SPAWNED_RUN_WORKERS)}
 
-# A process's kind, by the first of these its command line holds.
+
+FORKSERVER, FORKED_RUN_WORKERS, SPAWNED_RUN_WORKERS = "forkserver", "run workers", "run workers (spawned)"
+# A process's kind, by the first of these its command line holds; a forkserver's children share its command line.
 _PROCESS_KINDS = (("java", "JVMs"), ("dagster-daemon", "daemon"), ("api grpc", "code server"),
-                  ("execute_run", "run workers"), ("multiprocessing", "run workers"), ("serve", "pipeline server"))
+                  ("multiprocessing.forkserver", FORKSERVER), ("execute_run", SPAWNED_RUN_WORKERS),
+                  ("multiprocessing.spawn", SPAWNED_RUN_WORKERS), ("serve", "pipeline server"))
 
 
-def tree_rss(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> tuple[int, int]:
-    """The summed resident bytes of `root_pid` and its descendants, and how many processes they are; each one's CPU
-    seconds so far into `cpu` (pid: its kind and the seconds)."""
+@dataclasses.dataclass(frozen=True)
+class TreeMemory:
+    rss: int  # bytes resident, summed over the processes
+    pss: int  # bytes, each shared page divided among the processes that share it
+    processes: int
+
+
+def process_tree(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> TreeMemory:
+    """The memory of `root_pid` and its descendants, and how many processes they are; each one's CPU seconds so far
+    into `cpu` (pid: its kind and the seconds)."""
     children: dict[int, list[int]] = {}
     resident: dict[int, int] = {}
     ticks: dict[int, int] = {}
@@ -348,25 +369,41 @@ def tree_rss(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> 
         children.setdefault(parent, []).append(int(entry.name))
         resident[int(entry.name)] = pages * page
         ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
-    total, count, stack = 0, 0, [root_pid]
+    rss, pss, count = 0, 0, 0
+    stack: list[tuple[int, str]] = [(root_pid, "")]
     while stack:
-        pid = stack.pop()
-        if pid in resident:
-            total += resident[pid]
-            count += 1
-            if cpu is not None:
-                kind = cpu[pid][0] if pid in cpu else _process_kind(pid)
-                cpu[pid] = (kind, ticks[pid] / tick)
-        stack.extend(children.get(pid, ()))
-    return total, count
+        pid, parent_kind = stack.pop()
+        if pid not in resident:
+            continue
+        rss += resident[pid]
+        pss += _proportional_bytes(pid)
+        count += 1
+        known = cpu.get(pid) if cpu is not None else None
+        kind = known[0] if known else _process_kind(pid, parent_kind)
+        if cpu is not None:
+            cpu[pid] = (kind, ticks[pid] / tick)
+        stack.extend((child, kind) for child in children.get(pid, ()))
+    return TreeMemory(rss, pss, count)
 
 
-def _process_kind(pid: int) -> str:
+def _proportional_bytes(pid: int) -> int:
+    """A process's proportional set size (`Pss` of /proc/PID/smaps_rollup), 0 when it has ended or is not readable."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _process_kind(pid: int, parent_kind: str) -> str:
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "other"
-    return next((kind for marker, kind in _PROCESS_KINDS if marker in command), "other")
+    kind = next((kind for marker, kind in _PROCESS_KINDS if marker in command), "other")
+    return FORKED_RUN_WORKERS if kind == FORKSERVER and parent_kind == FORKSERVER else kind
 
 
 @contextlib.contextmanager
@@ -426,8 +463,9 @@ def describe(result: dict[str, Any]) -> str:
         seconds = result["new_tenant"]["exact_seconds"]
         lines.append(f"  new tenant {result['new_tenant']['database']}: "
                      f"{f'exact {seconds} s after its rows were committed' if seconds is not None else 'not exact'}")
-    lines.append(f"  peak memory (the daemon's process tree, summed RSS): {result['peak_rss_mb']} MB in "
-                 f"{result['peak_processes']} processes")
+    lines.append(f"  peak memory (the daemon's process tree{' and the server' if result.get('served') else ''}): "
+                 f"{result.get('peak_pss_mb')} MB proportional (PSS, shared pages divided among their processes), "
+                 f"{result['peak_rss_mb']} MB summed RSS in {result['peak_processes']} processes")
     if result.get("cpu_seconds"):
         lines.append("  CPU seconds by process: " + ", ".join(f"{kind} {seconds}" for kind, seconds in
                                                               sorted(result["cpu_seconds"].items())))
@@ -435,4 +473,7 @@ def describe(result: dict[str, Any]) -> str:
                  f"failed, {runs['not_ended']} still going at the end; queued p50 {runs['queued_p50']} s, max "
                  f"{runs['queued_max']} s; process start to run start p50 {runs.get('launch_p50')} s, max "
                  f"{runs.get('launch_max')} s; ran p50 {runs['run_p50']} s, max {runs['run_max']} s")
+    if result.get("run_processes"):
+        lines.append(f"  run processes: {result['run_processes']['forked']} forked from the code server's forkserver, "
+                     f"{result['run_processes']['spawned']} spawned")
     return "\n".join(lines)

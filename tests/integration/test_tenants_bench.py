@@ -1,6 +1,7 @@
 """`cdc-pipeline bench --databases N` on a tiny shape (3 tenant databases of 2 tables, a 10 s trickle): under Dagster's
-daemon every tenant table ends exact, every trickled row arrives, no run fails, and the daemon's process tree is
-measured (the figures themselves are for the command's output, never asserted). The bench starts its own servers."""
+daemon every tenant table ends exact, every trickled row arrives, no run fails, the runs' processes are forked from
+the code server's forkserver, and the daemon's process tree is measured (the figures themselves are for the command's
+output, never asserted). The bench starts its own servers."""
 
 import shutil
 import tempfile
@@ -32,5 +33,8 @@ def test_bench_tenants_makes_every_tenant_exact_and_applies_the_trickle(per_data
     assert result["peak_rss_mb"] > 0 and result["peak_processes"] > 1
     assert result["cpu_seconds"].get("daemon", 0) > 0 and result["cpu_seconds"].get("code server", 0) > 0
     assert result["runs"]["launch_p50"] > 0
+    # The code server forks the runs' processes from its forkserver (resources.run_processes), none spawned.
+    assert result["run_processes"]["forked"] >= result["connectors"] and result["run_processes"]["spawned"] == 0
+    assert 0 < result["peak_pss_mb"] < result["peak_rss_mb"]
     assert ("new_tenant" in result) is not per_database
     assert "3 tenant databases x 2 tables" in bench_tenants.describe(result)
