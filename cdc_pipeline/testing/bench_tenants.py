@@ -204,7 +204,8 @@ def _measure(source: MariaDbServer, watcher: _Watcher, started: float, names: li
     latencies = watcher.latencies()
     result["trickle"] = {"rows": key - TRICKLE_FIRST_ID, "arrived": len(latencies),
                          "not_applied": key - TRICKLE_FIRST_ID - len(latencies), **_percentiles(latencies),
-                         "interval_seconds": trickle_interval, "seconds": trickle_seconds}
+                         "interval_seconds": trickle_interval, "seconds": trickle_seconds,
+                         "series": watcher.series()}
     if new_tenant is not None:
         exact = [watcher.exact_at.get(table) for table in new_tables]
         result["new_tenant"] = {"database": new_tenant, "exact_seconds": (
@@ -250,6 +251,14 @@ class _Watcher(threading.Thread):
     def latencies(self) -> list[float]:
         with self.lock:
             return [self.arrived[key] - at for key, (_, _, at) in self.written.items() if key in self.arrived]
+
+    def series(self) -> list[tuple[float, str, float | None]]:
+        """Each trickled row in commit order: seconds after the first one, its database, its latency (None: not
+        arrived)."""
+        with self.lock:
+            first = min((at for _, _, at in self.written.values()), default=0.0)
+            return [(round(at - first, 1), database, round(self.arrived[key] - at, 2) if key in self.arrived else None)
+                    for key, (database, _, at) in sorted(self.written.items())]
 
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
