@@ -149,6 +149,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     if parsed.refs and parsed.refs[0].seq == ENGINE_FIRST_SEQ and snapshot_marker(parsed.refs[0]):
         steps.append(SnapshotStep(SNAPSHOT_RESTART, parsed.refs[0]))
 
+    ignored_tables: list[str] = []  # tables of schema changes outside the connector's, logged once per batch
+
     def close_segment(source_table: str) -> None:
         segment = open_segments.pop(source_table, None)
         if segment is not None:
@@ -185,10 +187,8 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
             changes = changes_from_schema_event(
                 payload, connector=connector.name, connector_type=connector.type,
                 letter_casing=connector.letter_casing, destination_schema=connector.destination_schema)
-            ignored = [change for change in changes if not captures(connector, change.source_table)]
-            if ignored:
-                log.info("%s: ignored schema change of %s (outside the connector's tables)", connector.name,
-                         ", ".join(change.source_table for change in ignored))
+            ignored_tables.extend(change.source_table for change in changes
+                                  if not captures(connector, change.source_table))
             changes = [change for change in changes if captures(connector, change.source_table)]
             if object_map:
                 changes = [object_map.map_change(change) for change in changes]
@@ -249,8 +249,24 @@ def plan_batch(parsed: ParsedBatch, connector: ConnectorConfig, applied_offset: 
     steps.extend(step for table, step in snapshot_steps.items() if table not in placed_snapshot_steps)
     if counts.redelivered:
         log.info("%s: skipped %d re-delivered events already applied", connector.name, counts.redelivered)
+    if ignored_tables:
+        _log_ignored_schema_changes(connector.name, ignored_tables)
     last_ref = next((ref for ref in reversed(parsed.refs) if ref.kind != TRANSACTION), None)
     return BatchPlan(parsed, steps, counts, last_ref, retired_positions, redelivered_seqs)
+
+
+IGNORED_TABLES_NAMED = 5  # the tables a batch's line about ignored schema changes names, of how many
+
+
+def _log_ignored_schema_changes(connector: str, tables: list[str]) -> None:
+    """One line per batch for the schema changes of tables outside the connector's (a server's other databases: their
+    DDL is in the schema history every engine reads), naming the first few: a line each would be thousands of log
+    records in a run on a server of many databases."""
+    distinct = list(dict.fromkeys(tables))
+    named = ", ".join(distinct[:IGNORED_TABLES_NAMED])
+    more = f" and {len(distinct) - IGNORED_TABLES_NAMED} more" if len(distinct) > IGNORED_TABLES_NAMED else ""
+    log.info("%s: ignored %d schema change(s) of %d table(s) outside the connector's tables: %s%s", connector,
+             len(tables), len(distinct), named, more)
 
 
 DML_COUNTERS = {"r": "snapshot_rows", "c": "inserts", "u": "updates", "d": "deletes"}

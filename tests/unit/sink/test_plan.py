@@ -328,3 +328,21 @@ def test_a_transaction_given_again_inside_a_segment_is_not_in_its_rows(connector
                        for segment in segments for seq in plan.redelivered_seqs)
     finally:
         parsed.release()
+
+
+def test_schema_changes_outside_the_connectors_tables_make_one_line_per_batch(caplog) -> None:
+    # A connector of another database on the same server: every schema change of the fixtures' `inventory` is
+    # outside its tables (as other tenants' are in a run on a server of many databases).
+    other = parse_config({
+        "destination": {"dsn": "postgresql://cdc@localhost/warehouse"},
+        "connectors": {"other": {"type": "mariadb", "hostname": "localhost", "user": "cdc", "password": "secret",
+                                 "database": "billing"}},
+    }, Path("x.yaml")).connector("other")
+
+    with caplog.at_level("INFO", logger="cdc_pipeline"):
+        plan = plan_batch(all_events_batch(), other)
+
+    lines = [record.getMessage() for record in caplog.records if "ignored" in record.getMessage()]
+    assert not [step for step in plan.steps if isinstance(step, DdlStep)]
+    assert len(lines) == 1
+    assert lines[0].startswith("other: ignored ") and "outside the connector's tables: inventory." in lines[0]
