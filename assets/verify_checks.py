@@ -36,12 +36,15 @@ from cdc_pipeline.errors import CdcError, ConfigError
 from cdc_pipeline.ops.tables import ReplicatedTable
 from cdc_pipeline.ops.verify import TableReport, verify_connector
 from assets.table_assets import table_asset_key
+from resources.debezium_runner import PRIORITY_TAG
 from resources.destination import DestinationResource
 
 log = logging.getLogger(__name__)
 
 VERIFY_CHECK = "matches_source"
 AFTER_LOAD_INTERVAL_SECONDS = 60
+# A verify run's place in Dagster's run queue: below the sync runs' (0).
+VERIFY_PRIORITY = -1
 LISTED_KEYS = 20  # keys of each kind a check's metadata names (the report of `cdc-pipeline verify` has them all)
 
 
@@ -87,7 +90,9 @@ def build_verify_checks(connector: ConnectorConfig, tables: list[ReplicatedTable
 
     job = define_asset_job(name=f"verify_{connector.name}", selection=AssetSelection.checks(verify_tables),
                            description=f"Verifies the tables of connector {connector.name} against its source "
-                                       "(their checks matches_source).")
+                                       "(their checks matches_source).",
+                           # After the sync runs in Dagster's queue: a change waits for no verify run to start.
+                           tags={PRIORITY_TAG: str(VERIFY_PRIORITY)})
     return VerifyDefinitions(verify_tables, job, _schedule(connector, job, config_path),
                              _after_load_sensor(connector, job))
 

@@ -31,6 +31,10 @@ ENGINE_OWN = "own"
 ENGINE_SERVED = "served"
 # How often a lingering run asks the instance about its run queue (counts of its runs).
 QUEUE_CHECK_SECONDS = 2.0
+# Dagster's run tag for a run's place in the queue (higher first, 0 without it); verify runs are below sync runs.
+PRIORITY_TAG = "dagster/priority"
+# The queued runs a lingering run looks at (their tags): a queue longer than this is full of runs waiting anyway.
+QUEUED_RUNS_READ = 200
 
 
 class RunQueueWait:
@@ -38,8 +42,10 @@ class RunQueueWait:
     the same connector (one run per connector at a time); any queued run while the runs in progress fill
     `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
     `tags` count against, while the runs in progress fill it (runs with a driver JVM of their own wait for one another,
-    not for served ones). The session's `linger_yields`: such a run then ends as soon as it is caught up, so a change of
-    another connector does not wait behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
+    not for served ones). Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0
+    without it): a sync run does not end its linger for a verify run, which the queue starts after sync runs anyway.
+    The session's `linger_yields`: such a run then ends as soon as it is caught up, so a change of another connector
+    does not wait behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
 
     def __init__(self, instance: DagsterInstance, connector: str, tags: Optional[dict[str, str]] = None) -> None:
         self.instance = instance
@@ -48,6 +54,7 @@ class RunQueueWait:
         queue = instance.get_concurrency_config().run_queue_config
         self.max_concurrent_runs = queue.max_concurrent_runs if queue is not None else None
         self.tag_limits = _tag_limits(queue.tag_concurrency_limits if queue is not None else (), tags or {})
+        self.priority = run_priority(tags or {})
         self._checked_at = float("-inf")
         self._waiting = False
 
@@ -61,17 +68,29 @@ class RunQueueWait:
     def _runs_wait(self) -> bool:
         if not self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED])):
             return False
-        if self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED],
-                                                           tags={CONNECTOR_TAG: self.connector})):
+        queued = [run.tags for run in self.instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]),
+                                                             limit=QUEUED_RUNS_READ)
+                  if run_priority(run.tags) >= self.priority]
+        if not queued:
+            return False
+        if any(tags.get(CONNECTOR_TAG) == self.connector for tags in queued):
             return True
         limit = self.max_concurrent_runs
         if limit is not None and 0 <= limit <= self.instance.get_runs_count(
                 filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES))):
             return True
         in_progress = list(IN_PROGRESS_RUN_STATUSES)
-        return any(self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED], tags=tag))
+        return any(any(all(tags.get(key) == value for key, value in tag.items()) for tags in queued)
                    and tag_limit <= self.instance.get_runs_count(filters=RunsFilter(statuses=in_progress, tags=tag))
                    for tag, tag_limit in self.tag_limits)
+
+
+def run_priority(tags: dict[str, str]) -> int:
+    """A run's place in Dagster's queue by its tags (`dagster/priority`: higher first; 0 without it or unreadable)."""
+    try:
+        return int(tags.get(PRIORITY_TAG, 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _tag_limits(limits: Any, tags: dict[str, str]) -> list[tuple[dict[str, str], int]]:

@@ -1,21 +1,26 @@
-"""`RunQueueWait`, a lingering run's `linger_yields`: true only while a run waits in the queue for its slot (a queued
-run of its own connector, or any queued run while the runs in progress fill `max_concurrent_runs`)."""
+"""`RunQueueWait`, a lingering run's `linger_yields`: true only while a run of its priority or higher waits in the queue
+for its slot (a queued run of its own connector, or any queued run while the runs in progress fill
+`max_concurrent_runs`); verify runs are queued below sync runs."""
 
 from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, instance_for_test
 from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from resources import debezium_runner
+from assets.verify_checks import VERIFY_PRIORITY
 from resources.debezium_runner import CONNECTOR_TAG, ENGINE_OWN, ENGINE_SERVED, ENGINE_TAG, RunQueueWait
 
 
-def _add_run(instance, connector: str, status: DagsterRunStatus, engine: str | None = None) -> None:
+def _add_run(instance, connector: str, status: DagsterRunStatus, engine: str | None = None,
+             priority: int | None = None) -> None:
     # A queued run carries where the daemon launches it from.
     origin = RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(
         code_location_origin=InProcessCodeLocationOrigin(loadable_target_origin=LoadableTargetOrigin(
             python_file=__file__)), repository_name="__repository__"), job_name=f"sync_{connector}")
     run = instance.add_run(DagsterRun(job_name=f"sync_{connector}", status=DagsterRunStatus.NOT_STARTED,
-                                      tags={CONNECTOR_TAG: connector, **({ENGINE_TAG: engine} if engine else {})},
+                                      tags={CONNECTOR_TAG: connector, **({ENGINE_TAG: engine} if engine else {}),
+                                            **({debezium_runner.PRIORITY_TAG: str(priority)} if priority is not None
+                                               else {})},
                                       remote_job_origin=origin))
     event = {DagsterRunStatus.QUEUED: DagsterEventType.RUN_ENQUEUED,
              DagsterRunStatus.STARTED: DagsterEventType.RUN_START}[status]
@@ -87,3 +92,40 @@ def test_a_run_with_its_own_jvm_yields_to_one_queued_for_the_jvms_limit_and_a_se
         assert own() and not served()
         # A run without the tag (verify, cdc_control) counts only against all runs.
         assert not RunQueueWait(instance, "zeta", {CONNECTOR_TAG: "zeta"})()
+
+
+def test_a_sync_run_does_not_yield_to_a_queued_run_of_lower_priority(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 1}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        waits = RunQueueWait(instance, "alpha", {CONNECTOR_TAG: "alpha"})
+        # A verify run (priority -1) waits for the full queue: the lingering sync run keeps its slot.
+        _add_run(instance, "beta", DagsterRunStatus.QUEUED, priority=VERIFY_PRIORITY)
+        assert not waits()
+        # Also one of its own connector's.
+        _add_run(instance, "alpha", DagsterRunStatus.QUEUED, priority=VERIFY_PRIORITY)
+        assert not waits()
+        # A sync run (priority 0) queued: it yields.
+        _add_run(instance, "gamma", DagsterRunStatus.QUEUED)
+        assert waits()
+        # A verify run yields to a verify run, and a run of higher priority only to its peers or above.
+        assert RunQueueWait(instance, "delta", {debezium_runner.PRIORITY_TAG: str(VERIFY_PRIORITY)})()
+        assert not RunQueueWait(instance, "epsilon", {debezium_runner.PRIORITY_TAG: "5"})()
+
+
+def test_the_verify_jobs_are_below_the_sync_runs_in_the_queue(tmp_path):
+    from assets.sync_job import build_sync_job
+    from assets.verify_checks import build_verify_checks
+    from cdc_pipeline.config import parse_config
+    from cdc_pipeline.ops.tables import ReplicatedTable
+
+    connector = parse_config({
+        "destination": {"dsn": "postgresql://cdc@127.0.0.1:9/warehouse"},
+        "connectors": {"alpha": {"type": "mariadb", "hostname": "127.0.0.1", "user": "cdc", "password": "x",
+                                 "database": "inventory"}}}, tmp_path / "connectors.yaml").connector("alpha")
+
+    verify = build_verify_checks(connector, [ReplicatedTable("inventory.items", "inventory", "items")],
+                                 str(tmp_path / "connectors.yaml"))
+    sync = build_sync_job(connector, [])
+
+    assert debezium_runner.run_priority(verify.job.tags) == VERIFY_PRIORITY < debezium_runner.run_priority(sync.tags)
