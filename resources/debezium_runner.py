@@ -42,10 +42,11 @@ class RunQueueWait:
     the same connector (one run per connector at a time); any queued run while the runs in progress fill
     `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
     `tags` count against, while the runs in progress fill it (runs with a driver JVM of their own wait for one another,
-    not for served ones). Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0
-    without it): a sync run does not end its linger for a verify run, which the queue starts after sync runs anyway.
-    The session's `linger_yields`: such a run then ends as soon as it is caught up, so a change of another connector
-    does not wait behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
+    not for served ones). Under a full limit only as many sync runs yield as the queued runs lack slots, the longest
+    running first. Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0 without it):
+    a sync run does not end its linger for a verify run, which the queue starts after sync runs anyway. The session's
+    `linger_yields`: such a run then ends as soon as it is caught up, so a change of another connector does not wait
+    behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
 
     def __init__(self, instance: DagsterInstance, connector: str, tags: Optional[dict[str, str]] = None) -> None:
         self.instance = instance
@@ -75,14 +76,33 @@ class RunQueueWait:
             return False
         if any(tags.get(CONNECTOR_TAG) == self.connector for tags in queued):
             return True
+        in_progress = self.instance.get_run_records(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+        # A queued run of a connector whose run is in progress waits for that run, not for a slot.
+        running = {record.dagster_run.tags[CONNECTOR_TAG] for record in in_progress
+                   if CONNECTOR_TAG in record.dagster_run.tags}
+        queued = [tags for tags in queued if tags.get(CONNECTOR_TAG) not in running]
         limit = self.max_concurrent_runs
-        if limit is not None and 0 <= limit <= self.instance.get_runs_count(
-                filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES))):
+        if limit is not None and 0 <= limit and self._among_first_to_yield(in_progress, queued, limit):
             return True
-        in_progress = list(IN_PROGRESS_RUN_STATUSES)
-        return any(any(all(tags.get(key) == value for key, value in tag.items()) for tags in queued)
-                   and tag_limit <= self.instance.get_runs_count(filters=RunsFilter(statuses=in_progress, tags=tag))
-                   for tag, tag_limit in self.tag_limits)
+        return any(self._among_first_to_yield(
+            [record for record in in_progress if _tagged(record.dagster_run.tags, tag)],
+            [tags for tags in queued if _tagged(tags, tag)], tag_limit) for tag, tag_limit in self.tag_limits)
+
+    def _among_first_to_yield(self, in_progress: list[Any], queued: list[dict[str, str]], limit: int) -> bool:
+        """Whether this run is one of those that make room for the `queued` runs under a `limit` that the runs
+        `in_progress` fill: as many sync runs as the queued runs lack slots, the longest running first. One queued
+        run so ends one lingering run, not every run that lingers."""
+        lacking = len(queued) - max(0, limit - len(in_progress))
+        if lacking <= 0:
+            return False
+        sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
+                           key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
+        first = [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:lacking]]
+        return self.connector in first
+
+
+def _tagged(tags: dict[str, str], tag: dict[str, str]) -> bool:
+    return all(tags.get(key) == value for key, value in tag.items())
 
 
 def run_priority(tags: dict[str, str]) -> int:

@@ -38,7 +38,18 @@ def test_linger_yields_only_to_runs_queued_for_its_slot(monkeypatch):
         assert not waits()
         _add_run(instance, "gamma", DagsterRunStatus.STARTED)
         assert waits()
-        assert RunQueueWait(instance, "gamma")()
+        # One queued run lacks one slot: the longest running yields, not every run that lingers.
+        assert not RunQueueWait(instance, "gamma")()
+
+
+def test_as_many_runs_yield_as_the_queued_runs_lack_slots_the_longest_running_first(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 3}}) as instance:
+        for connector in ("alpha", "beta", "gamma"):
+            _add_run(instance, connector, DagsterRunStatus.STARTED)
+        _add_run(instance, "delta", DagsterRunStatus.QUEUED)
+        _add_run(instance, "epsilon", DagsterRunStatus.QUEUED)
+        assert [RunQueueWait(instance, name)() for name in ("alpha", "beta", "gamma")] == [True, True, False]
 
 
 def test_linger_yields_to_a_queued_run_of_its_own_connector(monkeypatch):
@@ -108,9 +119,8 @@ def test_a_sync_run_does_not_yield_to_a_queued_run_of_lower_priority(monkeypatch
         # A sync run (priority 0) queued: it yields.
         _add_run(instance, "gamma", DagsterRunStatus.QUEUED)
         assert waits()
-        # A verify run yields to a verify run, and a run of higher priority only to its peers or above.
-        assert RunQueueWait(instance, "delta", {debezium_runner.PRIORITY_TAG: str(VERIFY_PRIORITY)})()
-        assert not RunQueueWait(instance, "epsilon", {debezium_runner.PRIORITY_TAG: "5"})()
+        # A run of a higher priority does not yield to it.
+        assert not RunQueueWait(instance, "alpha", {CONNECTOR_TAG: "alpha", debezium_runner.PRIORITY_TAG: "5"})()
 
 
 def test_the_verify_jobs_are_below_the_sync_runs_in_the_queue(tmp_path):
@@ -129,3 +139,13 @@ def test_the_verify_jobs_are_below_the_sync_runs_in_the_queue(tmp_path):
     sync = build_sync_job(connector, [])
 
     assert debezium_runner.run_priority(verify.job.tags) == VERIFY_PRIORITY < debezium_runner.run_priority(sync.tags)
+
+
+def test_a_run_queued_behind_its_own_connectors_run_makes_no_other_run_yield(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 2}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        _add_run(instance, "beta", DagsterRunStatus.STARTED)
+        _add_run(instance, "beta", DagsterRunStatus.QUEUED)
+        assert not RunQueueWait(instance, "alpha")()
+        assert RunQueueWait(instance, "beta")()
