@@ -35,6 +35,9 @@ QUEUE_CHECK_SECONDS = 2.0
 PRIORITY_TAG = "dagster/priority"
 # The queued runs a lingering run looks at (their tags): a queue longer than this is full of runs waiting anyway.
 QUEUED_RUNS_READ = 200
+# After a queued run has waited this long for a slot, every lingering run it could take the slot of yields, not only
+# the longest running ones (which may be busy streaming, not lingering).
+YIELD_ALL_AFTER_SECONDS = 10.0
 
 
 class RunQueueWait:
@@ -43,7 +46,7 @@ class RunQueueWait:
     `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
     `tags` count against, while the runs in progress fill it (runs with a driver JVM of their own wait for one another,
     not for served ones). Under a full limit only as many sync runs yield as the queued runs lack slots, the longest
-    running first. Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0 without it):
+    running first, and all of them once a queued run has waited YIELD_ALL_AFTER_SECONDS. Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0 without it):
     a sync run does not end its linger for a verify run, which the queue starts after sync runs anyway. The session's
     `linger_yields`: such a run then ends as soon as it is caught up, so a change of another connector does not wait
     behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
@@ -69,32 +72,39 @@ class RunQueueWait:
     def _runs_wait(self) -> bool:
         if not self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED])):
             return False
-        queued = [run.tags for run in self.instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]),
-                                                             limit=QUEUED_RUNS_READ)
-                  if run_priority(run.tags) >= self.priority]
+        now = time.time()
+        queued = [(record.dagster_run.tags, now - record.create_timestamp.timestamp())
+                  for record in self.instance.get_run_records(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]),
+                                                              limit=QUEUED_RUNS_READ)
+                  if run_priority(record.dagster_run.tags) >= self.priority]
         if not queued:
             return False
-        if any(tags.get(CONNECTOR_TAG) == self.connector for tags in queued):
+        if any(tags.get(CONNECTOR_TAG) == self.connector for tags, _ in queued):
             return True
         in_progress = self.instance.get_run_records(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
         # A queued run of a connector whose run is in progress waits for that run, not for a slot.
         running = {record.dagster_run.tags[CONNECTOR_TAG] for record in in_progress
                    if CONNECTOR_TAG in record.dagster_run.tags}
-        queued = [tags for tags in queued if tags.get(CONNECTOR_TAG) not in running]
+        queued = [(tags, waited) for tags, waited in queued if tags.get(CONNECTOR_TAG) not in running]
         limit = self.max_concurrent_runs
         if limit is not None and 0 <= limit and self._among_first_to_yield(in_progress, queued, limit):
             return True
         return any(self._among_first_to_yield(
             [record for record in in_progress if _tagged(record.dagster_run.tags, tag)],
-            [tags for tags in queued if _tagged(tags, tag)], tag_limit) for tag, tag_limit in self.tag_limits)
+            [(tags, waited) for tags, waited in queued if _tagged(tags, tag)], tag_limit)
+            for tag, tag_limit in self.tag_limits)
 
-    def _among_first_to_yield(self, in_progress: list[Any], queued: list[dict[str, str]], limit: int) -> bool:
-        """Whether this run is one of those that make room for the `queued` runs under a `limit` that the runs
-        `in_progress` fill: as many sync runs as the queued runs lack slots, the longest running first. One queued
-        run so ends one lingering run, not every run that lingers."""
+    def _among_first_to_yield(self, in_progress: list[Any], queued: list[tuple[dict[str, str], float]],
+                              limit: int) -> bool:
+        """Whether this run is one of those that make room for the `queued` runs (their tags, and the seconds they
+        have waited) under a `limit` that the runs `in_progress` fill: as many sync runs as the queued runs lack
+        slots, the longest running first, so that one queued run does not end every run that lingers; every one of
+        them once a queued run has waited YIELD_ALL_AFTER_SECONDS (the first ones may be busy, not lingering)."""
         lacking = len(queued) - max(0, limit - len(in_progress))
         if lacking <= 0:
             return False
+        if max(waited for _, waited in queued) >= YIELD_ALL_AFTER_SECONDS:
+            return True
         sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
                            key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
         first = [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:lacking]]

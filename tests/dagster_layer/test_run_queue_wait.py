@@ -149,3 +149,15 @@ def test_a_run_queued_behind_its_own_connectors_run_makes_no_other_run_yield(mon
         _add_run(instance, "beta", DagsterRunStatus.QUEUED)
         assert not RunQueueWait(instance, "alpha")()
         assert RunQueueWait(instance, "beta")()
+
+
+def test_every_lingering_run_yields_once_a_queued_run_has_waited_long(monkeypatch):
+    monkeypatch.setattr(debezium_runner, "QUEUE_CHECK_SECONDS", 0.0)
+    with instance_for_test(overrides={"run_queue": {"max_concurrent_runs": 2}}) as instance:
+        _add_run(instance, "alpha", DagsterRunStatus.STARTED)
+        _add_run(instance, "beta", DagsterRunStatus.STARTED)
+        _add_run(instance, "gamma", DagsterRunStatus.QUEUED)
+        assert not RunQueueWait(instance, "beta")()  # alpha, the longest running, makes the room
+        # The longest running one may be busy streaming: after a while the others yield too.
+        monkeypatch.setattr(debezium_runner, "YIELD_ALL_AFTER_SECONDS", 0.0)
+        assert RunQueueWait(instance, "beta")()
