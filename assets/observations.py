@@ -36,6 +36,20 @@ LAG_OBSERVATION_SECONDS = 60
 # The tables of a connector that stays caught up are observed again after this long (at most a quarter of the
 # freshness window), and a freshness result that stays the same is recorded again after this long.
 TABLE_OBSERVATION_SECONDS = 300
+# A connector's table observations and freshness results are evaluated again after this long at most (at most a
+# quarter of the freshness window): each evaluation reads the instance's asset and check records, tens of ms of the
+# code server's CPU, and the change sensor runs every few seconds for each connector.
+TABLE_EVALUATION_SECONDS = 30
+# When each connector's tables were last evaluated, per instance, in this process (the code server's sensors).
+_evaluated_at: dict[tuple[str, str], float] = {}
+
+
+def _instance_key(instance: Any) -> str:
+    """What tells one Dagster instance from another in this process: its directory, else the object itself."""
+    try:
+        return str(instance.root_directory)
+    except Exception:  # noqa: BLE001 - an instance without a local directory
+        return f"instance-{id(instance)}"
 
 
 def lag_observation(instance: Any, connector: ConnectorConfig, found: Pending,
@@ -65,10 +79,16 @@ def table_events(instance: Any, connector: ConnectorConfig, keys: Sequence[Asset
                  found: Pending | None) -> list[AssetObservation | AssetCheckEvaluation]:
     """The caught-up observations of the tables (when `found` says the connector is caught up, at most every
     TABLE_OBSERVATION_SECONDS), and the freshness results that changed, were recorded long ago, or precede the
-    table's latest materialization."""
+    table's latest materialization; evaluated at most every TABLE_EVALUATION_SECONDS for a connector and an
+    instance (none in between)."""
     if not keys:
         return []
     now = time.time()
+    evaluated = (_instance_key(instance), connector.name)
+    if now - _evaluated_at.get(evaluated, float("-inf")) < min(TABLE_EVALUATION_SECONDS,
+                                                                 connector.freshness_minutes * 15):
+        return []
+    _evaluated_at[evaluated] = now
     every = min(TABLE_OBSERVATION_SECONDS, connector.freshness_minutes * 15)
     events: list[AssetObservation | AssetCheckEvaluation] = []
     last_observed = _caught_up_at(instance, keys)
