@@ -25,9 +25,12 @@ from cdc_pipeline.config import PipelineConfig, load_config
 from resources.destination import DestinationResource
 from resources.run_processes import fork_runs_in_code_server
 from resources.spark_session import SparkSessionResource
+from resources.storage_revisions import cache_dagster_script_directories
 
-# Loaded by Dagster's code server: it starts the runs' processes from a forkserver that has imported this module.
+# Loaded by Dagster's code server: it starts the runs' processes from a forkserver that has imported this module,
+# and each sensor's evaluation opens the instance without reading Dagster's migration scripts again.
 fork_runs_in_code_server(preload="assets.run_preload")
+cache_dagster_script_directories()
 
 
 def build_definitions(config: PipelineConfig) -> Definitions:
