@@ -22,7 +22,9 @@ def cache_dagster_script_directories() -> bool:
     """Make `ScriptDirectory.from_config` return one directory per Dagster script location in this process; False,
     changing nothing, when it was done already or Alembic has no such method."""
     import dagster
-    from alembic.script import ScriptDirectory
+    from dagster._core.storage import sql  # Dagster's revision check, and the Alembic class it reads scripts with
+
+    ScriptDirectory = sql.ScriptDirectory  # noqa: N806 - the class itself, as Dagster names it
 
     original = ScriptDirectory.__dict__.get("from_config")
     if not isinstance(original, classmethod) or getattr(original.__func__, "_cdc_cached", False):

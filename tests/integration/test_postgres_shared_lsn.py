@@ -67,14 +67,16 @@ def test_runs_cut_by_their_budget_inside_copies_end_exact(pg_pipeline, caplog):
     it, and the runs end exact."""
     _two_tables_copied(pg_pipeline, BUDGET_ROWS)
     pg_pipeline.write_config(tables=TABLES, batch_size=200, apply_batch_events=200, max_seconds_per_run=0.5)
-    with caplog.at_level(logging.INFO, logger="cdc_pipeline"):
-        pg_pipeline.sync()
-    assert any("spanned" in record.getMessage() for record in caplog.records), \
-        "the first run's budget was spent inside a COPY, and the run applied the COPY whole"
-    for _ in range(BUDGET_RUNS):
+    spanned = 0
+    # A run whose budget passes before the engine's first batch fetches nothing (a slow start): the next one goes on.
+    for _ in range(BUDGET_RUNS + 1):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="cdc_pipeline"):
+            pg_pipeline.sync()
+        spanned += any("spanned" in record.getMessage() for record in caplog.records)
         for table in ("keyed", "loose"):
             assert len(pg_pipeline.dest_rows(table)) in (1, BUDGET_ROWS + 1), f"{table} holds part of a COPY"
-        pg_pipeline.sync()
+    assert spanned, "a run's budget was spent inside a COPY, and the run applied the COPY whole"
     pg_pipeline.write_config(tables=TABLES)
     pg_pipeline.sync()
 
