@@ -46,10 +46,11 @@ class RunQueueWait:
     `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
     `tags` count against, while the runs in progress fill it (runs with a driver JVM of their own wait for one another,
     not for served ones). Under a full limit only as many sync runs yield as the queued runs lack slots, the longest
-    running first, and all of them once a queued run has waited YIELD_ALL_AFTER_SECONDS. Only queued runs of this run's priority or higher count (the tag `dagster/priority`, 0 without it):
-    a sync run does not end its linger for a verify run, which the queue starts after sync runs anyway. The session's
-    `linger_yields`: such a run then ends as soon as it is caught up, so a change of another connector does not wait
-    behind it. Asked of the instance at most once in QUEUE_CHECK_SECONDS."""
+    running first, and all of them once a queued run has waited YIELD_ALL_AFTER_SECONDS. Only queued runs of this
+    run's priority or higher count (the tag `dagster/priority`, 0 without it): a sync run does not end its linger for
+    a verify run, which the queue starts after sync runs anyway. The session's `linger_yields`: such a run then ends
+    as soon as it is caught up, so a change of another connector does not wait behind it. Asked of the instance at
+    most once in QUEUE_CHECK_SECONDS."""
 
     def __init__(self, instance: DagsterInstance, connector: str, tags: Optional[dict[str, str]] = None) -> None:
         self.instance = instance
