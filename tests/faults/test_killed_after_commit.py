@@ -41,7 +41,9 @@ def test_a_killed_run_is_completed_exactly_with_a_keyless_table(any_source, tmp_
     # After the second transaction: the first group is committed and marked complete, the second only committed.
     kill_at(source.name, f"{faults.GROUP_COMMITTED}@2", tmp_path / "paused")
     applied = source.stats(STATS)["events"] - baseline["events"]
-    assert 0 < applied < stream
+    # The second commit is usually mid-stream; on a loaded machine it may be the stream's last (the source
+    # transaction of 2,000 rows spans groups committed as one): either way that group is not marked complete.
+    assert 0 < applied <= stream
 
     source.write_config(tables=tables)
     source.sync()
