@@ -1,8 +1,10 @@
 """Each table asset's check `matches_source`: `cdc-pipeline verify` of the table (content by key-range hashes, the
 differing keys named), run by the connector's `verify_<name>` job on its `verify_schedule` and, by the sensor
-`verify_<name>_after_load`, once each bulk load has been reconciled by the stream."""
+`verify_<name>_after_load` (for many connectors, the one `cdc_verify_after_loads`), once each bulk load has been
+reconciled by the stream."""
 
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -24,6 +26,7 @@ from dagster import (
     ScheduleDefinition,
     SensorDefinition,
     SensorEvaluationContext,
+    SensorResult,
     SkipReason,
     define_asset_job,
     multi_asset_check,
@@ -43,6 +46,8 @@ log = logging.getLogger(__name__)
 
 VERIFY_CHECK = "matches_source"
 AFTER_LOAD_INTERVAL_SECONDS = 60
+# The sensor of every connector's verify after its loads, when the change sensors are one too (assets/definitions.py).
+AFTER_LOADS_SENSOR_NAME = "cdc_verify_after_loads"
 # A verify run's place in Dagster's run queue: below the sync runs' (0).
 VERIFY_PRIORITY = -1
 LISTED_KEYS = 20  # keys of each kind a check's metadata names (the report of `cdc-pipeline verify` has them all)
@@ -152,12 +157,55 @@ def _after_load_sensor(connector: ConnectorConfig, job: JobDefinition) -> Sensor
     def verify_after_load(context: SensorEvaluationContext, destination: DestinationResource):
         try:
             with destination.connect() as conn:
-                load_id = bookkeeping.reconciled_load(conn, destination.destination().control_schema, connector.name)
+                decision, cursor = _after_load(conn, destination.destination().control_schema, connector, job,
+                                               context.cursor)
         except (psycopg.Error, CdcError) as exc:
             return SkipReason(f"cannot read connector {connector.name}'s bulk loads: {exc}")
-        if load_id is None or str(load_id) == context.cursor:
-            return SkipReason(f"no bulk load of connector {connector.name} reconciled since the last verify")
-        context.update_cursor(str(load_id))
-        return RunRequest(run_key=f"verify-{connector.name}-load-{load_id}")
+        if cursor is not None:
+            context.update_cursor(cursor)
+        return decision
 
     return verify_after_load
+
+
+def build_after_loads_sensor(verified: list[tuple[ConnectorConfig, JobDefinition]]) -> SensorDefinition:
+    """`cdc_verify_after_loads`: the sensors `verify_<name>_after_load` of many connectors as one (one tick of the
+    daemon per pass, one connection to the destination), its cursor holding each connector's last verified load."""
+    names = ", ".join(connector.name for connector, _ in verified)
+
+    @sensor(name=AFTER_LOADS_SENSOR_NAME, jobs=[job for _, job in verified],
+            minimum_interval_seconds=AFTER_LOAD_INTERVAL_SECONDS, default_status=DefaultSensorStatus.RUNNING,
+            description=f"Verifies the tables of each of its {len(verified)} connectors ({names[:300]}) once each of "
+                        "its bulk loads has been reconciled by the stream (its tables then show the source at one "
+                        "moment).")
+    def verify_after_loads(context: SensorEvaluationContext, destination: DestinationResource):
+        cursors = json.loads(context.cursor) if context.cursor else {}
+        requests, skips = [], []
+        try:
+            with destination.connect() as conn:
+                schema = destination.destination().control_schema
+                for connector, job in verified:
+                    decision, cursor = _after_load(conn, schema, connector, job, cursors.get(connector.name))
+                    if cursor is not None:
+                        cursors[connector.name] = cursor
+                    if isinstance(decision, RunRequest):
+                        requests.append(decision)
+                    else:
+                        skips.append(decision.skip_message)
+        except (psycopg.Error, CdcError) as exc:
+            return SkipReason(f"cannot read the bulk loads of connectors {names[:300]}: {exc}")
+        return SensorResult(run_requests=requests or None, cursor=json.dumps(cursors),
+                            skip_reason=None if requests else SkipReason(
+                                f"no bulk load of its {len(verified)} connectors reconciled since their last verify"))
+
+    return verify_after_loads
+
+
+def _after_load(conn: psycopg.Connection, schema: str, connector: ConnectorConfig, job: JobDefinition,
+                cursor: str | None) -> tuple[RunRequest | SkipReason, str | None]:
+    """A verify run of the connector when a bulk load of it was reconciled since the one `cursor` names, with the new
+    cursor; else a skip (and None)."""
+    load_id = bookkeeping.reconciled_load(conn, schema, connector.name)
+    if load_id is None or str(load_id) == cursor:
+        return SkipReason(f"no bulk load of connector {connector.name} reconciled since the last verify"), None
+    return RunRequest(run_key=f"verify-{connector.name}-load-{load_id}", job_name=job.name), str(load_id)

@@ -9,6 +9,9 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from resources.debezium_runner import ENGINE_TAG
 
+# The tag Dagster gives a run a sensor launched: the sensor's name.
+SENSOR_NAME_TAG = "dagster/sensor_name"
+
 
 def main(home: str) -> None:
     with DagsterInstance.from_config(home) as instance:
@@ -19,7 +22,8 @@ def main(home: str) -> None:
         print(json.dumps({"runs": [{"status": r.dagster_run.status.value, "created": r.create_timestamp.timestamp(),
                                     "starting": _starting(instance, r.dagster_run.run_id),
                                     "start": r.start_time, "end": r.end_time,
-                                    "engine": r.dagster_run.tags.get(ENGINE_TAG)} for r in records],
+                                    "engine": r.dagster_run.tags.get(ENGINE_TAG),
+                                    "sensor": r.dagster_run.tags.get(SENSOR_NAME_TAG)} for r in records],
                           "failures": [message[:400] for message in failures]}))
 
 

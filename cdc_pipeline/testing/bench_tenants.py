@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -445,6 +446,7 @@ def _runs(home: Path) -> dict[str, Any]:
     return {"launched": len(records), "failed": sum(1 for run in records if run["status"] == "FAILURE"),
             "failures": found["failures"],
             "served": sum(1 for run in records if run.get("engine") == "served"),
+            "by_sensor": dict(sorted(Counter(run.get("sensor") or "none" for run in records).items())),
             "launch_p50": _rounded(percentile(launched, 0.5)), "launch_max": _rounded(max(launched, default=None)),
             "queued_p50": _rounded(percentile(queued, 0.5)), "queued_max": _rounded(max(queued, default=None)),
             "run_p50": _rounded(percentile(ran, 0.5)), "run_max": _rounded(max(ran, default=None)),
