@@ -969,6 +969,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tenant-tables", type=int, default=5, help="with --databases: tables per database")
     parser.add_argument("--connector-per-database", action="store_true",
                         help="with --databases: N connectors of one database each instead of one")
+    parser.add_argument("--dagster", choices=("dev", "daemon"), default="dev",
+                        help="with --databases or --freshness: how Dagster runs: `dagster dev` (the README's way: its "
+                             "webserver, its daemon and one code server) or `dagster-daemon run` alone (which starts "
+                             "its code server again every minute)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.databases:
@@ -976,7 +980,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tenants = bench_tenants.run_tenants(args.databases, args.tenant_tables, args.trickle_seconds or 60,
                                             args.trickle_interval or 2, args.connector_per_database,
-                                            keep=args.keep_work, served=args.served)
+                                            keep=args.keep_work, served=args.served, dagster=args.dagster)
         print(json.dumps(tenants, indent=2) if args.json else bench_tenants.describe(tenants))
         return 0 if tenants["exact_seconds"] is not None and not tenants["trickle"]["not_applied"] else 1
     if args.busy_neighbour:
@@ -992,7 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fresh = bench_freshness.run_freshness(args.linger, args.quiet_seconds, args.trickle_seconds or 120,
                                               args.trickle_interval or 3, args.busy_seconds, args.busy_rate,
                                               args.fresh_check_interval, args.keep_work, args.load_source,
-                                              args.served)
+                                              args.served, args.dagster)
         print(json.dumps(fresh, indent=2) if args.json else bench_freshness.describe(fresh))
         return 0
     if args.served_runs:

@@ -1,6 +1,7 @@
 """Freshness as a Dagster user gets it (`cdc-pipeline bench --freshness`): a MariaDB (or PostgreSQL) connector with
-its defaults (or the `linger_seconds` given) under Dagster's daemon (`dagster-daemon run` on the checkout's workspace.yaml and a
-fresh instance with the checkout's dagster_home/dagster.yaml), its change sensor launching every run.
+its defaults (or the `linger_seconds` given) under Dagster's daemon (`dagster dev` on the checkout's workspace.yaml, as
+the README runs it, or `--dagster daemon`: `dagster-daemon run` alone; a fresh instance with the checkout's
+dagster_home/dagster.yaml), its change sensor launching every run.
 
 Each round, on fresh databases: the connector's first sync (`cdc-pipeline sync`), then the daemon, then
 - quiet: nothing is written; the runs launched are counted (none is the goal);
@@ -25,7 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import psycopg
 from psycopg import sql
@@ -34,8 +35,8 @@ from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench_server import start_pipeline_server
-from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_postgres,
-                                          start_source)
+from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, free_port,
+                                          start_postgres, start_source)
 
 CAPTURE_USER = "fresh"
 CAPTURE_PASSWORD = "fresh-capture"
@@ -43,6 +44,9 @@ POLL_SECONDS = 0.05
 # The daemon's first evaluations: its code location loads, the sensor ticks once (a check finding nothing).
 DAEMON_SETTLE_SECONDS = 20.0
 TAIL_SECONDS = 120.0
+# How Dagster runs in a round: as the README starts it (`dagster dev`), or its daemon alone (`dagster-daemon run`).
+DAGSTER_DEV, DAGSTER_DAEMON = "dev", "daemon"
+DAGSTER_STOP_SECONDS = 30
 
 
 def checkout() -> Path:
@@ -57,10 +61,11 @@ def checkout() -> Path:
 def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle_seconds: float,
                   trickle_interval: float, busy_seconds: float, busy_rate: float,
                   check_interval: int | None = None, keep: Path | None = None,
-                  source_type: str = "mariadb", served: bool = False) -> dict[str, Any]:
+                  source_type: str = "mariadb", served: bool = False, dagster: str = DAGSTER_DEV) -> dict[str, Any]:
     """One round per linger value (None: the connector's default), each on fresh databases and a fresh instance
     (`keep`: in that directory, left behind with the daemon's log and the instance, instead of a temporary one);
-    `served`: the daemon's runs with a pipeline server beside it (`cdc-pipeline serve`)."""
+    `served`: the daemon's runs with a pipeline server beside it (`cdc-pipeline serve`); `dagster`: how Dagster runs
+    (`start_dagster`)."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -72,14 +77,15 @@ def run_freshness(lingers: Sequence[float | None], quiet_seconds: float, trickle
             for index, linger in enumerate(lingers):
                 rounds.append(measure_round(source, destination, Path(work) / f"round{index}", linger,
                                             quiet_seconds, trickle_seconds, trickle_interval, busy_seconds,
-                                            busy_rate, check_interval, served))
-    return {"rounds": rounds, "served": served}
+                                            busy_rate, check_interval, served, dagster))
+    return {"rounds": rounds, "served": served, "dagster": dagster}
 
 
 def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresServer, work: Path,
                   linger: float | None,
                   quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
-                  busy_rate: float, check_interval: int | None, served: bool = False) -> dict[str, Any]:
+                  busy_rate: float, check_interval: int | None, served: bool = False,
+                  dagster: str = DAGSTER_DEV) -> dict[str, Any]:
     work.mkdir(parents=True)
     database = name = f"fresh_{work.name}"  # a connector per round: a PostgreSQL slot per connector
     connector: dict[str, Any]
@@ -114,18 +120,36 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
     if served:
         env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
         server, _ = start_pipeline_server(work, env)
-    daemon_log = (work / "daemon.log").open("w")
-    daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
-                               str(root / "workspace.yaml")], env=env, cwd=root, stdout=daemon_log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        return _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds, trickle_interval,
-                        busy_seconds, busy_rate)
+        with start_dagster(root, env, work / "daemon.log", dagster):
+            return _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds,
+                            trickle_interval, busy_seconds, busy_rate)
     finally:
-        end_process_group(daemon)
-        daemon_log.close()
         if server is not None:
             end_process_group(server, wait_seconds=60)
+
+
+@contextlib.contextmanager
+def start_dagster(root: Path, env: dict[str, str], log_path: Path, dagster: str) -> Iterator[subprocess.Popen]:
+    """Dagster on the checkout's workspace, in a session of its own: DAGSTER_DEV, `dagster dev` as the README runs it
+    (its webserver on a free port of the loopback, its daemon, one code server), or DAGSTER_DAEMON, `dagster-daemon
+    run` alone (which starts its code server again every minute: Dagster's workspace reload); stopped with everything
+    it started (SIGTERM to its process group, then SIGKILL) however the block ends."""
+    bin_dir = Path(sys.executable).parent
+    workspace = str(root / "workspace.yaml")
+    if dagster == DAGSTER_DEV:
+        command = [str(bin_dir / "dagster"), "dev", "-w", workspace, "--host", "127.0.0.1", "-p", str(free_port())]
+    elif dagster == DAGSTER_DAEMON:
+        command = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
+    else:
+        raise ValueError(f"dagster: {dagster!r} is neither {DAGSTER_DEV!r} nor {DAGSTER_DAEMON!r}")
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            yield process
+        finally:
+            end_process_group(process, DAGSTER_STOP_SECONDS)
 
 
 class _Watcher(threading.Thread):

@@ -1,7 +1,8 @@
 """A server of many tenant databases under Dagster's daemon (`cdc-pipeline bench --databases N`): one throwaway
 MariaDB server holding `tenant_001` ... `tenant_N`, each of `tables` small tables, replicated into one destination
-PostgreSQL database by the checkout's Dagster layer (`dagster-daemon run` on its workspace.yaml and a fresh instance
-with its dagster_home/dagster.yaml), the change sensors launching every run, the connectors with their defaults.
+PostgreSQL database by the checkout's Dagster layer (`dagster dev` on its workspace.yaml, as the README runs it, or
+`--dagster daemon`: `dagster-daemon run` alone; a fresh instance with its dagster_home/dagster.yaml), the change
+sensors launching every run, the connectors with their defaults.
 
 Two shapes: one connector covering every tenant (`databases: ["tenant_*"]`, each database into its own destination
 schema), or a connector per database (`per_database`, `database: tenant_001`, ...). It measures
@@ -11,8 +12,8 @@ schema), or a connector per database (`per_database`, `database: tenant_001`, ..
   the rows not there `tail_seconds` after the last one;
 - new tenant (one connector only): a database `tenant_<N+1>` created, its tables and rows committed, a third into the
   trickle, and the seconds from its rows' commit until its tables are exact;
-- peak memory: the highest sum of the resident set sizes of the daemon's process tree (its code server, the run
-  workers and their driver JVMs), sampled every 0.5 s from /proc;
+- peak memory: the highest sum of the resident set sizes of Dagster's process tree (its webserver and daemon, its
+  code server, the run workers and their driver JVMs), sampled every 0.5 s from /proc;
 - the runs the instance recorded: launched, failed, and how long they queued and ran.
 The daemon and both servers are stopped at the end, also after an error, Ctrl-C or SIGTERM. It is a command, not a test.
 """
@@ -40,7 +41,8 @@ import psycopg
 from psycopg import sql
 
 from cdc_pipeline.testing.bench import percentile
-from cdc_pipeline.testing.bench_freshness import CAPTURE_PASSWORD, CAPTURE_USER, _percentiles, checkout
+from cdc_pipeline.testing.bench_freshness import (CAPTURE_PASSWORD, CAPTURE_USER, DAGSTER_DEV, _percentiles,
+                                                  checkout, start_dagster)
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench_server import start_pipeline_server
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
@@ -56,7 +58,6 @@ EXACT_POLL_SECONDS = 0.5
 MEMORY_SAMPLE_SECONDS = 0.5
 # Trickled rows' keys start here, past every table's first rows.
 TRICKLE_FIRST_ID = 1000
-DAEMON_STOP_SECONDS = 30
 
 
 def tenant_name(number: int) -> str:
@@ -95,10 +96,10 @@ def connectors_file(source: MariaDbServer, databases: list[str], per_database: b
 def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_interval: float, per_database: bool,
                 rows: int = TABLE_ROWS, tail_seconds: float = TAIL_SECONDS,
                 exact_timeout: float = EXACT_TIMEOUT_SECONDS, keep: Path | None = None,
-                served: bool = False) -> dict[str, Any]:
+                served: bool = False, dagster: str = DAGSTER_DEV) -> dict[str, Any]:
     """One round on fresh servers and a fresh instance (`keep`: in that new directory, left behind with the servers'
     files, the daemon's log and the instance); `served`: a pipeline server beside the daemon, whose process tree
-    counts in the peak memory."""
+    counts in the peak memory; `dagster`: how Dagster runs (bench_freshness.start_dagster)."""
     from cdc_pipeline.capture.runner import build_runner
 
     build_runner()
@@ -129,14 +130,14 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
         result: dict[str, Any] = {"databases": databases, "tables_per_database": tables, "rows_per_table": rows,
                                   "connectors": databases if per_database else 1,
                                   "mode": "connector per database" if per_database else "one connector",
-                                  "served": served}
+                                  "served": served, "dagster": dagster}
         roots = []
         if served:
             env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
             server, _ = start_pipeline_server(work, env)
             stack.callback(end_process_group, server, 60)
             roots.append(server.pid)
-        with _daemon(root, env, work / "daemon.log") as daemon:
+        with start_dagster(root, env, work / "daemon.log", dagster) as daemon:
             started = time.monotonic()
             sampler = _MemorySampler(daemon.pid, roots)
             sampler.start()
@@ -347,7 +348,9 @@ class _MemorySampler(threading.Thread):
 
 FORKSERVER, FORKED_RUN_WORKERS, SPAWNED_RUN_WORKERS = "forkserver", "run workers", "run workers (spawned)"
 # A process's kind, by the first of these its command line holds; a forkserver's children share its command line.
-_PROCESS_KINDS = (("java", "JVMs"), ("dagster-daemon", "daemon"), ("api grpc", "code server"),
+_PROCESS_KINDS = (("java", "JVMs"), ("dagster-daemon", "daemon"), ("dagster._daemon", "daemon"),
+                  ("dagster_webserver", "webserver"), ("code-server start", "code server proxy"),
+                  ("dagster dev", "dagster dev"), ("api grpc", "code server"),
                   ("multiprocessing.forkserver", FORKSERVER), ("execute_run", SPAWNED_RUN_WORKERS),
                   ("multiprocessing.spawn", SPAWNED_RUN_WORKERS), ("serve", "pipeline server"))
 
@@ -414,20 +417,6 @@ def _process_kind(pid: int, parent_kind: str) -> str:
         return "other"
     kind = next((kind for marker, kind in _PROCESS_KINDS if marker in command), "other")
     return FORKED_RUN_WORKERS if kind == FORKSERVER and parent_kind == FORKSERVER else kind
-
-
-@contextlib.contextmanager
-def _daemon(root: Path, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
-    """`dagster-daemon run` on the checkout's workspace, in a session of its own; stopped with everything it started
-    (SIGTERM to its process group, then SIGKILL) however the block ends."""
-    with log_path.open("w") as log:
-        daemon = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
-                                   str(root / "workspace.yaml")], env=env, cwd=root, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield daemon
-        finally:
-            end_process_group(daemon, DAEMON_STOP_SECONDS)
 
 
 def _runs(home: Path) -> dict[str, Any]:
