@@ -969,10 +969,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tenant-tables", type=int, default=5, help="with --databases: tables per database")
     parser.add_argument("--connector-per-database", action="store_true",
                         help="with --databases: N connectors of one database each instead of one")
-    parser.add_argument("--dagster", choices=("dev", "daemon"), default="dev",
+    parser.add_argument("--dagster", choices=("dev", "daemon", "service"), default="dev",
                         help="with --databases or --freshness: how Dagster runs: `dagster dev` (the README's way: its "
-                             "webserver, its daemon and one code server) or `dagster-daemon run` alone (which starts "
-                             "its code server again every minute)")
+                             "webserver, its daemon and one code server), `dagster-daemon run` alone (which starts "
+                             "its code server again every minute), or as a service (`dagster code-server start`, the "
+                             "daemon and the webserver on a workspace of it: docs/operations.md)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.databases:

@@ -44,8 +44,8 @@ POLL_SECONDS = 0.05
 # The daemon's first evaluations: its code location loads, the sensor ticks once (a check finding nothing).
 DAEMON_SETTLE_SECONDS = 20.0
 TAIL_SECONDS = 120.0
-# How Dagster runs in a round: as the README starts it (`dagster dev`), or its daemon alone (`dagster-daemon run`).
-DAGSTER_DEV, DAGSTER_DAEMON = "dev", "daemon"
+# How Dagster runs in a round (`start_dagster`).
+DAGSTER_DEV, DAGSTER_DAEMON, DAGSTER_SERVICE = "dev", "daemon", "service"
 DAGSTER_STOP_SECONDS = 30
 
 
@@ -130,26 +130,56 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
 
 
 @contextlib.contextmanager
-def start_dagster(root: Path, env: dict[str, str], log_path: Path, dagster: str) -> Iterator[subprocess.Popen]:
-    """Dagster on the checkout's workspace, in a session of its own: DAGSTER_DEV, `dagster dev` as the README runs it
-    (its webserver on a free port of the loopback, its daemon, one code server), or DAGSTER_DAEMON, `dagster-daemon
-    run` alone (which starts its code server again every minute: Dagster's workspace reload); stopped with everything
-    it started (SIGTERM to its process group, then SIGKILL) however the block ends."""
+def start_dagster(root: Path, env: dict[str, str], log_path: Path, dagster: str) -> Iterator[list[subprocess.Popen]]:
+    """Dagster on the checkout's workspace, its processes each in a session of its own:
+    - DAGSTER_DEV: `dagster dev` as the README runs it (its webserver, its daemon, one code server);
+    - DAGSTER_DAEMON: `dagster-daemon run` alone, which starts its code server again every minute (Dagster's
+      workspace reload);
+    - DAGSTER_SERVICE: as docs/operations.md runs Dagster as a service: `dagster code-server start`, then
+      `dagster-daemon run` and `dagster-webserver` on a workspace of that server.
+    Webservers and code servers listen on free ports of the loopback. Stopped with everything they started (SIGTERM
+    to each process group, then SIGKILL) however the block ends; yields the processes, the daemon's first."""
     bin_dir = Path(sys.executable).parent
     workspace = str(root / "workspace.yaml")
+    loopback = ["-h", "127.0.0.1"]
     if dagster == DAGSTER_DEV:
-        command = [str(bin_dir / "dagster"), "dev", "-w", workspace, "--host", "127.0.0.1", "-p", str(free_port())]
+        commands = [[str(bin_dir / "dagster"), "dev", "-w", workspace, "--host", "127.0.0.1", "-p", str(free_port())]]
     elif dagster == DAGSTER_DAEMON:
-        command = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
+        commands = [[str(bin_dir / "dagster-daemon"), "run", "-w", workspace]]
+    elif dagster == DAGSTER_SERVICE:
+        port = free_port()
+        served = log_path.with_name("workspace.yaml")
+        served.write_text(json.dumps({"load_from": [{"grpc_server": {
+            "host": "127.0.0.1", "port": port, "location_name": "cdc_pipeline"}}]}))
+        commands = [[str(bin_dir / "dagster"), "code-server", "start", "-m", "assets.definitions", "-d", str(root),
+                     *loopback, "-p", str(port), "--location-name", "cdc_pipeline"],
+                    [str(bin_dir / "dagster-daemon"), "run", "-w", str(served)],
+                    [str(bin_dir / "dagster-webserver"), "-w", str(served), *loopback, "-p", str(free_port())]]
     else:
-        raise ValueError(f"dagster: {dagster!r} is neither {DAGSTER_DEV!r} nor {DAGSTER_DAEMON!r}")
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            yield process
-        finally:
-            end_process_group(process, DAGSTER_STOP_SECONDS)
+        raise ValueError(f"dagster: {dagster!r} is none of {DAGSTER_DEV!r}, {DAGSTER_DAEMON!r}, {DAGSTER_SERVICE!r}")
+    processes: list[subprocess.Popen] = []
+    with log_path.open("w") as log, contextlib.ExitStack() as stack:
+        for command in commands:
+            process = subprocess.Popen(command, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            stack.callback(end_process_group, process, DAGSTER_STOP_SECONDS)
+            processes.append(process)
+            if dagster == DAGSTER_SERVICE and len(processes) == 1:
+                _wait_for_code_server(bin_dir, port, process)
+        yield processes[1:2] + processes[:1] + processes[2:] if dagster == DAGSTER_SERVICE else processes
+
+
+def _wait_for_code_server(bin_dir: Path, port: int, process: subprocess.Popen, timeout: float = 180) -> None:
+    """Until the code server on `port` answers Dagster's health check (it has loaded the definitions)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the code server ended with {process.returncode} before it answered")
+        if subprocess.run([str(bin_dir / "dagster"), "api", "grpc-health-check", "-p", str(port)],
+                          capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the code server on port {port} did not answer within {timeout:.0f} s")
 
 
 class _Watcher(threading.Thread):

@@ -137,9 +137,9 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
             server, _ = start_pipeline_server(work, env)
             stack.callback(end_process_group, server, 60)
             roots.append(server.pid)
-        with start_dagster(root, env, work / "daemon.log", dagster) as daemon:
+        with start_dagster(root, env, work / "daemon.log", dagster) as processes:
             started = time.monotonic()
-            sampler = _MemorySampler(daemon.pid, roots)
+            sampler = _MemorySampler(processes[0].pid, roots + [process.pid for process in processes[1:]])
             sampler.start()
             watcher.start()
             try:
@@ -349,7 +349,7 @@ class _MemorySampler(threading.Thread):
 FORKSERVER, FORKED_RUN_WORKERS, SPAWNED_RUN_WORKERS = "forkserver", "run workers", "run workers (spawned)"
 # A process's kind, by the first of these its command line holds; a forkserver's children share its command line.
 _PROCESS_KINDS = (("java", "JVMs"), ("dagster-daemon", "daemon"), ("dagster._daemon", "daemon"),
-                  ("dagster_webserver", "webserver"), ("code-server start", "code server proxy"),
+                  ("dagster_webserver", "webserver"), ("dagster-webserver", "webserver"), ("code-server start", "code server proxy"),
                   ("dagster dev", "dagster dev"), ("api grpc", "code server"),
                   ("multiprocessing.forkserver", FORKSERVER), ("execute_run", SPAWNED_RUN_WORKERS),
                   ("multiprocessing.spawn", SPAWNED_RUN_WORKERS), ("serve", "pipeline server"))
