@@ -59,8 +59,10 @@ ONE_SENSOR_BEYOND_CONNECTORS = 4
 CHANGES_SENSOR_NAME = "cdc_changes"
 # The checks one evaluation of `cdc_changes` makes at once (each a query of the destination and one of the source).
 CHECK_THREADS = 8
-# A check that has not answered within this long counts as a failed check (Dagster ends an evaluation after 60 s).
-CHECK_TIMEOUT_SECONDS = 30.0
+# A check of `cdc_changes` that has not answered within this long counts as a failed check, and the connector is not
+# checked again before its backoff has passed: a source that hangs holds every connector's pass this long, once per
+# backoff (Dagster ends an evaluation after 60 s; a MariaDB check reads the binlog for 5 s at most).
+CHECK_TIMEOUT_SECONDS = 15.0
 # A pass that takes longer is logged with where its time went (the daemon's next pass waits for it).
 SLOW_PASS_SECONDS = 10.0
 
@@ -241,10 +243,18 @@ def _due_in(connector: ConnectorConfig, cursor: dict) -> float:
 
 def _next_check_skip(connector: ConnectorConfig, cursor: dict, run_ended_at: float | None) -> str | None:
     """Why the connector is not checked at this pass, until its next check, check_interval_seconds after the last
-    one that answered; None when it is due, or when a run of the connector ended since (at once: work may wait
-    that the run left)."""
+    one that answered, or after a check that did not answer in time once its backoff has passed; None when it is
+    due, or when a run of the connector ended since its last check that answered (at once: work may wait that the
+    run left)."""
+    if run_ended_at is not None:
+        return None
+    unanswered_until = float(cursor.get("unanswered_until", 0))
+    if time.time() < unanswered_until:
+        return (f"the check of connector {connector.name} did not answer within {CHECK_TIMEOUT_SECONDS:.0f} s "
+                f"{cursor.get('failed_checks', 1)} times in a row; checked again at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(unanswered_until))} UTC (backoff)")
     due_in = _due_in(connector, cursor)
-    if due_in <= CHECK_DUE_SLACK_SECONDS or run_ended_at is not None:
+    if due_in <= CHECK_DUE_SLACK_SECONDS:
         return None
     return (f"next change check of connector {connector.name} in {due_in:.0f} s (check_interval_seconds), or at "
             "once when a run of it ends")
@@ -261,7 +271,8 @@ def _check_all(due: Sequence[Watched], destination: DestinationConfig) -> dict[s
         futures = {entry.connector.name: pool.submit(_check, entry.connector, destination) for entry in due}
         wait(futures.values(), timeout=CHECK_TIMEOUT_SECONDS)
         return {name: future.result() if future.done() else (
-                    CdcError(f"the check of connector {name} did not answer within {CHECK_TIMEOUT_SECONDS:.0f} s"),
+                    CheckTimedOut(f"the check of connector {name} did not answer within "
+                                  f"{CHECK_TIMEOUT_SECONDS:.0f} s"),
                     None, CHECK_TIMEOUT_SECONDS)
                 for name, future in futures.items()}
     finally:
@@ -324,10 +335,22 @@ def _after_failed_check(entry: Watched, cursor: dict, error: Exception, events: 
     if now < retry_at:
         return _Outcome(name, skip=f"the check of connector {name} failed {failures} times in a row: {message}; next "
                                    f"run at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(retry_at))} UTC (backoff)",
-                        cursor={"failed_checks": failures, "retry_at": retry_at}, events=events)
+                        cursor=_failed_cursor(failures, retry_at, error), events=events)
     # Every failed check counts, but only a launched run moves the next launch further away.
     backoff = control.backoff_seconds(connector, failures)
     return _Outcome(name, run_request=RunRequest(run_key=f"check-failed-{name}-{time.time_ns()}",
                                                  job_name=entry.job.name,
                                                  tags={TRIGGER_TAG: f"the check failed: {message}"[:200]}),
-                    cursor={"failed_checks": failures, "retry_at": now + backoff}, events=events)
+                    cursor=_failed_cursor(failures, now + backoff, error), events=events)
+
+
+def _failed_cursor(failures: int, retry_at: float, error: Exception) -> dict:
+    """The cursor after a failed check: a check that did not answer in time is not made again before `retry_at`."""
+    cursor: dict[str, Any] = {"failed_checks": failures, "retry_at": retry_at}
+    if isinstance(error, CheckTimedOut):
+        cursor["unanswered_until"] = retry_at
+    return cursor
+
+
+class CheckTimedOut(CdcError):
+    """A check of `cdc_changes` that did not answer within CHECK_TIMEOUT_SECONDS (it goes on in its thread)."""

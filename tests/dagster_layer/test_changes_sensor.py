@@ -127,10 +127,21 @@ def test_the_checks_of_one_pass_run_at_once_and_one_that_hangs_counts_as_failed(
             started = time.monotonic()
             result = _evaluate(config, instance, None, sensor)
             took = time.monotonic() - started
-    assert _launched(result) == {f"sync_t{n}" for n in range(MANY)}
-    assert all("did not answer within 2 s" in request.tags["cdc/trigger"] for request in result.run_requests)
-    # One after another they would take MANY times the timeout.
-    assert took < 2.0 * 2, took
+        assert _launched(result) == {f"sync_t{n}" for n in range(MANY)}
+        assert all("did not answer within 2 s" in request.tags["cdc/trigger"] for request in result.run_requests)
+        # One after another they would take MANY times the timeout.
+        assert took < 2.0 * 2, took
+
+        # The next pass does not check them again before their backoff (after a first failure, their check
+        # interval) has passed: a source that hangs does not hold every pass.
+        with instance_for_test() as instance:
+            started = time.monotonic()
+            waiting = _evaluate(config, instance, result.cursor, sensor)
+            assert time.monotonic() - started < 1.0
+        assert not waiting.run_requests
+        assert "the check of connector t0 did not answer within 2 s 1 times in a row; checked again at " \
+            in waiting.skip_reason.skip_message
+        assert json.loads(waiting.cursor) == json.loads(result.cursor)
 
 
 @pytest.mark.integration
