@@ -140,7 +140,8 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     pipeline.mariadb.execute(f"CREATE DATABASE `{other_db}`")
     pipeline.source([ITEMS, "INSERT INTO items VALUES (1, 'a')"])
     pipeline.mariadb.execute([ITEMS, "INSERT INTO items VALUES (1, 'b')"], database=other_db)
-    pipeline.write_config(linger_seconds=4)
+    # Long enough for the first load's cycle to linger until the second load is applied too (then the changes come).
+    pipeline.write_config(linger_seconds=15)
     document = yaml.safe_load(pipeline.config_path.read_text())
     first = document["connectors"][pipeline.name]
     other = f"{pipeline.name}_b"
@@ -148,6 +149,12 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     pipeline.config_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     clients = {name: start_sync(name, "--linger", "--json", env=server.env) for name in (pipeline.name, other)}
+    # The changes come once both loads were applied (on a loaded machine a cycle may start after all of them, and its
+    # snapshot would hold them all).
+    deadline = time.monotonic() + 180
+    while not all(_dest_has_row(pipeline, schema, 1) for schema in (pipeline.dest_schema, other_db)):
+        assert time.monotonic() < deadline, "the two loads were not applied within 180 s"
+        time.sleep(0.1)
     for key in range(2, 12):
         pipeline.source([f"INSERT INTO items VALUES ({key}, 'a')"])
         pipeline.mariadb.execute([f"INSERT INTO items VALUES ({key}, 'b')"], database=other_db)
@@ -163,6 +170,14 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     with psycopg.connect(pipeline.dest_dsn) as conn:
         ours = conn.execute(f'SELECT * FROM "{other_db}".items ORDER BY 1').fetchall()
     assert ours == [tuple(row) for row in theirs] and len(ours) == 11
+
+
+def _dest_has_row(pipeline, schema: str, key: int) -> bool:
+    """Whether the destination's `schema`.items holds the row of `key` (False while the table does not exist)."""
+    with psycopg.connect(pipeline.dest_dsn) as conn:
+        if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".items',)).fetchone()[0] is None:
+            return False
+        return conn.execute(f'SELECT 1 FROM "{schema}".items WHERE id = %s', (key,)).fetchone() is not None
 
 
 def test_a_server_killed_during_a_cycle_loses_nothing_and_the_next_run_goes_on(pipeline, tmp_path):
