@@ -248,11 +248,11 @@ def _next_check_skip(connector: ConnectorConfig, cursor: dict, run_ended_at: flo
     run left)."""
     if run_ended_at is not None:
         return None
-    unanswered_until = float(cursor.get("unanswered_until", 0))
-    if time.time() < unanswered_until:
+    retry_at = float(cursor.get("retry_at", 0))
+    if cursor.get("timed_out") and time.time() < retry_at:
         return (f"the check of connector {connector.name} did not answer within {CHECK_TIMEOUT_SECONDS:.0f} s "
                 f"{cursor.get('failed_checks', 1)} times in a row; checked again at "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(unanswered_until))} UTC (backoff)")
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(retry_at))} UTC (backoff)")
     due_in = _due_in(connector, cursor)
     if due_in <= CHECK_DUE_SLACK_SECONDS:
         return None
@@ -345,10 +345,11 @@ def _after_failed_check(entry: Watched, cursor: dict, error: Exception, events: 
 
 
 def _failed_cursor(failures: int, retry_at: float, error: Exception) -> dict:
-    """The cursor after a failed check: a check that did not answer in time is not made again before `retry_at`."""
+    """The cursor after a failed check: a check that did not answer in time (`timed_out`) is not made again before
+    `retry_at`."""
     cursor: dict[str, Any] = {"failed_checks": failures, "retry_at": retry_at}
     if isinstance(error, CheckTimedOut):
-        cursor["unanswered_until"] = retry_at
+        cursor["timed_out"] = True
     return cursor
 
 

@@ -86,9 +86,10 @@ def _change_sensors(watched: list[Watched]) -> list:
 
 
 def _after_load_sensors(verified: list[tuple[ConnectorConfig, VerifyDefinitions]], many: bool) -> list:
-    """Each connector's `verify_<name>_after_load`, or, with many connectors, `cdc_verify_after_loads` for them all:
-    every sensor costs the daemon a tick per evaluation, and 24 of them, evaluated together every minute, held the
-    change sensor behind them for half a minute on 2 cores."""
+    """Each connector's `verify_<name>_after_load`, or, with `many` (more than ONE_SENSOR_BEYOND_CONNECTORS
+    connectors, whatever their trigger), `cdc_verify_after_loads` for them all: every sensor costs the daemon a tick
+    per evaluation, and 24 of them, evaluated together every minute, held the change sensor behind them for half a
+    minute on 2 cores."""
     if not many:
         return [verify.sensor for _, verify in verified]
     return [build_after_loads_sensor([(connector, verify.job) for connector, verify in verified])] if verified else []

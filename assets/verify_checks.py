@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 VERIFY_CHECK = "matches_source"
 AFTER_LOAD_INTERVAL_SECONDS = 60
-# The sensor of every connector's verify after its loads, when the change sensors are one too (assets/definitions.py).
+# The sensor of every connector's verify after its loads, with more than ONE_SENSOR_BEYOND_CONNECTORS connectors
+# (assets/definitions.py).
 AFTER_LOADS_SENSOR_NAME = "cdc_verify_after_loads"
 # A verify run's place in Dagster's run queue: below the sync runs' (0).
 VERIFY_PRIORITY = -1

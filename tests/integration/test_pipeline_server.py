@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Iterator
 
 import psycopg
+from psycopg import sql
 import pytest
 import yaml
 
@@ -152,7 +153,7 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     # The changes come once both loads were applied (on a loaded machine a cycle may start after all of them, and its
     # snapshot would hold them all).
     deadline = time.monotonic() + 180
-    while not all(_dest_has_row(pipeline, schema, 1) for schema in (pipeline.dest_schema, other_db)):
+    while not all(_loaded(pipeline, schema) for schema in (pipeline.source_db, other_db)):
         assert time.monotonic() < deadline, "the two loads were not applied within 180 s"
         time.sleep(0.1)
     for key in range(2, 12):
@@ -172,12 +173,12 @@ def test_two_connectors_cycles_run_side_by_side_in_one_server(pipeline, server):
     assert ours == [tuple(row) for row in theirs] and len(ours) == 11
 
 
-def _dest_has_row(pipeline, schema: str, key: int) -> bool:
-    """Whether the destination's `schema`.items holds the row of `key` (False while the table does not exist)."""
-    with psycopg.connect(pipeline.dest_dsn) as conn:
-        if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".items',)).fetchone()[0] is None:
-            return False
-        return conn.execute(f'SELECT 1 FROM "{schema}".items WHERE id = %s', (key,)).fetchone() is not None
+def _loaded(pipeline, schema: str) -> bool:
+    """Whether the destination's `schema`.items holds the loaded row 1 (False while the table does not exist)."""
+    table = sql.Identifier(schema, "items").as_string()
+    if pipeline.dest_query("SELECT to_regclass(%s)", (table,))[0][0] is None:
+        return False
+    return any(row[0] == 1 for row in pipeline.dest_rows("items", schema))
 
 
 def test_a_server_killed_during_a_cycle_loses_nothing_and_the_next_run_goes_on(pipeline, tmp_path):
