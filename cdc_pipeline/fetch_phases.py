@@ -499,10 +499,10 @@ class FetchCycle:
         return sources.position_reached(self.last_offset, end)
 
     def _engine_drained(self) -> bool:
-        """Whether nothing the engine read is on its way to us: Debezium's queue and ours empty, and no batch being
-        handed over (a batch of multi-MB values spends seconds there, or waits for room while groups apply)."""
-        return self.runner.engine_queue_empty() and self.runner.queued_batches() == 0 \
-            and not self.runner.handing_over()
+        """Whether nothing the engine read is on its way to us: Debezium's queue and ours empty, no batch being
+        handed over (a batch of multi-MB values spends seconds there, or waits for room while groups apply), and no
+        record between the two, which the engine holds while it converts it (`DebeziumRunner.drained`)."""
+        return self.runner.drained()
 
     def _reader_reached(self, end: dict[str, Any]) -> bool:
         """Whether the engine's log reader has read the source's log up to `end` (a reader whose position cannot be

@@ -28,7 +28,7 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _RUNNER_CLASSES = (
     "io.cdcpipeline.runner.DebeziumRunner", "io.cdcpipeline.runner.ChangeBatch",
     "io.cdcpipeline.runner.EventSerializer",
-    "io.debezium.embedded.async.AsyncEmbeddedEngine", "io.debezium.connector.mariadb.MariaDbConnector",
+    "io.debezium.embedded.async.AsyncEmbeddedEngine", "io.cdcpipeline.runner.MariaDbRunnerConnector",
     "io.debezium.connector.postgresql.PostgresConnector", "org.apache.kafka.connect.json.JsonConverter",
     "org.postgresql.Driver", "org.mariadb.jdbc.Driver",
     # The bulk load's first job: Spark's JDBC source, the COPY writers and the source-reading copier, pgjdbc's COPY.

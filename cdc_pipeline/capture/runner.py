@@ -392,6 +392,11 @@ class DebeziumRunner:
         to Debezium's queue, captured or not), or None when unknown."""
         return json.loads(self._java.readPosition()) or None
 
+    def drained(self) -> bool:
+        """Whether nothing the engine read is on its way to the runner: Debezium's queue and the runner's empty, no
+        batch being handed over, and (MariaDB, MySQL) no record the engine took from its queue and still holds."""
+        return bool(self._java.drained())
+
     def engine_queue_empty(self) -> bool:
         """Whether Debezium's own queue, between its source task and this runner, is empty now."""
         return bool(self._java.engineQueueEmpty())
@@ -400,10 +405,6 @@ class DebeziumRunner:
         """Whether the engine's thread waits for batches held (queued, in flight) to be let go before it hands over
         the next one: they hold the runner's bound of bytes."""
         return bool(self._java.waitingForRoom())
-
-    def handing_over(self) -> bool:
-        """Whether the engine's thread is handing a batch over now (making its rows, or waiting for room)."""
-        return bool(self._java.handingOver())
 
     def received_offset(self) -> dict[str, Any] | None:
         """The source offset of the last record the engine handed over, heartbeats included (None before any): every

@@ -130,8 +130,7 @@ def test_a_rest_that_cannot_take_the_next_batch_goes_whole_with_the_group():
 def test_an_open_group_goes_on_after_the_stream_itself_waited_for_its_transaction():
     drained = [True]
     cycle = _cycle(batch_size=4, apply_batch_events=12)
-    cycle.runner = SimpleNamespace(raise_if_failed=lambda: None, engine_queue_empty=lambda: drained[0],
-                                   queued_batches=lambda: 0, handing_over=lambda: False, state="POLLING")
+    cycle.runner = SimpleNamespace(raise_if_failed=lambda: None, drained=lambda: drained[0], state="POLLING")
     cycle.connector.source_lost_timeout_seconds = 600.0
     wait = fetch_phases.OPEN_TRANSACTION_GROUP_WAIT_SECONDS
     cycle._add(_in_transaction(_batch(0, 4, 0), begins=True), 0.0)

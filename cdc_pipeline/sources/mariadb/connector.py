@@ -18,8 +18,10 @@ from cdc_pipeline.sources.debezium import topic_heartbeat_properties
 from cdc_pipeline.sources.quoting import qualified_mysql, quote_mysql
 
 CONNECT_TIMEOUT_SECONDS = 10
-CONNECTOR_CLASSES = {"mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
-                     "mysql": "io.debezium.connector.mysql.MySqlConnector"}
+# Debezium's MariaDB and MySQL connectors, whose tasks tell the runner whether records they polled are still on
+# their way to it (`TaskPolls` in the runner's Java module): the stream's idle end waits for them.
+CONNECTOR_CLASSES = {"mariadb": "io.cdcpipeline.runner.MariaDbRunnerConnector",
+                     "mysql": "io.cdcpipeline.runner.MySqlRunnerConnector"}
 # Debezium's default. The binlog client's keep-alive thread counts a reader that has read nothing for this long as a
 # lost connection, and a reader held by back-pressure (the pipeline applying a group) reads nothing: at 5 s, a pause
 # of 10 s made it tear the connection down and re-read the source's transaction from its start, over and over.
