@@ -16,7 +16,8 @@ from cdc_pipeline.config import load_config
 from cdc_pipeline.cycle import ConnectorSession
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops import preflight
-from cdc_pipeline.ops.pipeline_server import SERVER_ENV, served_sync
+from cdc_pipeline.ops import auto_server
+from cdc_pipeline.ops.pipeline_server import SERVER_ENV, served_config_path, served_sync
 from cdc_pipeline.ops.tables import TableChanges
 from resources.replay import ReplayResource
 from resources.spark_session import SparkSessionResource
@@ -192,18 +193,24 @@ class DebeziumRunnerResource(ConfigurableResource):
 
     def served(self, connector: str, log: Any = None) -> Optional[dict]:
         """The summary of `connector`'s cycle when a pipeline server ran it for this run (CDC_PIPELINE_SERVER names
-        it and it listens): asked once, by the cycle's first step, which waits for the cycle's end; None when the
+        it and it listens; when it names none, the server started for this connectors file's runs, `auto_server`):
+        asked once, by the cycle's first step, which waits for the cycle's end; None when the
         cycle runs here, cold. The server serves the connector's requests, checks it and takes its run lock as a
         cold run does; its log lines go to `log` (the step's Dagster log)."""
         if connector in self._served:
             return self._served[connector]
-        if connector in self._sessions or not os.environ.get(SERVER_ENV):
+        if connector in self._sessions:
+            return None
+        # None configured: the server started for this connectors file's runs (started now if none answers).
+        started = None if os.environ.get(SERVER_ENV) else auto_server.ensure(served_config_path())
+        if started is None and not os.environ.get(SERVER_ENV):
             return None
         summary = served_sync(
             connector, start_offset=self.replay.start_offset, linger=True,
             linger_yields=RunQueueWait(self._instance, connector, self._run_tags)
             if self._instance is not None else None,
-            on_log=None if log is None else lambda level, _name, message: _log_line(log, level, message))
+            on_log=None if log is None else lambda level, _name, message: _log_line(log, level, message),
+            server=started)
         if summary is not None:
             self._served[connector] = summary
         return summary

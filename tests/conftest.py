@@ -13,6 +13,7 @@ import pytest
 
 from cdc_pipeline.capture.runner import build_runner
 from cdc_pipeline.config import SPARK_MASTER_ENV
+from cdc_pipeline.ops.auto_server import AUTO_SERVE_ENV
 from cdc_pipeline.testing.servers import MariaDbServer, PostgresServer, start_mariadb, start_postgres
 from tests.helpers.mariadb_source import CAPTURE_PASSWORD, CAPTURE_USER, Pipeline, new_pipeline
 from tests.helpers.postgres_source import PostgresPipeline, new_pg_pipeline
@@ -21,6 +22,9 @@ from tests.helpers.postgres_source import PostgresPipeline, new_pg_pipeline
 # slice is four rounds of the cores, and the tests' counts of chunks per run, and of writes that land during a load,
 # are written for two. A test of a cluster names its own master.
 os.environ.setdefault(SPARK_MASTER_ENV, "local[2]")
+# Dagster's runs in the tests go cold, each in its own process, unless a test starts a server or turns this on
+# (tests/dagster_layer/test_auto_server.py): a server started per test's connectors file would outlive the test.
+os.environ.setdefault(AUTO_SERVE_ENV, "0")
 
 
 @pytest.fixture(scope="session")

@@ -477,6 +477,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from cdc_pipeline.ops.pipeline_server import SERVER_ENV, serve
 
+    if args.stop:
+        from cdc_pipeline.config import config_path
+        from cdc_pipeline.ops import auto_server
+
+        file_key = auto_server.file_key(str(config_path().resolve()))
+        stopped = auto_server.stop_servers(auto_server.runtime_dir(), file_key)
+        print(f"stopped {len(stopped)} pipeline server(s) started for the runs of this connectors file")
+        return 0
     path = args.socket or os.environ.get(SERVER_ENV)
     if not path:
         print(f"error: give --socket PATH or set {SERVER_ENV}", file=sys.stderr)
@@ -487,7 +495,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     root.setLevel(logging.INFO)
     for handler in root.handlers:
         handler.setLevel(logging.INFO if args.verbose else logging.WARNING)
-    return serve(Path(path))
+    return serve(Path(path), idle_exit_seconds=args.idle_exit)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -528,6 +536,11 @@ def build_parser() -> argparse.ArgumentParser:
              "`sync` processes whose CDC_PIPELINE_SERVER names its socket (token: CDC_PIPELINE_SERVER_TOKEN)")
     serve.add_argument("--socket", default=None,
                        help="the Unix socket to listen on (default: $CDC_PIPELINE_SERVER)")
+    serve.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                       help="stop once no cycle has run for this long (default: run until stopped)")
+    serve.add_argument("--stop", action="store_true",
+                       help="stop the servers started for Dagster's runs of this connectors file (when none is "
+                            "configured, see operations.md) instead of serving")
     serve.add_argument("-v", "--verbose", action="store_true", help="log each cycle's lines here too")
     serve.set_defaults(handler=_cmd_serve)
     check = commands.add_parser(

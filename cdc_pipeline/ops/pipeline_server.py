@@ -57,7 +57,8 @@ class ServerRefused(CdcError):
     """The server answered and refused the cycle, or failed it: no cold run follows."""
 
 
-def _config_path() -> str:
+def served_config_path() -> str:
+    """The connectors file a server serves and a client names: this process's, resolved."""
     return str(config_path().resolve())
 
 
@@ -175,10 +176,11 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
 
         self.socket_path = socket_path
         self.token = token
-        self.config_path = _config_path()
+        self.config_path = served_config_path()
         config = load_config(self.config_path)
         self.spark = SparkStart(config.spark)
         self.active: set[threading.Event] = set()
+        self.last_busy = time.monotonic()  # when a cycle last started or ended
         self._lock = threading.Lock()
         if socket_path.exists() or socket_path.is_symlink():
             _refuse_if_listening(socket_path)
@@ -226,12 +228,19 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
             def __enter__(self) -> None:
                 with server._lock:
                     server.active.add(cancelled)
+                    server.last_busy = time.monotonic()
 
             def __exit__(self, *exc: Any) -> None:
                 with server._lock:
                     server.active.discard(cancelled)
+                    server.last_busy = time.monotonic()
 
         return _Tracked()
+
+    def idle_seconds(self) -> float:
+        """How long no cycle has run here (0 while one runs)."""
+        with self._lock:
+            return 0.0 if self.active else time.monotonic() - self.last_busy
 
     def stop(self) -> None:
         """Ends every cycle as a pause does, waits for them (STOP_WAIT_SECONDS at most), and stops Spark."""
@@ -261,8 +270,9 @@ def _refuse_if_listening(path: Path) -> None:
     raise CdcError(f"a pipeline server already listens on {path}")
 
 
-def serve(socket_path: Path) -> int:
-    """Runs the server until SIGTERM or SIGINT; returns the exit code."""
+def serve(socket_path: Path, idle_exit_seconds: float | None = None) -> int:
+    """Runs the server until SIGTERM or SIGINT, or until no cycle has run for `idle_exit_seconds` (when given);
+    returns the exit code."""
     token = os.environ.get(TOKEN_ENV)
     if not token:
         raise CdcError(f"the pipeline server needs a token: set {TOKEN_ENV} (the clients set the same)")
@@ -276,6 +286,9 @@ def serve(socket_path: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if idle_exit_seconds:
+        threading.Thread(target=_exit_when_idle, args=(server, idle_exit_seconds, stopping), daemon=True,
+                         name="cdc-serve-idle").start()
     log.warning("pipeline server listening on %s (connectors file %s)", socket_path, server.config_path)
     print(f"listening on {socket_path}", flush=True)
     try:
@@ -285,15 +298,31 @@ def serve(socket_path: Path) -> int:
     return 0
 
 
-def serves(timeout_seconds: float = SERVES_TIMEOUT_SECONDS) -> bool:
-    """Whether a sync of this process would run its cycle on the server named by CDC_PIPELINE_SERVER: one listens
-    there and takes this process's token, protocol and connectors file. False when none is configured, none answers
-    within `timeout_seconds`, or it would refuse (a sync then says why)."""
-    path = os.environ.get(SERVER_ENV)
+def _exit_when_idle(server: PipelineServer, idle_exit_seconds: float, stopping: threading.Event) -> None:
+    while not stopping.wait(1.0):
+        if server.idle_seconds() >= idle_exit_seconds:
+            log.warning("no cycle for %.0f s: the pipeline server at %s stops", idle_exit_seconds,
+                        server.socket_path)
+            stopping.set()
+            server.shutdown()
+            return
+
+
+def _target(server: tuple[str, str] | None) -> tuple[str | None, str]:
+    """The server's socket and token: those given, else CDC_PIPELINE_SERVER's and CDC_PIPELINE_SERVER_TOKEN's."""
+    if server is not None:
+        return server
+    return os.environ.get(SERVER_ENV), os.environ.get(TOKEN_ENV, "")
+
+
+def serves(timeout_seconds: float = SERVES_TIMEOUT_SECONDS, server: tuple[str, str] | None = None) -> bool:
+    """Whether a sync of this process would run its cycle on the server named by CDC_PIPELINE_SERVER (or `server`:
+    its socket and token): one listens there and takes this process's token, protocol and connectors file. False
+    when none is configured, none answers within `timeout_seconds`, or it would refuse (a sync then says why)."""
+    path, token = _target(server)
     if not path:
         return False
-    request = {"version": PROTOCOL_VERSION, "command": "serves", "token": os.environ.get(TOKEN_ENV, ""),
-               "config_path": _config_path()}
+    request = {"version": PROTOCOL_VERSION, "command": "serves", "token": token, "config_path": served_config_path()}
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.settimeout(timeout_seconds)
@@ -307,13 +336,14 @@ def serves(timeout_seconds: float = SERVES_TIMEOUT_SECONDS) -> bool:
 
 
 def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields: Callable[[], bool] | None = None,
-                on_log: Callable[[int, str, str], None] | None = None) -> dict[str, Any] | None:
-    """Asks the server named by CDC_PIPELINE_SERVER for the cycle and returns its summary; None when no server is
-    configured or none listens there (the sync then runs cold). The cycle's log lines are logged here as they come
-    (or given to `on_log(level, logger name, message)`); `linger_yields` is asked every LINGER_YIELDS_SECONDS, and
+                on_log: Callable[[int, str, str], None] | None = None,
+                server: tuple[str, str] | None = None) -> dict[str, Any] | None:
+    """Asks the server named by CDC_PIPELINE_SERVER (or `server`: its socket and token) for the cycle and returns
+    its summary; None when no server is configured or none listens there (the sync then runs cold). The cycle's log
+    lines are logged here as they come (or given to `on_log(level, logger name, message)`); `linger_yields` is asked every LINGER_YIELDS_SECONDS, and
     what it says passed on (a lingering cycle ends once caught up while it says so). Raises ServerRefused when the
     server refuses or fails the cycle, CdcError when it goes away during it."""
-    path = os.environ.get(SERVER_ENV)
+    path, token = _target(server)
     if not path:
         return None
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -324,9 +354,8 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
         log.warning("%s: no pipeline server at %s (%s): the run goes cold, in this process", name, path,
                     exc.strerror or exc)
         return None
-    request = {"version": PROTOCOL_VERSION, "command": "sync", "connector": name, "token":
-               os.environ.get(TOKEN_ENV, ""), "start_offset": start_offset, "linger": linger,
-               "config_path": _config_path()}
+    request = {"version": PROTOCOL_VERSION, "command": "sync", "connector": name, "token": token,
+               "start_offset": start_offset, "linger": linger, "config_path": served_config_path()}
     done = threading.Event()
     with client, client.makefile("rwb") as stream:
         writing = threading.Lock()
