@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from cdc_pipeline.capture.runner import RUNNER_JAR
 from cdc_pipeline.capture.spark_home import files_key
@@ -51,9 +51,11 @@ _NAMED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
-def enabled() -> bool:
-    """Whether runs without a configured server have one started for them (CDC_PIPELINE_AUTO_SERVE, default on)."""
-    return os.environ.get(AUTO_SERVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+def enabled(environment: Mapping[str, str] | None = None) -> bool:
+    """Whether runs without a configured server have one started for them (CDC_PIPELINE_AUTO_SERVE of this process's
+    environment, or of `environment`; default on)."""
+    value = (os.environ if environment is None else environment).get(AUTO_SERVE_ENV, "1")
+    return value.strip().lower() not in ("0", "false", "no", "off")
 
 
 def runtime_dir() -> Path:

@@ -33,6 +33,7 @@ from psycopg import sql
 
 from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
+from cdc_pipeline.ops import auto_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench_server import start_pipeline_server
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, free_port,
@@ -117,16 +118,23 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
     if first.returncode:
         raise RuntimeError(f"the connector's first sync failed: {first.stderr.strip()[-2000:]}")
     server = None
+    # Without --served, the runs start a pipeline server of their own (`auto_server`, unless the environment turns it
+    # off): its files here, stopped at the end.
+    servers = work / "servers"
+    env[auto_server.RUNTIME_DIR_ENV] = str(servers)
     if served:
         env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
         server, _ = start_pipeline_server(work, env)
     try:
         with start_dagster(root, env, work / "daemon.log", dagster):
-            return _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds,
-                            trickle_interval, busy_seconds, busy_rate)
+            result = _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds,
+                              trickle_interval, busy_seconds, busy_rate)
+            return {**result, "auto_served": not served and auto_server.enabled(env)}
     finally:
         if server is not None:
             end_process_group(server, wait_seconds=60)
+        if servers.is_dir():
+            auto_server.stop_servers(servers)
 
 
 @contextlib.contextmanager
@@ -274,7 +282,9 @@ def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer
 
 
 def describe(results: dict[str, Any]) -> str:
-    lines = [("with a pipeline server beside the daemon" if results.get("served") else "cold runs (no pipeline server)"),
+    auto = any(one.get("auto_served") for one in results["rounds"])
+    lines = [("with a pipeline server beside the daemon" if results.get("served") else
+              "a pipeline server started by the runs" if auto else "cold runs (no pipeline server)"),
              "linger_seconds | quiet: runs | trickle p50/p90/max s (runs, run s / phase s) | busy p50/p90/max s "
              "(runs) | tail: run s after the last row"]
     for one in results["rounds"]:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import psycopg
 from psycopg import sql
@@ -43,6 +43,7 @@ from psycopg import sql
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.testing.bench_freshness import (CAPTURE_PASSWORD, CAPTURE_USER, DAGSTER_DEV, _percentiles,
                                                   checkout, start_dagster)
+from cdc_pipeline.ops import auto_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench_server import start_pipeline_server
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
@@ -132,6 +133,12 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
                                   "mode": "connector per database" if per_database else "one connector",
                                   "served": served, "dagster": dagster}
         roots = []
+        # Without --served, the runs start a pipeline server of their own (`auto_server`, unless the environment
+        # turns it off): its files here, counted with the processes, stopped at the end.
+        servers = work / "servers"
+        env[auto_server.RUNTIME_DIR_ENV] = str(servers)
+        stack.callback(lambda: servers.is_dir() and auto_server.stop_servers(servers))
+        result["auto_served"] = not served and auto_server.enabled(env)
         if served:
             env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
             server, _ = start_pipeline_server(work, env)
@@ -139,7 +146,7 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
             roots.append(server.pid)
         with start_dagster(root, env, work / "daemon.log", dagster) as processes:
             started = time.monotonic()
-            sampler = _MemorySampler(processes[0].pid, roots + [process.pid for process in processes[1:]])
+            sampler = _MemorySampler(processes[0].pid, roots + [process.pid for process in processes[1:]], servers)
             sampler.start()
             watcher.start()
             try:
@@ -310,10 +317,11 @@ class _MemorySampler(threading.Thread):
     which the RSS sum overstates for processes forked from one another); and the CPU seconds of each process by its
     kind (`cpu_seconds`: the last ones of a process that ended between two samples are not counted)."""
 
-    def __init__(self, root_pid: int, others: list[int] | None = None) -> None:
+    def __init__(self, root_pid: int, others: list[int] | None = None, servers: Path | None = None) -> None:
         super().__init__(daemon=True)
         self.root_pid = root_pid
         self.others = others or []  # more trees summed with it (a pipeline server's)
+        self.servers = servers  # the directory of the pipeline servers started for the runs (`auto_server`)
         self.peak = 0
         self.peak_pss = 0
         self.peak_processes = 0
@@ -322,10 +330,9 @@ class _MemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            rss, pss, processes = 0, 0, 0
-            for pid in (self.root_pid, *self.others):
-                tree = process_tree(pid, self._cpu)
-                rss, pss, processes = rss + tree.rss, pss + tree.pss, processes + tree.processes
+            started = list(auto_server.servers(self.servers)) if self.servers is not None else []
+            tree = process_tree([self.root_pid, *self.others, *started], self._cpu)
+            rss, pss, processes = tree.rss, tree.pss, tree.processes
             if rss > self.peak:
                 self.peak, self.peak_processes = rss, processes
             self.peak_pss = max(self.peak_pss, pss)
@@ -362,9 +369,9 @@ class TreeMemory:
     processes: int
 
 
-def process_tree(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None) -> TreeMemory:
-    """The memory of `root_pid` and its descendants, and how many processes they are; each one's CPU seconds so far
-    into `cpu` (pid: its kind and the seconds)."""
+def process_tree(root_pids: Iterable[int], cpu: dict[int, tuple[str, float]] | None = None) -> TreeMemory:
+    """The memory of the processes `root_pids` and their descendants (each counted once), and how many processes
+    they are; each one's CPU seconds so far into `cpu` (pid: its kind and the seconds)."""
     children: dict[int, list[int]] = {}
     resident: dict[int, int] = {}
     ticks: dict[int, int] = {}
@@ -383,11 +390,13 @@ def process_tree(root_pid: int, cpu: dict[int, tuple[str, float]] | None = None)
         resident[int(entry.name)] = pages * page
         ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
     rss, pss, count = 0, 0, 0
-    stack: list[tuple[int, str]] = [(root_pid, "")]
+    stack: list[tuple[int, str]] = [(pid, "") for pid in root_pids]
+    counted: set[int] = set()
     while stack:
         pid, parent_kind = stack.pop()
-        if pid not in resident:
+        if pid not in resident or pid in counted:
             continue
+        counted.add(pid)
         rss += resident[pid]
         pss += _proportional_bytes(pid)
         count += 1
@@ -452,7 +461,8 @@ def describe(result: dict[str, Any]) -> str:
     lines = [
         f"{result['databases']} tenant databases x {result['tables_per_database']} tables ({result['mode']}, "
         f"{result['connectors']} connector(s)) under Dagster's daemon"
-        f"{' with a pipeline server beside it' if result.get('served') else ''}:",
+        f"{' with a pipeline server beside it' if result.get('served') else ''}"
+        f"{' (a pipeline server started by the runs)' if result.get('auto_served') else ''}:",
         f"  exact: {result['tables_exact']}/{result['tables']} tables, "
         f"{result['exact_seconds'] if result['exact_seconds'] is not None else 'not'} s after the daemon's start",
         f"  trickle (a row every {trickle['interval_seconds']} s for {trickle['seconds']} s): p50 / p90 / max "
@@ -463,7 +473,8 @@ def describe(result: dict[str, Any]) -> str:
         seconds = result["new_tenant"]["exact_seconds"]
         lines.append(f"  new tenant {result['new_tenant']['database']}: "
                      f"{f'exact {seconds} s after its rows were committed' if seconds is not None else 'not exact'}")
-    lines.append(f"  peak memory (the daemon's process tree{' and the server' if result.get('served') else ''}): "
+    server = result.get("served") or result.get("auto_served")
+    lines.append(f"  peak memory (the daemon's process tree{' and the server' if server else ''}): "
                  f"{result.get('peak_pss_mb')} MB proportional (PSS, shared pages divided among their processes), "
                  f"{result['peak_rss_mb']} MB summed RSS in {result['peak_processes']} processes")
     if result.get("cpu_seconds"):
