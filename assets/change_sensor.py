@@ -30,7 +30,7 @@ from assets import observations
 from assets.schedules import ACTIVE_RUN_STATUSES
 from assets.table_assets import table_asset_key
 from cdc_pipeline import control
-from cdc_pipeline.ops import lag, pending, pipeline_server
+from cdc_pipeline.ops import auto_server, lag, pending, pipeline_server
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops.tables import ReplicatedTable
@@ -311,7 +311,8 @@ def _after_check(context: SensorEvaluationContext, entry: Watched, cursor: dict,
     return _Outcome(name, run_request=RunRequest(
         run_key=f"changes-{name}-{time.time_ns()}", job_name=entry.job.name, tags={
             TRIGGER_TAG: found.reason[:200],
-            ENGINE_TAG: ENGINE_SERVED if pipeline_server.serves() else ENGINE_OWN}), cursor=checked, events=events)
+            ENGINE_TAG: ENGINE_SERVED if auto_server.serving(pipeline_server.served_config_path()) else ENGINE_OWN}),
+        cursor=checked, events=events)
 
 
 def _check_events(context: SensorEvaluationContext, connector: ConnectorConfig, found: pending.Pending,
