@@ -311,7 +311,8 @@ def _after_check(context: SensorEvaluationContext, entry: Watched, cursor: dict,
     return _Outcome(name, run_request=RunRequest(
         run_key=f"changes-{name}-{time.time_ns()}", job_name=entry.job.name, tags={
             TRIGGER_TAG: found.reason[:200],
-            ENGINE_TAG: ENGINE_SERVED if auto_server.serving(pipeline_server.served_config_path()) else ENGINE_OWN}),
+            ENGINE_TAG: ENGINE_SERVED if auto_server.will_serve(pipeline_server.served_config_path())
+            else ENGINE_OWN}),
         cursor=checked, events=events)
 
 

@@ -44,6 +44,7 @@ RUNTIME_DIR_ENV = "CDC_PIPELINE_RUNTIME_DIR"
 IDLE_EXIT_ENV = "CDC_PIPELINE_AUTO_SERVE_IDLE_SECONDS"
 DEFAULT_IDLE_EXIT_SECONDS = 900.0
 START_WAIT_SECONDS = 180.0  # how long a run waits for the server it started (or another run starts) to answer
+FAILED_RETRY_SECONDS = 600.0  # after a start failed, runs are tagged as starting their own JVM for this long
 SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path, its terminating NUL aside)
 STOP_WAIT_SECONDS = 150.0  # how long a server of another build gets to end its cycles (each as a pause does)
 # Variables of the environment a server's cycles depend on beside those the connectors file names.
@@ -99,19 +100,25 @@ def ensure(config_path: str) -> tuple[str, str] | None:
         return None
 
 
-def serving(config_path: str) -> bool:
-    """Whether a run of this process would have its cycle served: by the server CDC_PIPELINE_SERVER names, or, when it
-    names none, by the server started for this connectors file and build (not started here)."""
+def will_serve(config_path: str) -> bool:
+    """Whether a Dagster run of this process's environment would have its cycle served: by the server
+    CDC_PIPELINE_SERVER names (it answers), or, when that names none, by the server started for this connectors
+    file and build (it answers, or a run can start it: its directory and socket path do, and no start of it failed
+    in the last FAILED_RETRY_SECONDS)."""
     if os.environ.get(SERVER_ENV):
         return serves()
     if not enabled():
         return False
     try:
-        stem = runtime_dir() / f"{file_key(config_path)}-{build_key(config_path)}"
-        token = stem.with_suffix(".token").read_text().strip()
+        stem = _stem(config_path)
     except (OSError, CdcError):
         return False
-    return serves(server=(f"{stem}.sock", token))
+    try:
+        return time.time() - stem.with_suffix(".failed").stat().st_mtime >= FAILED_RETRY_SECONDS
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def file_key(config_path: str) -> str:
@@ -119,14 +126,20 @@ def file_key(config_path: str) -> str:
     return hashlib.sha256(config_path.encode()).hexdigest()[:12]
 
 
-def _ensure(config_path: str) -> tuple[str, str] | None:
-    directory = runtime_dir()
-    key = file_key(config_path)
-    stem = directory / f"{key}-{build_key(config_path)}"
-    socket_path, token_path = f"{stem}.sock", stem.with_suffix(".token")
-    if len(socket_path.encode()) > SOCKET_PATH_LIMIT:
-        raise CdcError(f"the server's socket {socket_path} is longer than a Unix socket's {SOCKET_PATH_LIMIT} bytes: "
+def _stem(config_path: str) -> Path:
+    """The path of the files of the server of this connectors file and build, without their suffix; refused when its
+    socket's path would be too long."""
+    stem = runtime_dir() / f"{file_key(config_path)}-{build_key(config_path)}"
+    if len(f"{stem}.sock".encode()) > SOCKET_PATH_LIMIT:
+        raise CdcError(f"the server's socket {stem}.sock is longer than a Unix socket's {SOCKET_PATH_LIMIT} bytes: "
                        f"set {RUNTIME_DIR_ENV} to a shorter directory")
+    return stem
+
+
+def _ensure(config_path: str) -> tuple[str, str] | None:
+    stem = _stem(config_path)
+    directory, key = stem.parent, file_key(config_path)
+    socket_path, token_path = f"{stem}.sock", stem.with_suffix(".token")
     with _locked(directory / f"{key}.lock"):
         if token_path.exists():
             target = (socket_path, token_path.read_text().strip())
@@ -143,11 +156,13 @@ def _ensure(config_path: str) -> tuple[str, str] | None:
         while not serves(server=target):
             if process.poll() is not None or time.monotonic() >= deadline:
                 _end(process.pid)
+                stem.with_suffix(".failed").touch()  # runs go cold, tagged so, until FAILED_RETRY_SECONDS passed
                 what = f"ended (exit status {process.returncode})" if process.returncode is not None else \
                     f"did not answer within {START_WAIT_SECONDS:.0f} s"
                 raise CdcError(f"the pipeline server it started {what}; its log {stem}.log ends: "
                                f"{_tail(stem.with_suffix('.log'))}")
             time.sleep(0.2)
+        stem.with_suffix(".failed").unlink(missing_ok=True)
         log.info("started a pipeline server at %s (pid %d) for the runs of %s", socket_path, process.pid, config_path)
         return target
 

@@ -4,6 +4,8 @@ that cannot have one going cold with the reason."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,20 @@ def test_a_socket_path_too_long_leaves_the_run_cold_saying_why(tmp_path, monkeyp
         assert auto_server.ensure(str(config)) is None
     assert "longer than a Unix socket's 107 bytes" in caplog.text and auto_server.RUNTIME_DIR_ENV in caplog.text
     assert not list(Path(deep).glob("*.pid"))
+
+
+def test_runs_are_tagged_served_unless_a_start_failed_lately(tmp_path, monkeypatch):
+    monkeypatch.setenv(auto_server.RUNTIME_DIR_ENV, str(tmp_path / "servers"))
+    monkeypatch.delenv(auto_server.AUTO_SERVE_ENV, raising=False)
+    monkeypatch.delenv("CDC_PIPELINE_SERVER", raising=False)
+    config = tmp_path / "connectors.yaml"
+    config.write_text("connectors: {}\n")
+    assert auto_server.will_serve(str(config))
+    failed = auto_server._stem(str(config)).with_suffix(".failed")
+    failed.touch()
+    assert not auto_server.will_serve(str(config))
+    old = time.time() - auto_server.FAILED_RETRY_SECONDS - 1
+    os.utime(failed, (old, old))
+    assert auto_server.will_serve(str(config))
+    monkeypatch.setenv(auto_server.AUTO_SERVE_ENV, "0")
+    assert not auto_server.will_serve(str(config))
