@@ -18,7 +18,7 @@ from cdc_pipeline.ops import auto_server
 
 pytestmark = pytest.mark.integration
 
-IDLE_EXIT_SECONDS = 20
+IDLE_EXIT_SECONDS = 10
 
 
 def _run(pipeline, instance: DagsterInstance) -> list[str]:
