@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,7 +63,9 @@ def test_a_socket_path_too_long_leaves_the_run_cold_saying_why(tmp_path, monkeyp
 
 
 def test_runs_are_tagged_served_unless_a_start_failed_lately(tmp_path, monkeypatch):
-    monkeypatch.setenv(auto_server.RUNTIME_DIR_ENV, str(tmp_path / "servers"))
+    # Short: a Unix socket's path is 107 bytes at most, and pytest's temporary paths run long (under xdist longer).
+    servers = Path(tempfile.mkdtemp(prefix="cdc-servers-"))
+    monkeypatch.setenv(auto_server.RUNTIME_DIR_ENV, str(servers))
     monkeypatch.delenv(auto_server.AUTO_SERVE_ENV, raising=False)
     monkeypatch.delenv("CDC_PIPELINE_SERVER", raising=False)
     config = tmp_path / "connectors.yaml"
@@ -75,3 +79,4 @@ def test_runs_are_tagged_served_unless_a_start_failed_lately(tmp_path, monkeypat
     assert auto_server.will_serve(str(config))
     monkeypatch.setenv(auto_server.AUTO_SERVE_ENV, "0")
     assert not auto_server.will_serve(str(config))
+    shutil.rmtree(servers)
