@@ -194,17 +194,19 @@ class DebeziumRunnerResource(ConfigurableResource):
     def served(self, connector: str, log: Any = None) -> Optional[dict]:
         """The summary of `connector`'s cycle when a pipeline server ran it for this run (CDC_PIPELINE_SERVER names
         it and it listens; when it names none, the server started for this connectors file's runs, `auto_server`):
-        asked once, by the cycle's first step, which waits for the cycle's end; None when the
-        cycle runs here, cold. The server serves the connector's requests, checks it and takes its run lock as a
+        asked once, by the cycle's first step, which waits for the cycle's end; None when the cycle runs here, cold.
+        The server serves the connector's requests, checks it and takes its run lock as a
         cold run does; its log lines go to `log` (the step's Dagster log)."""
         if connector in self._served:
             return self._served[connector]
         if connector in self._sessions:
             return None
-        # None configured: the server started for this connectors file's runs (started now if none answers).
-        started = None if os.environ.get(SERVER_ENV) else auto_server.ensure(served_config_path())
-        if started is None and not os.environ.get(SERVER_ENV):
-            return None
+        started = None  # CDC_PIPELINE_SERVER's, which `served_sync` reads
+        if not os.environ.get(SERVER_ENV):
+            # None configured: the server started for this connectors file's runs (started now if none answers).
+            started = auto_server.ensure(served_config_path())
+            if started is None:
+                return None
         summary = served_sync(
             connector, start_offset=self.replay.start_offset, linger=True,
             linger_yields=RunQueueWait(self._instance, connector, self._run_tags)

@@ -237,7 +237,8 @@ def _zombie(pid: int) -> bool:
 
 
 class _locked:
-    """An exclusive lock on the file, taken within START_WAIT_SECONDS (a run that holds it starts a server)."""
+    """An exclusive lock on the file, taken within START_WAIT_SECONDS and STOP_WAIT_SECONDS (a run that holds it may
+    stop a server of another build, then start one)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

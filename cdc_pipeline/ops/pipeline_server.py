@@ -340,9 +340,9 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
                 server: tuple[str, str] | None = None) -> dict[str, Any] | None:
     """Asks the server named by CDC_PIPELINE_SERVER (or `server`: its socket and token) for the cycle and returns
     its summary; None when no server is configured or none listens there (the sync then runs cold). The cycle's log
-    lines are logged here as they come (or given to `on_log(level, logger name, message)`); `linger_yields` is asked every LINGER_YIELDS_SECONDS, and
-    what it says passed on (a lingering cycle ends once caught up while it says so). Raises ServerRefused when the
-    server refuses or fails the cycle, CdcError when it goes away during it."""
+    lines are logged here as they come (or given to `on_log(level, logger name, message)`); `linger_yields` is asked
+    every LINGER_YIELDS_SECONDS, and what it says passed on (a lingering cycle ends once caught up while it says so).
+    Raises ServerRefused when the server refuses or fails the cycle, CdcError when it goes away during it."""
     path, token = _target(server)
     if not path:
         return None

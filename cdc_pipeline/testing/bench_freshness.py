@@ -35,7 +35,7 @@ from cdc_pipeline import control
 from cdc_pipeline.testing.bench import percentile
 from cdc_pipeline.ops import auto_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
-from cdc_pipeline.testing.bench_server import start_pipeline_server
+from cdc_pipeline.testing.bench_server import start_pipeline_server, started_servers
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, free_port,
                                           start_postgres, start_source)
 
@@ -118,23 +118,17 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
     if first.returncode:
         raise RuntimeError(f"the connector's first sync failed: {first.stderr.strip()[-2000:]}")
     server = None
-    # Without --served, the runs start a pipeline server of their own (`auto_server`, unless the environment turns it
-    # off): its files here, stopped at the end.
-    servers = work / "servers"
-    env[auto_server.RUNTIME_DIR_ENV] = str(servers)
     if served:
         env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})
         server, _ = start_pipeline_server(work, env)
     try:
-        with start_dagster(root, env, work / "daemon.log", dagster):
+        with started_servers(work, env), start_dagster(root, env, work / "daemon.log", dagster):
             result = _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds,
                               trickle_interval, busy_seconds, busy_rate)
             return {**result, "auto_served": not served and auto_server.enabled(env)}
     finally:
         if server is not None:
             end_process_group(server, wait_seconds=60)
-        if servers.is_dir():
-            auto_server.stop_servers(servers)
 
 
 @contextlib.contextmanager

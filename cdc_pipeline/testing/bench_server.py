@@ -10,6 +10,7 @@ server's start and its peak memory (its Python process and driver JVM); whether 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import statistics
 import subprocess
@@ -17,8 +18,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from cdc_pipeline.ops import auto_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
 from cdc_pipeline.testing.bench import (CAPTURE_PASSWORD, CAPTURE_USER, _children, _connector_env, _peak_mb,
                                         load_source, measure_sync_process, same_items)
@@ -29,6 +31,19 @@ TABLE_ROWS = 20_000
 CHANGES = 2_048
 CONNECTOR = "load_spark"  # the connector `measure_sync_process` configures for the bulk engine
 SERVER_START_SECONDS = 180.0
+
+
+@contextlib.contextmanager
+def started_servers(work: Path, env: dict[str, str]) -> Iterator[Path]:
+    """The directory, under `work` and set in `env`, of the pipeline servers a bench's runs start for themselves
+    (`auto_server`: without --served, unless the environment turns it off); those servers stopped at the end."""
+    directory = work / "servers"
+    env[auto_server.RUNTIME_DIR_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        if directory.is_dir():
+            auto_server.stop_servers(directory)
 
 
 def start_pipeline_server(work: Path, env: dict[str, str]) -> tuple[subprocess.Popen, float]:

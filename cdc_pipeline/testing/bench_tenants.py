@@ -45,7 +45,7 @@ from cdc_pipeline.testing.bench_freshness import (CAPTURE_PASSWORD, CAPTURE_USER
                                                   checkout, start_dagster)
 from cdc_pipeline.ops import auto_server
 from cdc_pipeline.ops.pipeline_server import SERVER_ENV, TOKEN_ENV
-from cdc_pipeline.testing.bench_server import start_pipeline_server
+from cdc_pipeline.testing.bench_server import start_pipeline_server, started_servers
 from cdc_pipeline.testing.servers import (MariaDbServer, PostgresServer, end_process_group, start_mariadb,
                                           start_postgres)
 
@@ -133,11 +133,8 @@ def run_tenants(databases: int, tables: int, trickle_seconds: float, trickle_int
                                   "mode": "connector per database" if per_database else "one connector",
                                   "served": served, "dagster": dagster}
         roots = []
-        # Without --served, the runs start a pipeline server of their own (`auto_server`, unless the environment
-        # turns it off): its files here, counted with the processes, stopped at the end.
-        servers = work / "servers"
-        env[auto_server.RUNTIME_DIR_ENV] = str(servers)
-        stack.callback(lambda: servers.is_dir() and auto_server.stop_servers(servers))
+        # Without --served, the runs start a pipeline server of their own: counted with the processes.
+        servers = stack.enter_context(started_servers(work, env))
         result["auto_served"] = not served and auto_server.enabled(env)
         if served:
             env.update({SERVER_ENV: str(work / "server.sock"), TOKEN_ENV: secrets.token_hex(16)})

@@ -32,8 +32,7 @@ public class MariaDbRunnerConnector extends MariaDbConnector {
 
         @Override
         protected List<SourceRecord> doPoll() throws InterruptedException {
-            polls.entering();
-            return polls.returning(super.doPoll());
+            return polls.poll(super::doPoll);
         }
     }
 }

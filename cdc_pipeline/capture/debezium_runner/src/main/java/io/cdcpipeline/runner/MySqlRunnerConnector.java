@@ -32,8 +32,7 @@ public class MySqlRunnerConnector extends MySqlConnector {
 
         @Override
         public List<SourceRecord> doPoll() throws InterruptedException {
-            polls.entering();
-            return polls.returning(super.doPoll());
+            return polls.poll(super::doPoll);
         }
     }
 }

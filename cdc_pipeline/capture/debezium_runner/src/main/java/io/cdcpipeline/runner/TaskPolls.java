@@ -46,14 +46,19 @@ final class TaskPolls {
         return BY_PREFIX.get(topicPrefix);
     }
 
-    /** The task enters a poll: every record it polled before was handed over (the engine polls only then). */
-    void entering() {
-        polls.incrementAndGet();
-        waiting = true;
+    /** A task's own poll (Debezium's `doPoll`). */
+    interface Poll {
+        List<SourceRecord> records() throws InterruptedException;
     }
 
-    /** The poll returns these records: until the engine polls again, they are on their way to the runner. */
-    List<SourceRecord> returning(List<SourceRecord> records) throws InterruptedException {
+    /**
+     * Runs the task's poll, accounted for: entering it, every record polled before was handed over (the engine polls
+     * only then); once it returns records, they are on their way to the runner until the engine polls again.
+     */
+    List<SourceRecord> poll(Poll poll) throws InterruptedException {
+        polls.incrementAndGet();
+        waiting = true;
+        List<SourceRecord> records = poll.records();
         if (records != null && !records.isEmpty()) {
             waiting = false;
             if (SLOW_HANDOVER_MS > 0) {
