@@ -34,12 +34,11 @@ from cdc_pipeline.ops import auto_server, lag, pending, pipeline_server
 from cdc_pipeline.config import ConnectorConfig, DestinationConfig
 from cdc_pipeline.errors import CdcError
 from cdc_pipeline.ops.tables import ReplicatedTable
-from resources.debezium_runner import ENGINE_OWN, ENGINE_SERVED, ENGINE_TAG
+from resources.debezium_runner import ENGINE_OWN, ENGINE_SERVED, ENGINE_TAG, TRIGGER_TAG, standing_limit
 from resources.destination import DestinationResource
 
 log = logging.getLogger(__name__)
 
-TRIGGER_TAG = "cdc/trigger"
 # The sensor's minimum interval: under Dagster's daemon, which goes over its sensors every 5 s at most, it is evaluated
 # at each pass (a minimum of 5 s would skip every other pass that comes a little early). Between two checks of the
 # source, every check_interval_seconds, an evaluation only looks whether a run of the connector ended, and checks at
@@ -84,7 +83,9 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
                         tables: Sequence[ReplicatedTable] = ()) -> SensorDefinition:
     """`sync_<name>_on_changes`: checks the source every `check_interval_seconds`, and at once when a run of the
     connector ends (a run that ended on its budget, `max_seconds_per_run`, while changes kept coming is followed by the
-    next one without waiting for the interval).
+    next one without waiting for the interval). A connector whose check finds nothing, whose runs a pipeline server
+    serves and whose `standing_run` is on gets a standing run (it streams on between changes) while the run queue has
+    room for it (`_standing`).
 
     Its cursor counts the checks that failed in a row (the destination or the source did not answer): the first
     launches a run, whose failure the UI shows; the next ones launch one only after the same backoff as failed runs.
@@ -101,6 +102,8 @@ def build_change_sensor(connector: ConnectorConfig, job: JobDefinition,
                         f"is not finished), checked without a JVM every {connector.check_interval_seconds} s "
                         "(check_interval_seconds) and at once when a run of it ended; skips while a run is in progress, the "
                         "connector is paused, or a failed connector is stopped (error_strategy exit) or backing off. "
+                        "With its runs served by a pipeline server and standing_run on, launches a standing run when "
+                        "none runs and the run queue has room. "
                         "Records the connector's lag behind its source and its tables' freshness at every check.")
     def change_sensor(context: SensorEvaluationContext, destination: DestinationResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
@@ -163,6 +166,8 @@ class _Outcome:
     skip: str = ""
     cursor: dict | None = None
     events: list = field(default_factory=list)
+    job_name: str = ""
+    may_stand: bool = False  # no work, and a standing run may be launched if the run queue has room (`_standing`)
 
 
 def _evaluate(context: SensorEvaluationContext, watched: Sequence[Watched], cursors: dict[str, dict],
@@ -195,6 +200,8 @@ def _evaluate(context: SensorEvaluationContext, watched: Sequence[Watched], curs
         found, measured, _ = checked[entry.connector.name]
         outcomes[entry.connector.name] = _after_check(context, entry, cursors.get(entry.connector.name, {}), found,
                                                       measured)
+    _standing(context, [outcome for outcome in outcomes.values() if outcome.may_stand],
+              sum(1 for outcome in outcomes.values() if outcome.run_request is not None))
     if time.monotonic() - started > SLOW_PASS_SECONDS:
         slowest = max(checked.items(), key=lambda item: item[1][2], default=None)
         log.warning("a pass of the change sensor over %d connectors took %.1f s: the instance's runs read in %.1f s, "
@@ -203,6 +210,21 @@ def _evaluate(context: SensorEvaluationContext, watched: Sequence[Watched], curs
                     f" (the slowest, connector {slowest[0]}'s, {slowest[1][2]:.1f} s)" if slowest else "",
                     time.monotonic() - checks_done)
     return [outcomes[entry.connector.name] for entry in watched]
+
+
+def _standing(context: SensorEvaluationContext, idle: Sequence[_Outcome], launched: int) -> None:
+    """Turns the skips of `idle` connectors (no work, no run, their runs served, `standing_run` on) into launches
+    of standing runs, in order, while the runs queued and in progress (and the `launched` ones of this pass) leave
+    room (`standing_limit`): a run that streams on between changes, so that the next change is applied at once."""
+    if not idle:
+        return
+    limit = standing_limit(context.instance)
+    room = limit - context.instance.get_runs_count(filters=RunsFilter(statuses=ACTIVE_RUN_STATUSES)) - launched
+    for outcome in idle[:max(0, room)]:
+        outcome.run_request = RunRequest(run_key=f"standing-{outcome.name}-{time.time_ns()}",
+                                         job_name=outcome.job_name, tags={
+                                             TRIGGER_TAG: f"standing: {outcome.skip}"[:200],
+                                             ENGINE_TAG: ENGINE_SERVED})
 
 
 def _active_runs(context: SensorEvaluationContext, watched: Sequence[Watched]) -> dict[str, Any]:
@@ -307,7 +329,9 @@ def _after_check(context: SensorEvaluationContext, entry: Watched, cursor: dict,
     # A check that answers ends the failed checks' backoff.
     checked = {"checked_at": time.time()}
     if not found.work:
-        return _Outcome(name, skip=found.reason, cursor=checked, events=events)
+        return _Outcome(name, skip=found.reason, cursor=checked, events=events, job_name=entry.job.name,
+                        may_stand=found.idle and connector.standing_run and connector.trigger == "changes"
+                        and auto_server.will_serve(pipeline_server.served_config_path()))
     return _Outcome(name, run_request=RunRequest(
         run_key=f"changes-{name}-{time.time_ns()}", job_name=entry.job.name, tags={
             TRIGGER_TAG: found.reason[:200],

@@ -402,6 +402,13 @@ def run_lock_holder(conn: psycopg.Connection, connector: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+def requests_pending(conn: psycopg.Connection, schema: str, connector: str) -> bool:
+    """Whether a request of the connector waits to be served (cdc_pipeline.ops.requests): a run that lingers or
+    stands ends at its next cut, so that the request is served."""
+    return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE connector = %s AND status = 'pending')").format(
+        sql.Identifier(schema, "requests")), (connector,)).fetchone()[0]
+
+
 def run_lock_held(conn: psycopg.Connection, connector: str) -> bool:
     """Whether a fetch cycle of the connector runs now (`run_lock_holder`)."""
     return run_lock_holder(conn, connector) is not None

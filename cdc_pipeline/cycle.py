@@ -197,7 +197,7 @@ class ConnectorSession:
     def __init__(self, connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
                  start_offset: str | None = None, linger_seconds: float = 0.0,
                  linger_yields: Callable[[], bool] | None = None,
-                 cancelled: threading.Event | None = None) -> None:
+                 cancelled: threading.Event | None = None, stands: Callable[[], bool] | None = None) -> None:
         self.connector = connector
         self.destination = destination
         self._spark = spark
@@ -206,6 +206,9 @@ class ConnectorSession:
         # `linger_yields` says other work waits for the machine (the Dagster layer's: other runs queued).
         self.linger_seconds = linger_seconds
         self.linger_yields = linger_yields or (lambda: False)
+        # A standing run (the Dagster layer's, for a served run): a quiet stream goes on until the run's budget while
+        # this says so (FetchCycle._linger_extra), whether or not the run applied anything.
+        self.stands = stands or (lambda: False)
         # Set when whoever asked for the cycle went away (a pipeline server's client): the cycle ends as a pause does.
         self.cancelled = cancelled
         self._conn: psycopg.Connection | None = None
@@ -652,8 +655,9 @@ class ConnectorSession:
 
     def next_run_awaited(self, every: float = STATE_CHECK_SECONDS) -> bool:
         """Whether a request served while this cycle runs waits for the connector's next run (a restart with a
-        snapshot mode, a snapshot of tables), which the request sensor launches once this one ended: a lingering
-        run then ends as soon as it is caught up (looked up at most once in `every` seconds)."""
+        snapshot mode, a snapshot of tables), which the request sensor launches once this one ended, or a request
+        waits to be served (a reload of the mapping rules waits for the running cycle): a lingering or standing run
+        then ends as soon as it is caught up (looked up at most once in `every` seconds)."""
         now = time.monotonic()
         if self.conn is None or now - self._awaited_checked_at < every:
             return self._next_run_awaited
@@ -662,7 +666,8 @@ class ConnectorSession:
         # (A run a restart launched keeps the state restarting until it ends.)
         self._next_run_awaited = (state.get("state") == control.RESTARTING and not self._requested_mode) or (
             not self.bulk_load_pending
-            and bookkeeping.running_load(self.conn, self.control_schema, self.connector.name) is not None)
+            and bookkeeping.running_load(self.conn, self.control_schema, self.connector.name) is not None) or (
+            control.requests_pending(self.conn, self.control_schema, self.connector.name))
         return self._next_run_awaited
 
     def count_transactions(self, plan: BatchPlan) -> None:
@@ -1075,19 +1080,20 @@ def cycle_summary(session: ConnectorSession, marked: int) -> dict[str, Any]:
 def run_cycle(connector: ConnectorConfig, destination: DestinationConfig, spark: SparkSession | SparkStart,
               start_offset: str | None = None, linger: bool = False,
               cancelled: threading.Event | None = None, linger_yields: Callable[[], bool] | None = None,
-              watch: Callable[[Iterable[BatchPlan]], Iterable[BatchPlan]] | None = None) -> dict[str, Any]:
+              watch: Callable[[Iterable[BatchPlan]], Iterable[BatchPlan]] | None = None,
+              stands: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process, as its `sync_<name>` job's steps do (fetch, parse,
     convert, apply, mark complete), without Dagster: what `cdc-pipeline sync` runs. Returns the cycle's summary.
 
     The session takes the connector's run lock, so a cycle run this way and a Dagster run never overlap; a failure
     is recorded as the connector's last error and raised. With `linger`, a stream that applied a change goes on
     until the connector's `linger_seconds` pass without another, as a Dagster run's does; without, it ends once
-    caught up. Once `cancelled` is set the cycle ends as a pause does; `linger_yields` and `watch` are the
+    caught up. Once `cancelled` is set the cycle ends as a pause does; `linger_yields`, `stands` and `watch` are the
     session's and `run_steps`'.
     """
     with ConnectorSession(connector, destination, spark, start_offset=start_offset,
                           linger_seconds=connector.linger_seconds if linger else 0.0, cancelled=cancelled,
-                          linger_yields=linger_yields) as session:
+                          linger_yields=linger_yields, stands=stands) as session:
         return run_steps(session, watch)
 
 

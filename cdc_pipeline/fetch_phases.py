@@ -462,10 +462,14 @@ class FetchCycle:
         a batch or loaded a table, so a run goes on while changes keep coming, the JVM's start paid once; none for a
         run that found nothing (a check's false alarm), which ends as soon as it finds the source idle; none once a
         request served meanwhile awaits the next run (`ConnectorSession.next_run_awaited`) or while other work waits
-        for the machine (`ConnectorSession.linger_yields`)."""
-        if not (self.events or self.loaded) or self.session.next_run_awaited() or self.session.linger_yields():
+        for the machine (`ConnectorSession.linger_yields`). A standing run (`ConnectorSession.stands`) waits until
+        its budget ends, found it something or not, while it stands and nothing of the above ends it."""
+        linger = max(0.0, self.session.linger_seconds - self.connector.idle_timeout_seconds) \
+            if self.events or self.loaded else 0.0
+        stands = self.session.stands()
+        if not (linger or stands) or self.session.next_run_awaited() or self.session.linger_yields():
             return 0.0
-        return max(0.0, self.session.linger_seconds - self.connector.idle_timeout_seconds)
+        return float("inf") if stands else linger  # a standing run's budget (max_seconds_per_run) ends it
 
     # Shared by the phases.
 

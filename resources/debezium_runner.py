@@ -30,6 +30,9 @@ CONNECTOR_TAG = "cdc/connector"
 ENGINE_TAG = "cdc/engine"
 ENGINE_OWN = "own"
 ENGINE_SERVED = "served"
+# The run tag of the runs the change sensor launches (why it launched the run); those of them whose cycle is served
+# may stand (`StandingRoom`): the sensor launches the next one when a run ends.
+TRIGGER_TAG = "cdc/trigger"
 # How often a lingering run asks the instance about its run queue (counts of its runs).
 QUEUE_CHECK_SECONDS = 2.0
 # Dagster's run tag for a run's place in the queue (higher first, 0 without it); verify runs are below sync runs.
@@ -111,6 +114,48 @@ class RunQueueWait:
                            key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
         first = [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:lacking]]
         return self.connector in first
+
+
+class StandingRoom:
+    """Whether a served run of `connector` may stand, streaming on between changes until its budget (the session's
+    `stands`): while the runs queued and in progress number at most `standing_limit`; past it, as many runs stop
+    standing as are too many, the longest running first. Asked of the instance at most once in QUEUE_CHECK_SECONDS.
+    Changes of connectors without a run thus find a slot free rather than wait for a standing run to yield."""
+
+    def __init__(self, instance: DagsterInstance, connector: str) -> None:
+        self.instance = instance
+        self.connector = connector
+        self.limit = standing_limit(instance)
+        self._checked_at = float("-inf")
+        self._stands = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked_at >= QUEUE_CHECK_SECONDS:
+            self._checked_at = now
+            self._stands = self._room()
+        return self._stands
+
+    def _room(self) -> bool:
+        in_progress = self.instance.get_run_records(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+        queued = self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
+        over = len(in_progress) + queued - self.limit
+        if over <= 0:
+            return True
+        sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
+                           key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
+        return self.connector not in [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:over]]
+
+
+def standing_limit(instance: DagsterInstance) -> int:
+    """How many runs, queued and in progress, leave room for standing runs: half the run queue's
+    max_concurrent_runs (at least 1); none where the instance's run queue has no limit (a run queue without a limit
+    has no room to keep free) or the instance has none (a run in process: no sensor launches the next)."""
+    queue = instance.get_concurrency_config().run_queue_config
+    limit = queue.max_concurrent_runs if queue is not None else None
+    if limit is None or limit <= 0:
+        return 0
+    return max(1, limit // 2)
 
 
 def _tagged(tags: dict[str, str], tag: dict[str, str]) -> bool:
@@ -212,10 +257,23 @@ class DebeziumRunnerResource(ConfigurableResource):
             linger_yields=RunQueueWait(self._instance, connector, self._run_tags)
             if self._instance is not None else None,
             on_log=None if log is None else lambda level, _name, message: _log_line(log, level, message),
-            server=started)
+            server=started, stands=self._stands(connector))
         if summary is not None:
             self._served[connector] = summary
         return summary
+
+    def _stands(self, connector: str) -> Optional[StandingRoom]:
+        """A served run's `stands`: for a run the change sensor launched (the tag TRIGGER_TAG; not one launched from
+        the UI, a schedule or in process, which no sensor follows), of a connector whose `standing_run` is on and
+        whose trigger is `changes`, in an instance whose run queue has room for standing runs (not for a replay from
+        a `start_offset`)."""
+        if self._instance is None or self.replay.start_offset is not None or TRIGGER_TAG not in self._run_tags:
+            return None
+        connector_config = load_config(self.config_path).connector(connector)
+        if not (connector_config.standing_run and connector_config.trigger == "changes") \
+                or standing_limit(self._instance) == 0:
+            return None
+        return StandingRoom(self._instance, connector)
 
     def served_summary(self, connector: str) -> Optional[dict]:
         """The summary of the served cycle of `connector` in this run, if a server ran it."""

@@ -7,7 +7,7 @@ import sys
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
-from resources.debezium_runner import ENGINE_TAG
+from resources.debezium_runner import ENGINE_TAG, TRIGGER_TAG
 
 # The tag Dagster gives a run a sensor launched: the sensor's name.
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -23,6 +23,7 @@ def main(home: str) -> None:
                                     "starting": _starting(instance, r.dagster_run.run_id),
                                     "start": r.start_time, "end": r.end_time,
                                     "engine": r.dagster_run.tags.get(ENGINE_TAG),
+                                    "standing": r.dagster_run.tags.get(TRIGGER_TAG, "").startswith("standing:"),
                                     "sensor": r.dagster_run.tags.get(SENSOR_NAME_TAG)} for r in records],
                           "failures": [message[:400] for message in failures]}))
 

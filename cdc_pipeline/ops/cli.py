@@ -46,10 +46,11 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 def run_sync(name: str, start_offset: str | None = None, linger: bool = False, spark: Any = None,
              cancelled: threading.Event | None = None, linger_yields: Any = None,
-             watch: Any = None) -> dict[str, Any]:
+             watch: Any = None, stands: Any = None) -> dict[str, Any]:
     """Runs one fetch cycle of the connector in this process (the steps of its `sync_<name>` job, without
     Dagster); returns its summary. A connector with nothing to do, as the change check tells without a JVM
-    (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why.
+    (`pending.nothing_to_do`), runs no cycle: its summary counts nothing and says why; unless `stands` (a standing
+    run's: the session's `stands`) says the run stands, as it streams on whether changes come or not.
 
     The connector's pending requests are served first, as the Dagster sensor serves them (a `restart NAME always`
     takes effect in this cycle). A connector's first cycle is checked before it starts (`preflight.require_ready`:
@@ -57,7 +58,7 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False, s
     Debezium offset as JSON) the cycle replays from that offset. With `linger` its stream goes on while changes keep
     coming, as a Dagster run's does (the connector's `linger_seconds`). `spark` is a session (or `SparkStart`) to
     run it on, a pipeline server's warm one (default: one started now); once `cancelled` is set the cycle ends as a
-    pause does; `linger_yields` and `watch` go to `run_cycle`.
+    pause does; `linger_yields`, `stands` and `watch` go to `run_cycle`.
     """
     from cdc_pipeline.cycle import run_cycle  # Spark's import is paid by the commands that run a cycle only
     from cdc_pipeline.capture.spark import SparkStart
@@ -65,7 +66,7 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False, s
     config = load_config()
     connector = config.connector(name)
     served = serve_requests_of(config, name)
-    if start_offset is None:
+    if start_offset is None and not (stands is not None and stands()):
         from cdc_pipeline.ops import pending
 
         started = time.monotonic()
@@ -82,7 +83,7 @@ def run_sync(name: str, start_offset: str | None = None, linger: bool = False, s
     spark = SparkStart(config.spark) if spark is None else spark
     preflight.require_ready(connector, config.destination)
     return {**run_cycle(connector, config.destination, spark, start_offset=start_offset, linger=linger,
-                        cancelled=cancelled, linger_yields=linger_yields, watch=watch), **served}
+                        cancelled=cancelled, linger_yields=linger_yields, watch=watch, stands=stands), **served}
 
 
 def serve_requests_of(config: PipelineConfig, name: str) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class Pending:
     reason: str
     known: bool = True  # False: no run is asked for, though the source could not be checked (a slot in use)
     caught_up: bool = False  # the source was checked to its end and holds nothing the connector has not applied
+    # The source was checked and holds nothing for the connector as far as it was read (not: paused, held, running).
+    idle: bool = False
 
 
 def check(connector: ConnectorConfig, destination: DestinationConfig) -> Pending:
@@ -88,7 +90,8 @@ def _source_check(conn: psycopg.Connection, schema: str, connector: ConnectorCon
     if found.checked is not None and _recorded_checked(conn, schema, name) == state.get("source_checked"):
         control.record_source_checked(conn, schema, name, found.checked)
     return Pending(found.changes, found.reason, found.known,
-                   caught_up=not found.changes and found.known and found.reached_end)
+                   caught_up=not found.changes and found.known and found.reached_end,
+                   idle=not found.changes and found.known and not control.requests_pending(conn, schema, name))
 
 
 def checked_offset(conn: psycopg.Connection, schema: str, name: str, source: Any) -> dict[str, Any]:

@@ -106,6 +106,7 @@ class _CycleHandler(socketserver.StreamRequestHandler):
         threading.current_thread().name = f"cdc-serve-{name}"
         cancelled = threading.Event()
         self.yields = False  # the client's word: other work waits for the machine (a Dagster run queue)
+        self.stands = bool(request.get("stands"))  # ... and: the run stands (streams on between changes)
         watcher = threading.Thread(target=self._watch_client, args=(cancelled,), daemon=True,
                                    name=f"cdc-serve-watch-{name}")
         watcher.start()
@@ -117,7 +118,8 @@ class _CycleHandler(socketserver.StreamRequestHandler):
 
         def cycle() -> None:
             try:
-                outcome["result"] = self.server.run(name, request, cancelled, lambda: self.yields)
+                outcome["result"] = self.server.run(name, request, cancelled, lambda: self.yields,
+                                                    lambda: self.stands)
             except Exception as exc:  # noqa: BLE001 - the client reports it, as a cold run would
                 from cdc_pipeline.ops.cli import _root_cause
 
@@ -148,8 +150,8 @@ class _CycleHandler(socketserver.StreamRequestHandler):
             pass  # the client went away: its watcher ended the cycle
 
     def _watch_client(self, cancelled: threading.Event) -> None:
-        """Takes the client's messages during its cycle (`linger_yields`), and ends the cycle as a pause does once
-        the client's end of the connection closes."""
+        """Takes the client's messages during its cycle (`linger_yields`, `stands`), and ends the cycle as a pause
+        does once the client's end of the connection closes."""
         try:
             while line := self.rfile.readline(REQUEST_LIMIT_BYTES):
                 try:
@@ -158,6 +160,8 @@ class _CycleHandler(socketserver.StreamRequestHandler):
                     continue
                 if isinstance(message, dict) and "linger_yields" in message:
                     self.yields = bool(message["linger_yields"])
+                if isinstance(message, dict) and "stands" in message:
+                    self.stands = bool(message["stands"])
         except OSError:
             pass
         if not cancelled.is_set():
@@ -207,7 +211,7 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
         return None
 
     def run(self, name: str, request: dict[str, Any], cancelled: threading.Event,
-            linger_yields: Callable[[], bool]) -> dict[str, Any]:
+            linger_yields: Callable[[], bool], stands: Callable[[], bool]) -> dict[str, Any]:
         """Runs the cycle; its summary, with what it applied per source table (`table_changes`)."""
         from cdc_pipeline.ops.cli import run_sync
         from cdc_pipeline.ops.tables import TableChanges, count_applied
@@ -216,7 +220,7 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
         changes = TableChanges()
         summary = run_sync(name, start_offset=request.get("start_offset"), linger=bool(request.get("linger")),
                            spark=self.spark, cancelled=cancelled, linger_yields=linger_yields,
-                           watch=lambda plans: count_applied(plans, changes))
+                           watch=lambda plans: count_applied(plans, changes), stands=stands)
         log.info("served a cycle of %s in %.1f s", name, time.monotonic() - started)
         return {**summary, "served_by": str(self.socket_path),
                 "table_changes": {table: changes.counts(table) for table in changes.tables()}}
@@ -337,11 +341,13 @@ def serves(timeout_seconds: float = SERVES_TIMEOUT_SECONDS, server: tuple[str, s
 
 def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields: Callable[[], bool] | None = None,
                 on_log: Callable[[int, str, str], None] | None = None,
-                server: tuple[str, str] | None = None) -> dict[str, Any] | None:
+                server: tuple[str, str] | None = None,
+                stands: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """Asks the server named by CDC_PIPELINE_SERVER (or `server`: its socket and token) for the cycle and returns
     its summary; None when no server is configured or none listens there (the sync then runs cold). The cycle's log
-    lines are logged here as they come (or given to `on_log(level, logger name, message)`); `linger_yields` is asked
-    every LINGER_YIELDS_SECONDS, and what it says passed on (a lingering cycle ends once caught up while it says so).
+    lines are logged here as they come (or given to `on_log(level, logger name, message)`); `linger_yields` and
+    `stands` are asked every LINGER_YIELDS_SECONDS, and what they say passed on (a lingering cycle ends once caught up
+    while the first says so; a cycle streams on between changes while the second does: a standing run's).
     Raises ServerRefused when the server refuses or fails the cycle, CdcError when it goes away during it."""
     path, token = _target(server)
     if not path:
@@ -355,15 +361,19 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
                     exc.strerror or exc)
         return None
     request = {"version": PROTOCOL_VERSION, "command": "sync", "connector": name, "token": token,
-               "start_offset": start_offset, "linger": linger, "config_path": served_config_path()}
+               "start_offset": start_offset, "linger": linger, "config_path": served_config_path(),
+               "stands": bool(stands()) if stands is not None else False}
     done = threading.Event()
     with client, client.makefile("rwb") as stream:
         writing = threading.Lock()
         with writing:
             _send(stream, request)
-        if linger_yields is not None:
-            threading.Thread(target=_pass_on_yields, args=(stream, writing, linger_yields, done), daemon=True,
-                             name=f"cdc-serve-yields-{name}").start()
+        said = {key: asked for key, asked in (("linger_yields", linger_yields), ("stands", stands))
+                if asked is not None}
+        if said:
+            threading.Thread(target=_pass_on_yields,
+                             args=(stream, writing, said, {"linger_yields": False, "stands": request["stands"]},
+                                   done), daemon=True, name=f"cdc-serve-yields-{name}").start()
         try:
             summary = _read_outcome(stream, name, path, on_log)
         finally:
@@ -373,20 +383,23 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
     return summary
 
 
-def _pass_on_yields(stream: Any, writing: threading.Lock, linger_yields: Callable[[], bool],
-                    done: threading.Event) -> None:
-    said = False
+def _pass_on_yields(stream: Any, writing: threading.Lock, asked: dict[str, Callable[[], bool]],
+                    said: dict[str, bool], done: threading.Event) -> None:
+    """Every LINGER_YIELDS_SECONDS, each of `asked`'s answers that differs from what the server was last told
+    (`said`) passed on, until `done`."""
     while not done.wait(LINGER_YIELDS_SECONDS):
-        now = bool(linger_yields())
-        if now != said:
+        for key, ask in asked.items():
+            now = bool(ask())
+            if now == said.get(key):
+                continue
             with writing:
                 if done.is_set():
                     return
                 try:
-                    _send(stream, {"linger_yields": now})
+                    _send(stream, {key: now})
                 except OSError:
                     return
-            said = now
+            said[key] = now
 
 
 def _read_outcome(stream: Any, name: str, path: str,

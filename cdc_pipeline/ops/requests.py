@@ -129,7 +129,8 @@ def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig,
     its failures in a row are forgotten), and the connector needs a run; set offset only while paused and no cycle runs, with an offset of the connector type's shape,
     then paused again; restart with a snapshot mode from any state but paused (its next cycle starts the engine
     in that mode; a schema sync only for a connector without an offset), and the connector needs a run; reload
-    the object-mapping rules from any state, when the connectors file still reads; snapshot tables again (the
+    the object-mapping rules from any state, when the connectors file still reads (while a cycle of the connector
+    runs, the request stays pending with its reason, and the cycle ends at its next cut); snapshot tables again (the
     bulk snapshot engine, the connector's own tables, no bulk snapshot running, not paused), and the connector needs
     a run.
     """
@@ -144,6 +145,10 @@ def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig,
             status = DONE
         except _Rejected as rejection:
             reason, launch, status = str(rejection), False, REJECTED
+        except _Waits as waits:
+            conn.execute(sql.SQL("UPDATE {} SET reason = %s WHERE id = %s").format(
+                sql.Identifier(schema, "requests")), (str(waits), request.id))
+            return Outcome(request, PENDING, str(waits), False)
         conn.execute(sql.SQL("UPDATE {} SET status = %s, reason = %s, served_at = now() WHERE id = %s").format(
             sql.Identifier(schema, "requests")), (status, reason, request.id))
     log.info("Request %d (%s %s) of connector %s: %s, %s", request.id, request.kind, request.argument or "",
@@ -153,6 +158,11 @@ def serve_request(conn: psycopg.Connection, schema: str, config: PipelineConfig,
 
 class _Rejected(Exception):
     """The request breaks a rule; its message is the reason recorded."""
+
+
+class _Waits(Exception):
+    """The request waits (stays pending) for the connector's running cycle, which ends at its next cut once it sees
+    a request pending (`control.requests_pending`); its message is the reason recorded meanwhile."""
 
 
 def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, request: Request) -> tuple[str, bool]:
@@ -228,8 +238,13 @@ def _apply_rule(conn: psycopg.Connection, schema: str, config: PipelineConfig, r
         connector = reloaded.connector(name)
     except ConfigError as exc:
         raise _Rejected(f"the connectors file does not read: {exc}") from None
-    # A running cycle keeps the rules it started with: renaming under it is not allowed.
-    _require_no_running_cycle(conn, name)
+    # A running cycle keeps the rules it started with: renaming under it is not allowed. The request waits for it (a
+    # run that lingers or stands ends at its next cut once it sees the request pending).
+    try:
+        control.acquire_run_lock(conn, name)
+    except CdcError:
+        raise _Waits("waits for the connector's running fetch cycle, which ends at its next cut between source "
+                     "transactions; served once it has ended") from None
     try:
         object_map = rule_store.reload_mapping(conn, schema, connector)
     except CdcError as exc:

@@ -4,10 +4,12 @@ the README runs it, or `--dagster daemon`: `dagster-daemon run` alone; a fresh i
 dagster_home/dagster.yaml), its change sensor launching every run.
 
 Each round, on fresh databases: the connector's first sync (`cdc-pipeline sync`), then the daemon, then
-- quiet: nothing is written; the runs launched are counted (none is the goal);
-- trickle: one row committed every `trickle_interval` seconds;
+- quiet: nothing is written; the runs launched are counted (with runs served by a pipeline server, the standing runs
+  the change sensor launches: `standing_run`; else none is the goal);
+- trickle: one row committed every `trickle_interval` seconds (its first row's latency apart: the first after the
+  quiet);
 - busy: `busy_rate` rows a second, one per transaction;
-- tail: until every row arrived and the last run ended.
+- tail: until every row arrived and the last run ended (a standing run goes on: until every row arrived).
 Each row's latency is from just after its commit on the source to when a poll of the destination (every 50 ms)
 first sees it. The time runs hold (what holds a driver JVM) is sampled from the connector's run lock every 50 ms.
 Runs from a checkout (the Dagster layer is loaded from it, as `make dagster-ui` does).
@@ -124,7 +126,8 @@ def measure_round(source: MariaDbServer | PostgresServer, destination: PostgresS
     try:
         with started_servers(work, env), start_dagster(root, env, work / "daemon.log", dagster):
             result = _measure(source, destination, database, name, linger, quiet_seconds, trickle_seconds,
-                              trickle_interval, busy_seconds, busy_rate)
+                              trickle_interval, busy_seconds, busy_rate,
+                              standing=served or auto_server.enabled(env))
             return {**result, "auto_served": not served and auto_server.enabled(env)}
     finally:
         if server is not None:
@@ -241,7 +244,8 @@ def _percentiles(latencies: Sequence[float]) -> dict[str, float]:
 def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer, database: str, name: str,
              linger: float | None,
              quiet_seconds: float, trickle_seconds: float, trickle_interval: float, busy_seconds: float,
-             busy_rate: float) -> dict[str, Any]:
+             busy_rate: float, standing: bool = False) -> dict[str, Any]:
+    """The round's phases; `standing`: its runs are served, and a standing run holds the run lock at the end."""
     watcher = _Watcher(destination, database, name)
     watcher.start()
     time.sleep(DAEMON_SETTLE_SECONDS)
@@ -259,7 +263,8 @@ def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer
         key = following
     began = time.monotonic()
     deadline = began + TAIL_SECONDS + (linger or 60)
-    while time.monotonic() < deadline and (len(watcher.arrived) < len(written) or watcher.held[-1][1]):
+    while time.monotonic() < deadline and (len(watcher.arrived) < len(written)
+                                           or (watcher.held[-1][1] and not standing)):
         time.sleep(0.2)
     phases.append(("tail", began, time.monotonic(), []))
     watcher.stop.set()
@@ -270,7 +275,9 @@ def _measure(source: MariaDbServer | PostgresServer, destination: PostgresServer
                                  "run_seconds": round(held, 1)}
         if keys:
             latencies = [watcher.arrived[k] - written[k] for k in keys if k in watcher.arrived]
-            phase.update({"rows": len(keys), "arrived": len(latencies), **_percentiles(latencies)})
+            phase.update({"rows": len(keys), "arrived": len(latencies), **_percentiles(latencies),
+                          "first": round(watcher.arrived[keys[0]] - written[keys[0]], 2)
+                          if keys[0] in watcher.arrived else None})
         result[name] = phase
     return result
 
@@ -279,12 +286,13 @@ def describe(results: dict[str, Any]) -> str:
     auto = any(one.get("auto_served") for one in results["rounds"])
     lines = [("with a pipeline server beside the daemon" if results.get("served") else
               "a pipeline server started by the runs" if auto else "cold runs (no pipeline server)"),
-             "linger_seconds | quiet: runs | trickle p50/p90/max s (runs, run s / phase s) | busy p50/p90/max s "
-             "(runs) | tail: run s after the last row"]
+             "linger_seconds | quiet: runs | trickle first, p50/p90/max s (runs, run s / phase s) | busy p50/p90/max "
+             "s (runs) | tail: run s after the last row"]
     for one in results["rounds"]:
         quiet, trickle, busy, tail = one["quiet"], one["trickle"], one["busy"], one["tail"]
         lines.append(
-            f"{one['linger_seconds']} | {quiet['runs_began']} | {trickle['p50']}/{trickle['p90']}/{trickle['max']} "
+            f"{one['linger_seconds']} | {quiet['runs_began']} | {trickle.get('first')}, "
+            f"{trickle['p50']}/{trickle['p90']}/{trickle['max']} "
             f"({trickle['arrived']}/{trickle['rows']} rows, {trickle['runs_began']} runs, {trickle['run_seconds']}/"
             f"{trickle['seconds']}) | {busy['p50']}/{busy['p90']}/{busy['max']} ({busy['arrived']}/{busy['rows']} "
             f"rows, {busy['runs_began']} runs) | {tail['run_seconds']} of {tail['seconds']}")

@@ -441,6 +441,7 @@ def _runs(home: Path) -> dict[str, Any]:
     return {"launched": len(records), "failed": sum(1 for run in records if run["status"] == "FAILURE"),
             "failures": found["failures"],
             "served": sum(1 for run in records if run.get("engine") == "served"),
+            "standing": sum(1 for run in records if run.get("standing")),
             "by_sensor": dict(sorted(Counter(run.get("sensor") or "none" for run in records).items())),
             "launch_p50": _rounded(percentile(launched, 0.5)), "launch_max": _rounded(max(launched, default=None)),
             "queued_p50": _rounded(percentile(queued, 0.5)), "queued_max": _rounded(max(queued, default=None)),
