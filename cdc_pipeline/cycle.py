@@ -209,6 +209,7 @@ class ConnectorSession:
         # A standing run (the Dagster layer's, for a served run): a quiet stream goes on until the run's budget while
         # this says so (FetchCycle._linger_extra), whether or not the run applied anything.
         self.stands = stands or (lambda: False)
+        self.standing = stands is not None  # its budget counts from its first change (FetchCycle.stream_deadline)
         # Set when whoever asked for the cycle went away (a pipeline server's client): the cycle ends as a pause does.
         self.cancelled = cancelled
         self._conn: psycopg.Connection | None = None

@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENGINE_START_TIMEOUT_SECONDS = 120.0
+# A standing run's budget (max_seconds_per_run) counts from its first change: one that fetched nothing ends after this
+# long (the change sensor launches the next), so that a quiet connector's standing run is not ended, and a change
+# left to wait for the next one's start, every max_seconds_per_run.
+STANDING_RUN_MAX_SECONDS = 3600.0
 FETCH_WAIT_SECONDS = 0.5
 GROUP_WAIT_SECONDS = 0.05  # a group goes downstream when the engine has had nothing more for this long
 # On a quiet source, the schema snapshot is over once Debezium says it completed and both queues stayed empty this
@@ -88,6 +92,7 @@ class FetchCycle:
         self.groups = 0  # taken so far in this run
         self.events = 0
         self.last_batch_at = self.started
+        self.first_event_at: float | None = None  # when the run fetched its first event (a standing run's budget)
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
         self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
@@ -106,6 +111,17 @@ class FetchCycle:
     @property
     def deadline(self) -> float:
         return self.started + self.connector.max_seconds_per_run
+
+    @property
+    def stream_deadline(self) -> float:
+        """When the stream's budget ends: `deadline`; for a standing run (`ConnectorSession.standing`),
+        max_seconds_per_run after its first event, or STANDING_RUN_MAX_SECONDS after its start while it fetched none
+        (the time it stood quiet does not count)."""
+        if not self.session.standing:
+            return self.deadline
+        if self.first_event_at is None:
+            return self.started + max(STANDING_RUN_MAX_SECONDS, self.connector.max_seconds_per_run)
+        return self.first_event_at + self.connector.max_seconds_per_run
 
     def __iter__(self) -> Iterator[list[FetchedBatch]]:
         if self.session.awaits_schema_snapshot:
@@ -372,7 +388,7 @@ class FetchCycle:
                 raise RunnerError(f"the Debezium engine did not start polling within "
                                   f"{ENGINE_START_TIMEOUT_SECONDS:.0f} s (state {runner.state})",
                                   connector=connector.name)
-            if now >= self.deadline and not session.in_data_snapshot():
+            if now >= self.stream_deadline and not session.in_data_snapshot():
                 # Debezium's own data snapshot cannot be resumed: it is finished whatever the budget (it keeps one
                 # group in memory at a time, see apply_batches).
                 if not self.budget_spent:
@@ -561,7 +577,10 @@ class FetchCycle:
         self.group_events += batch.size
         self.group_bytes += batch.bytes
         # A transaction's BEGIN and END records are no events of the run's budget (nor of what it says it fetched).
-        self.events += batch.size - sum(1 for entry in batch.index if entry.get("kind") == TRANSACTION)
+        events = batch.size - sum(1 for entry in batch.index if entry.get("kind") == TRANSACTION)
+        if events and self.first_event_at is None:
+            self.first_event_at = now
+        self.events += events
         self.last_batch_at = now
         self.last_offset = batch.last_offset
         self.last_continued, self.last_fetched = follows, batch

@@ -42,6 +42,7 @@ def process_started_epoch() -> float | None:
 
 SAMPLE_SECONDS = 2.0  # how often a run samples its queues and writes its progress row
 LOG_SECONDS = 10.0  # how often a streaming run logs them
+IDLE_LOG_SECONDS = 60.0  # ... and one that parsed and applied nothing since its last line (a quiet standing run)
 RATE_SECONDS = 10.0  # the window of each stage's rate
 # How long the run's end waits for a sample in progress (a destination that stopped answering holds its write).
 STOP_WAIT_SECONDS = 10.0
@@ -145,6 +146,7 @@ class ProgressReporter:
         self._conn: psycopg.Connection | None = None
         self._started_at = datetime.now(timezone.utc)
         self._logged_at = 0.0
+        self._logged_counts: tuple[Any, ...] | None = None  # the counters of the last line logged
         self._write_failed = False
 
     def start(self) -> None:
@@ -171,8 +173,10 @@ class ProgressReporter:
             progress = self.sample()
             self._write(progress)
             now = time.monotonic()
-            if self._streaming() and now - self._logged_at >= LOG_SECONDS - SAMPLE_SECONDS / 2:
-                self._logged_at = now
+            moved = (progress.get("parsed_events"), progress.get("applied_events"), progress.get("applying_events"))
+            every = LOG_SECONDS if moved != self._logged_counts or progress.get("applying_events") else IDLE_LOG_SECONDS
+            if self._streaming() and now - self._logged_at >= every - SAMPLE_SECONDS / 2:
+                self._logged_at, self._logged_counts = now, moved
                 log.info("%s: %s", self._connector, "; ".join(progress_lines(progress)))
 
     def sample(self) -> dict[str, Any]:

@@ -119,7 +119,7 @@ class _CycleHandler(socketserver.StreamRequestHandler):
         def cycle() -> None:
             try:
                 outcome["result"] = self.server.run(name, request, cancelled, lambda: self.yields,
-                                                    lambda: self.stands)
+                                                    (lambda: self.stands) if request.get("standing") else None)
             except Exception as exc:  # noqa: BLE001 - the client reports it, as a cold run would
                 from cdc_pipeline.ops.cli import _root_cause
 
@@ -211,7 +211,7 @@ class PipelineServer(socketserver.ThreadingUnixStreamServer):
         return None
 
     def run(self, name: str, request: dict[str, Any], cancelled: threading.Event,
-            linger_yields: Callable[[], bool], stands: Callable[[], bool]) -> dict[str, Any]:
+            linger_yields: Callable[[], bool], stands: Callable[[], bool] | None) -> dict[str, Any]:
         """Runs the cycle; its summary, with what it applied per source table (`table_changes`)."""
         from cdc_pipeline.ops.cli import run_sync
         from cdc_pipeline.ops.tables import TableChanges, count_applied
@@ -362,7 +362,7 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
         return None
     request = {"version": PROTOCOL_VERSION, "command": "sync", "connector": name, "token": token,
                "start_offset": start_offset, "linger": linger, "config_path": served_config_path(),
-               "stands": bool(stands()) if stands is not None else False}
+               "standing": stands is not None, "stands": bool(stands()) if stands is not None else False}
     done = threading.Event()
     with client, client.makefile("rwb") as stream:
         writing = threading.Lock()
