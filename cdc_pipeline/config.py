@@ -523,9 +523,10 @@ class ConnectorConfig:
     # without another, within max_seconds_per_run; the change sensor launches the next one at once when work waits.
     linger_seconds: NonNegativeNumber = DEFAULT_LINGER_SECONDS
     # Dagster, runs served by a pipeline server (whose engine costs no JVM of the run's own), trigger `changes`: a run
-    # stays streaming between changes until max_seconds_per_run, and the change sensor launches the next one when
-    # none runs, while the run queue has room for it (half its max_concurrent_runs); a change after a quiet spell is
-    # then applied by a run already streaming, not after a check and a run's start (docs/triggers.md, "Standing runs").
+    # the change sensor launched stays streaming between changes (its max_seconds_per_run counting from its first
+    # change), and the sensor launches one when none runs, while the run queue has room for it (half its
+    # max_concurrent_runs); a change after a quiet spell is then applied by a run already streaming, not after a
+    # check and a run's start (docs/triggers.md, "Standing runs").
     standing_run: bool = True
     # The stream's next group is fetched, parsed and converted while the last one is applied (cycle.run_ahead).
     run_ahead: bool = True

@@ -19,10 +19,13 @@ from dagster import (
     op,
 )
 
+from dagster._core.errors import DagsterExecutionInterruptedError
+
 from assets.definitions import build_definitions
 from assets.sync_job import CONNECTOR_TAG
 from cdc_pipeline.config import load_config
 from cdc_pipeline.ops.cli import main
+from resources.debezium_runner import ENGINE_SERVED, ENGINE_TAG
 from resources.destination import DestinationResource
 
 pytestmark = pytest.mark.integration
@@ -98,6 +101,21 @@ def test_a_failed_run_under_exit_stays_stopped_until_resumed(pipeline):
         assert _run_failure_sensor(pipeline, instance, broken.run_id) is None
         state, failures, error = _state(pipeline)
         assert (state, failures) == ("stopped", 2) and broken.run_id in error
+
+        # A served run whose process ended under it (Dagster stopped): its cycle ended as a pause on the server,
+        # nothing of the connector failed, so it is not counted.
+        @op
+        def interrupted():
+            raise DagsterExecutionInterruptedError()
+
+        @job(name=f"sync_{pipeline.name}", tags={CONNECTOR_TAG: pipeline.name, ENGINE_TAG: ENGINE_SERVED})
+        def served_sync():
+            interrupted()
+
+        cut = served_sync.execute_in_process(instance=instance, raise_on_error=False)
+        skipped = _run_failure_sensor(pipeline, instance, cut.run_id)
+        assert isinstance(skipped, SkipReason) and "served and its process ended" in skipped.skip_message
+        assert _state(pipeline)[1] == 2
 
         # The operator fixes the cause and resumes: the failures are forgotten and the sensor launches a run.
         with psycopg.connect(pipeline.dest_dsn, autocommit=True) as conn:
