@@ -44,7 +44,25 @@ QUEUED_RUNS_READ = 200
 YIELD_ALL_AFTER_SECONDS = 10.0
 
 
-class RunQueueWait:
+class _AskedEvery:
+    """A yes-or-no the instance answers, asked at most once in QUEUE_CHECK_SECONDS (the last answer in between)."""
+
+    def __init__(self) -> None:
+        self._checked_at = float("-inf")
+        self._answer = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked_at >= QUEUE_CHECK_SECONDS:
+            self._checked_at = now
+            self._answer = self._ask()
+        return self._answer
+
+    def _ask(self) -> bool:
+        raise NotImplementedError
+
+
+class RunQueueWait(_AskedEvery):
     """Whether runs wait in the instance's run queue for the slot a lingering run of `connector` holds: a queued run of
     the same connector (one run per connector at a time); any queued run while the runs in progress fill
     `run_queue.max_concurrent_runs`; or a queued run under a tag limit (`tag_concurrency_limits`) that this run's
@@ -64,17 +82,9 @@ class RunQueueWait:
         self.max_concurrent_runs = queue.max_concurrent_runs if queue is not None else None
         self.tag_limits = _tag_limits(queue.tag_concurrency_limits if queue is not None else (), tags or {})
         self.priority = run_priority(tags or {})
-        self._checked_at = float("-inf")
-        self._waiting = False
+        super().__init__()
 
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if now - self._checked_at >= QUEUE_CHECK_SECONDS:
-            self._checked_at = now
-            self._waiting = self._runs_wait()
-        return self._waiting
-
-    def _runs_wait(self) -> bool:
+    def _ask(self) -> bool:
         if not self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED])):
             return False
         now = time.time()
@@ -116,7 +126,7 @@ class RunQueueWait:
         return self.connector in first
 
 
-class StandingRoom:
+class StandingRoom(_AskedEvery):
     """Whether a served run of `connector` may stand, streaming on between changes until its budget (the session's
     `stands`): while the runs queued and in progress number at most `standing_limit`; past it, as many runs stop
     standing as are too many, the longest running first. Asked of the instance at most once in QUEUE_CHECK_SECONDS.
@@ -126,17 +136,9 @@ class StandingRoom:
         self.instance = instance
         self.connector = connector
         self.limit = standing_limit(instance)
-        self._checked_at = float("-inf")
-        self._stands = False
+        super().__init__()
 
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if now - self._checked_at >= QUEUE_CHECK_SECONDS:
-            self._checked_at = now
-            self._stands = self._room()
-        return self._stands
-
-    def _room(self) -> bool:
+    def _ask(self) -> bool:
         in_progress = self.instance.get_run_records(filters=RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
         queued = self.instance.get_runs_count(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
         over = len(in_progress) + queued - self.limit
