@@ -39,8 +39,8 @@ from cdc_pipeline import control, faults, sources
 from cdc_pipeline.capture.runner import FetchedBatch
 from cdc_pipeline.capture.spark import working_on
 from cdc_pipeline.convert.schema_infer import SCHEMA_FROM_EVENTS_TYPES
-from cdc_pipeline.decode.events import (BEGIN, OTHER, TRANSACTION, TRANSACTION_BEGUN, TRANSACTION_OPEN,
-                                         same_stream_position, transaction_state_after)
+from cdc_pipeline.decode.events import (BEGIN, DATA_CHANGE, OTHER, TRANSACTION, TRANSACTION_BEGUN, TRANSACTION_OPEN,
+                                         TRUNCATE, same_stream_position, transaction_state_after)
 from cdc_pipeline.errors import RunnerError
 from cdc_pipeline.sources.protocol import Source
 from cdc_pipeline.sink.plan import LAST_SNAPSHOT_MARKER
@@ -92,7 +92,7 @@ class FetchCycle:
         self.groups = 0  # taken so far in this run
         self.events = 0
         self.last_batch_at = self.started
-        self.first_event_at: float | None = None  # when the run fetched its first event (a standing run's budget)
+        self.first_event_at: float | None = None  # when the run fetched its first row change (`_holds_change`)
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
         self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
@@ -115,8 +115,8 @@ class FetchCycle:
     @property
     def stream_deadline(self) -> float:
         """When the stream's budget ends: `deadline`; for a standing run (`ConnectorSession.standing`),
-        max_seconds_per_run after its first event, or STANDING_RUN_MAX_SECONDS after its start while it fetched none
-        (the time it stood quiet does not count)."""
+        max_seconds_per_run after its first row change, or STANDING_RUN_MAX_SECONDS after its start while it fetched
+        none (the time it stood quiet does not count)."""
         if not self.session.standing:
             return self.deadline
         if self.first_event_at is None:
@@ -578,13 +578,21 @@ class FetchCycle:
         self.group_bytes += batch.bytes
         # A transaction's BEGIN and END records are no events of the run's budget (nor of what it says it fetched).
         events = batch.size - sum(1 for entry in batch.index if entry.get("kind") == TRANSACTION)
-        if events and self.first_event_at is None:
+        if self.first_event_at is None and self._holds_change(batch):
             self.first_event_at = now
         self.events += events
         self.last_batch_at = now
         self.last_offset = batch.last_offset
         self.last_continued, self.last_fetched = follows, batch
         return closed
+
+    def _holds_change(self, batch: FetchedBatch) -> bool:
+        """Whether the batch holds a row change of one of the connector's tables: what starts a standing run's budget
+        (`stream_deadline`), not its heartbeats nor the schema changes of other tables, which a busy server or
+        PostgreSQL's heartbeat bring all the time."""
+        return any(entry.get("kind") in (DATA_CHANGE, TRUNCATE) and entry.get("table")
+                   and not self.source.is_heartbeat_table(self.connector, entry["table"])
+                   and sources.captures(self.connector, entry["table"]) for entry in batch.index)
 
     def _heartbeats_only(self, batch: FetchedBatch) -> bool:
         """Whether the batch holds only heartbeats (Debezium's records with neither op nor table, and PostgreSQL's

@@ -5,7 +5,7 @@ fixture)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class PostgresPipeline(DestinationChecks):
     dest_db: str
     config_path: Path
     dest_schema = SOURCE_SCHEMA
+    env: dict[str, str] = field(default_factory=dict)  # what the test's environment sets (a server's, a process's)
 
     @property
     def source_dsn(self) -> str:
@@ -120,8 +121,8 @@ def new_pg_pipeline(source_pg: PostgresServer, destination_pg: PostgresServer, t
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    monkeypatch.setenv("CDC_PIPELINE_CONFIG", str(pipe.config_path))
-    monkeypatch.setenv("TEST_SOURCE_PASSWORD", "unused-with-trust-auth")
-    monkeypatch.setenv("TEST_DEST_DSN", pipe.dest_dsn)
-    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    pipe.env = {"CDC_PIPELINE_CONFIG": str(pipe.config_path), "TEST_SOURCE_PASSWORD": "unused-with-trust-auth",
+                "TEST_DEST_DSN": pipe.dest_dsn, "DAGSTER_HOME": str(dagster_home)}
+    for key, value in pipe.env.items():
+        monkeypatch.setenv(key, value)
     return pipe
