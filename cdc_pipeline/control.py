@@ -385,6 +385,28 @@ def acquire_run_lock(conn: psycopg.Connection, connector: str) -> None:
         raise ConnectorBusyError("another fetch cycle of this connector is running", connector=connector)
 
 
+def wait_for_run_lock(conn: psycopg.Connection, connector: str, seconds: float) -> None:
+    """Takes the connector's run lock as `acquire_run_lock` does, waiting at most `seconds` for the fetch cycle that
+    holds it: the wait shows in pg_locks (`run_lock_awaited`), and a cycle that lingers or stands ends at its next cut
+    once it sees it. Raises ConnectorBusyError when the cycle did not end in time."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(seconds * 1000))}ms",))
+            conn.execute(sql.SQL("SELECT pg_advisory_lock({})").format(_lock_key(connector)))
+    except psycopg.errors.LockNotAvailable:
+        raise ConnectorBusyError(f"the connector's fetch cycle did not end within {seconds:.0f} s",
+                                 connector=connector) from None
+
+
+def run_lock_awaited(conn: psycopg.Connection, connector: str) -> bool:
+    """Whether a session waits for the connector's run lock (`wait_for_run_lock`: a `verify --repair`)."""
+    return conn.execute(sql.SQL(
+        """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+           WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+             AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+             AND ((classid::bigint << 32) | objid::bigint) = {})""").format(_lock_key(connector))).fetchone()[0]
+
+
 def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
     conn.execute(sql.SQL("SELECT pg_advisory_unlock({})").format(_lock_key(connector)))
 

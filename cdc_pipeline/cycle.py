@@ -657,7 +657,8 @@ class ConnectorSession:
     def next_run_awaited(self, every: float = STATE_CHECK_SECONDS) -> bool:
         """Whether a request served while this cycle runs waits for the connector's next run (a restart with a
         snapshot mode, a snapshot of tables), which the request sensor launches once this one ended, or a request
-        waits to be served (a reload of the mapping rules waits for the running cycle): a lingering or standing run
+        waits to be served (a reload of the mapping rules waits for the running cycle), or a session waits for the
+        run lock (`verify --repair`): a lingering or standing run
         then ends as soon as it is caught up (looked up at most once in `every` seconds)."""
         now = time.monotonic()
         if self.conn is None or now - self._awaited_checked_at < every:
@@ -668,7 +669,8 @@ class ConnectorSession:
         self._next_run_awaited = (state.get("state") == control.RESTARTING and not self._requested_mode) or (
             not self.bulk_load_pending
             and bookkeeping.running_load(self.conn, self.control_schema, self.connector.name) is not None) or (
-            control.requests_pending(self.conn, self.control_schema, self.connector.name))
+            control.requests_pending(self.conn, self.control_schema, self.connector.name)) or (
+            control.run_lock_awaited(self.conn, self.connector.name))
         return self._next_run_awaited
 
     def count_transactions(self, plan: BatchPlan) -> None:

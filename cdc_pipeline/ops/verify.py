@@ -536,16 +536,12 @@ def _unapplied_changes(conn: psycopg.Connection, connector: ConnectorConfig, sch
 
 
 def _acquire_run_lock(conn: psycopg.Connection, connector: str) -> None:
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while True:
-        try:
-            control.acquire_run_lock(conn, connector)
-            return
-        except ConnectorBusyError:
-            if time.monotonic() >= deadline:
-                raise CdcError(f"verify --repair waited {LOCK_WAIT_SECONDS:.0f} s for the connector's fetch cycle to "
-                               "end (pause the connector, then repair)", connector=connector) from None
-            time.sleep(1)
+    """The connector's run lock, waited for: a lingering or standing run ends at its next cut once it sees the wait."""
+    try:
+        control.wait_for_run_lock(conn, connector, LOCK_WAIT_SECONDS)
+    except ConnectorBusyError:
+        raise CdcError(f"verify --repair waited {LOCK_WAIT_SECONDS:.0f} s for the connector's fetch cycle to "
+                       "end (pause the connector, then repair)", connector=connector) from None
 
 
 def _repair(connector: ConnectorConfig, destination: DestinationConfig, spark: Any, object_map: ObjectMap,
