@@ -400,11 +400,7 @@ def wait_for_run_lock(conn: psycopg.Connection, connector: str, seconds: float) 
 
 def run_lock_awaited(conn: psycopg.Connection, connector: str) -> bool:
     """Whether a session waits for the connector's run lock (`wait_for_run_lock`: a `verify --repair`)."""
-    return conn.execute(sql.SQL(
-        """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
-           WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-             AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
-             AND ((classid::bigint << 32) | objid::bigint) = {})""").format(_lock_key(connector))).fetchone()[0]
+    return _run_lock_session(conn, connector, granted=False) is not None
 
 
 def release_run_lock(conn: psycopg.Connection, connector: str) -> None:
@@ -415,12 +411,18 @@ def run_lock_holder(conn: psycopg.Connection, connector: str) -> int | None:
     """The backend pid of the session that holds the connector's run lock (a fetch cycle running now, whoever started
     it: a sync run, a materialization of its assets, the CLI), or None. Read in `pg_locks`, without taking the lock:
     a cycle starting at that moment is never refused for it (a bigint key's lock shows as its high and low 32 bits)."""
+    return _run_lock_session(conn, connector, granted=True)
+
+
+def _run_lock_session(conn: psycopg.Connection, connector: str, granted: bool) -> int | None:
+    """The backend pid of a session that holds (`granted`) or waits for the connector's run lock, read in
+    `pg_locks`, or None."""
     row = conn.execute(sql.SQL(
         """SELECT pid FROM pg_catalog.pg_locks
-           WHERE locktype = 'advisory' AND granted AND objsubid = 1
+           WHERE locktype = 'advisory' AND granted = %s AND objsubid = 1
              AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
              AND ((classid::bigint << 32) | objid::bigint) = {}
-           LIMIT 1""").format(_lock_key(connector))).fetchone()
+           LIMIT 1""").format(_lock_key(connector)), (granted,)).fetchone()
     return None if row is None else int(row[0])
 
 

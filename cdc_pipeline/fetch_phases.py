@@ -92,7 +92,7 @@ class FetchCycle:
         self.groups = 0  # taken so far in this run
         self.events = 0
         self.last_batch_at = self.started
-        self.first_event_at: float | None = None  # when the run fetched its first row change (`_holds_change`)
+        self.first_change_at: float | None = None  # when the run fetched its first row change (`_holds_change`)
         self.carried: FetchedBatch | None = None  # fetched by a phase, applied by the next
         self.settled_at: float | None = None  # the schema snapshot settled with a loaded table's CREATE awaited
         self.budget_spent = False  # the run ends at the next cut between statements
@@ -119,9 +119,9 @@ class FetchCycle:
         none (the time it stood quiet does not count)."""
         if not self.session.standing:
             return self.deadline
-        if self.first_event_at is None:
+        if self.first_change_at is None:
             return self.started + max(STANDING_RUN_MAX_SECONDS, self.connector.max_seconds_per_run)
-        return self.first_event_at + self.connector.max_seconds_per_run
+        return self.first_change_at + self.connector.max_seconds_per_run
 
     def __iter__(self) -> Iterator[list[FetchedBatch]]:
         if self.session.awaits_schema_snapshot:
@@ -578,8 +578,8 @@ class FetchCycle:
         self.group_bytes += batch.bytes
         # A transaction's BEGIN and END records are no events of the run's budget (nor of what it says it fetched).
         events = batch.size - sum(1 for entry in batch.index if entry.get("kind") == TRANSACTION)
-        if self.first_event_at is None and self._holds_change(batch):
-            self.first_event_at = now
+        if self.first_change_at is None and self._holds_change(batch):
+            self.first_change_at = now
         self.events += events
         self.last_batch_at = now
         self.last_offset = batch.last_offset

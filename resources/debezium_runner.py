@@ -120,10 +120,7 @@ class RunQueueWait(_AskedEvery):
             return False
         if max(waited for _, waited in queued) >= YIELD_ALL_AFTER_SECONDS:
             return True
-        sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
-                           key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
-        first = [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:lacking]]
-        return self.connector in first
+        return self.connector in _longest_running(in_progress, lacking)
 
 
 class StandingRoom(_AskedEvery):
@@ -144,9 +141,14 @@ class StandingRoom(_AskedEvery):
         over = len(in_progress) + queued - self.limit
         if over <= 0:
             return True
-        sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
-                           key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
-        return self.connector not in [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:over]]
+        return self.connector not in _longest_running(in_progress, over)
+
+
+def _longest_running(in_progress: list[Any], count: int) -> list[str]:
+    """The connectors of the `count` sync runs among `in_progress` (run records) that started first."""
+    sync_runs = sorted((record for record in in_progress if CONNECTOR_TAG in record.dagster_run.tags),
+                       key=lambda record: (record.start_time or float("inf"), record.dagster_run.run_id))
+    return [record.dagster_run.tags[CONNECTOR_TAG] for record in sync_runs[:count]]
 
 
 def standing_limit(instance: DagsterInstance) -> int:

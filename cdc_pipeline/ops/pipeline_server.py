@@ -368,11 +368,10 @@ def served_sync(name: str, start_offset: str | None, linger: bool, linger_yields
         writing = threading.Lock()
         with writing:
             _send(stream, request)
-        said = {key: asked for key, asked in (("linger_yields", linger_yields), ("stands", stands))
-                if asked is not None}
-        if said:
+        asked = {key: ask for key, ask in (("linger_yields", linger_yields), ("stands", stands)) if ask is not None}
+        if asked:
             threading.Thread(target=_pass_on_yields,
-                             args=(stream, writing, said, {"linger_yields": False, "stands": request["stands"]},
+                             args=(stream, writing, asked, {"linger_yields": False, "stands": request["stands"]},
                                    done), daemon=True, name=f"cdc-serve-yields-{name}").start()
         try:
             summary = _read_outcome(stream, name, path, on_log)
